@@ -1,0 +1,47 @@
+// `portcullis <command>`: run | build | serve | push | pull. Each command lives in its own
+// module; this file only dispatches and turns errors into one line on stderr.
+import { errorMessage } from '../errors.ts';
+import { UsageError } from './usage.ts';
+
+const USAGE = `usage: portcullis <command> [options]
+
+commands:
+  run    --policy FILE.wasm --request REVIEW.json [--settings JSON|FILE] [--mode validate|mutate]
+         evaluate one policy against one AdmissionReview; prints the response review
+  build  SOURCE.ts -o OUT.wasm [--lang typescript|assemblyscript]
+         compile a policy (TypeScript -> component, AssemblyScript -> core module)
+  serve  [--config portcullis.yaml] [--host H] [--port P] [--tls-self-signed | --cert F --key F | --insecure]
+         run the admission webhook (without --config: the built-in example policies)
+  push   POLICY.wasm oci://REGISTRY/REPO:TAG      publish a policy to an OCI registry
+  pull   oci://REGISTRY/REPO:TAG -o FILE.wasm      fetch a policy from an OCI registry
+`;
+
+const commands: Record<string, () => Promise<{ default: (args: string[]) => Promise<number> }>> = {
+  run: () => import('./run.ts'),
+  build: () => import('./build.ts'),
+  serve: () => import('./serve.ts'),
+  push: () => import('./oci.ts').then((m) => ({ default: m.push })),
+  pull: () => import('./oci.ts').then((m) => ({ default: m.pull })),
+};
+
+async function main(argv: string[]): Promise<number> {
+  const [name, ...args] = argv;
+  if (!name || name === '--help' || name === '-h' || name === 'help') {
+    process.stdout.write(USAGE);
+    return name ? 0 : 2;
+  }
+  const load = commands[name];
+  if (!load) {
+    process.stderr.write(`portcullis: unknown command "${name}"\n${USAGE}`);
+    return 2;
+  }
+  try {
+    const command = await load();
+    return await command.default(args);
+  } catch (error) {
+    process.stderr.write(`portcullis ${name}: ${errorMessage(error)}\n`);
+    return error instanceof UsageError ? 2 : 1;
+  }
+}
+
+process.exitCode = await main(process.argv.slice(2));

@@ -1,0 +1,99 @@
+// Merges the outcomes of every policy evaluated for one request into one Decision.
+//  - Allowed only if every enforced policy allowed.
+//  - One error, chosen by priority: explicit denial > permanent failure > temporary failure
+//    (deadline, caps) > crash (exception, trap, garbage); ties go to the earlier policy in
+//    the configured order, so the same inputs always give the same answer.
+//  - Every warning of every policy, kept also on denial.
+//  - Patches combined with conflict detection (see patches.ts); none on DELETE or CONNECT.
+//  - Per policy: failurePolicy Ignore turns its failure into a warning; enforcement `warn`
+//    turns its denial into a warning; `audit` only reports (the caller logs and counts).
+import type { JsonValue, Operation } from '@portcullis/sdk';
+import type { Outcome } from '../evaluate/outcome.ts';
+import type { Enforcement, FailurePolicy } from '../policy/loaded.ts';
+import type { Decision } from '../review/respond.ts';
+import { combinePatches } from './patches.ts';
+import { WarningList } from './warnings.ts';
+
+export interface Evaluated {
+  policy: { name: string; failurePolicy: FailurePolicy; enforcement: Enforcement };
+  outcome: Outcome;
+}
+
+export interface MergeResult {
+  decision: Decision;
+  /** The outcome whose error became the response's status, if any. */
+  deciding?: Outcome;
+  /** Outcomes of audit-mode policies: reported, never enforced. */
+  audited: Outcome[];
+}
+
+const PRIORITY = { denied: 0, permanent: 1, temporary: 2, crash: 3 } as const;
+/** HTTP code for a policy failure (not a denial): the policy could not give an answer. */
+export const FAILURE_CODE = 500;
+
+interface Candidate {
+  rank: number;
+  order: number;
+  outcome: Outcome;
+  code: number;
+  message: string;
+}
+
+export function merge(evaluated: Evaluated[], operation: Operation, object: JsonValue | null | undefined): MergeResult {
+  const warnings = new WarningList();
+  const audited: Outcome[] = [];
+  const candidates: Candidate[] = [];
+  const patches: { policy: string; operations: Extract<Outcome, { status: 'allowed' }>['patch'] }[] = [];
+  const byName = new Map(evaluated.map((e, order) => [e.policy.name, { ...e, order }]));
+
+  const fail = (order: number, outcome: Outcome, rank: number, code: number, message: string) => {
+    candidates.push({ rank, order, outcome, code, message: `policy "${outcome.policy}": ${message}` });
+  };
+  const failOrIgnore = (entry: Evaluated & { order: number }, rank: number, message: string) => {
+    if (entry.policy.failurePolicy === 'Ignore') warnings.add(entry.policy.name, `failed and was ignored (failurePolicy Ignore): ${message}`);
+    else fail(entry.order, entry.outcome, rank, FAILURE_CODE, message);
+  };
+
+  evaluated.forEach((entry, order) => {
+    const { policy, outcome } = entry;
+    if (policy.enforcement === 'audit') {
+      audited.push(outcome);
+      return;
+    }
+    for (const warning of outcome.warnings) warnings.add(policy.name, warning);
+    switch (outcome.status) {
+      case 'allowed':
+        if (outcome.patch.length > 0) patches.push({ policy: policy.name, operations: outcome.patch });
+        break;
+      case 'denied':
+        if (policy.enforcement === 'warn') warnings.add(policy.name, `would deny (enforcement: warn): ${outcome.message}`);
+        else fail(order, outcome, PRIORITY.denied, outcome.code, outcome.message);
+        break;
+      case 'failed':
+        failOrIgnore({ ...entry, order }, PRIORITY[outcome.failure], outcome.message);
+        break;
+    }
+  });
+
+  let patch: Decision['patch'] = [];
+  const mutable = (operation === 'CREATE' || operation === 'UPDATE') && object !== null && object !== undefined;
+  if (mutable && patches.length > 0 && candidates.length === 0) {
+    const combined = combinePatches(object, patches);
+    patch = combined.patch;
+    for (const rejection of combined.rejected) {
+      const entry = byName.get(rejection.policy)!;
+      // A patch that cannot apply is the policy's own fault; a conflict is a permanent failure:
+      // asking again gives the same two patches.
+      failOrIgnore(entry, rejection.reason === 'invalid' ? PRIORITY.crash : PRIORITY.permanent, rejection.message);
+    }
+  }
+
+  if (candidates.length === 0) return { decision: { allowed: true, warnings: warnings.list, patch }, audited };
+  candidates.sort((a, b) => a.rank - b.rank || a.order - b.order);
+  const chosen = candidates[0]!;
+  return {
+    decision: { allowed: false, status: { code: chosen.code, message: chosen.message }, warnings: warnings.list, patch: [] },
+    deciding: chosen.outcome,
+    audited,
+  };
+}

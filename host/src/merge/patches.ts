@@ -1,0 +1,140 @@
+// Combines the JSONPatch operations of several mutating policies, each written against the
+// same original object, into one patch. Every policy's operations are expanded into the leaf
+// paths they write (an `add` that creates a missing map counts as writes to its keys, so two
+// policies adding different annotations to an object without annotations compose). Two
+// policies writing overlapping paths with different values conflict; identical writes do not.
+// The final patch is the difference between the original and the merged object, so it applies
+// cleanly to the original by construction, and is checked once more with fast-json-patch.
+import jsonpatch from 'fast-json-patch';
+import type { JsonValue, PatchOperation } from '@portcullis/sdk';
+
+const { applyPatch, compare, deepClone, getValueByPointer } = jsonpatch;
+
+export interface PolicyPatch {
+  policy: string;
+  operations: PatchOperation[];
+}
+
+export type PatchRejection =
+  | { policy: string; reason: 'invalid'; message: string }
+  | { policy: string; reason: 'conflict'; other: string; path: string; message: string };
+
+export interface CombinedPatch {
+  patch: PatchOperation[];
+  /** Policies whose patch was left out, in input order. */
+  rejected: PatchRejection[];
+}
+
+interface Write {
+  policy: string;
+  path: string[];
+  /** JSON text of the value written, or undefined for a removal; appends never collide. */
+  value: string | undefined;
+  append: boolean;
+}
+
+export function combinePatches(original: JsonValue, patches: PolicyPatch[]): CombinedPatch {
+  let merged = deepClone(original) as JsonValue;
+  const writes: Write[] = [];
+  const rejected: PatchRejection[] = [];
+  for (const { policy, operations } of patches) {
+    if (operations.length === 0) continue;
+    const alone = tryApply(original, operations);
+    if (alone instanceof Error) {
+      rejected.push({ policy, reason: 'invalid', message: `returned a patch that does not apply to the object: ${alone.message}` });
+      continue;
+    }
+    const mine = operations.flatMap((op) => leafWrites(policy, op, original));
+    const clash = findConflict(mine, writes);
+    if (clash) {
+      rejected.push({ policy, reason: 'conflict', other: clash.policy, path: clash.path, message: `its patch conflicts with policy "${clash.policy}" at ${clash.path}` });
+      continue;
+    }
+    const next = tryApply(merged, operations);
+    if (next instanceof Error) {
+      const other = writes.find((w) => w.policy !== policy)?.policy ?? policy;
+      rejected.push({ policy, reason: 'conflict', other, path: '', message: `its patch cannot apply after the patch of policy "${other}": ${next.message}` });
+      continue;
+    }
+    merged = next;
+    writes.push(...mine);
+  }
+  const patch = compare(original as object, merged as object) as PatchOperation[];
+  // Belt and braces: the combined patch must apply to the original as the apiserver will do it.
+  const check = tryApply(original, patch);
+  if (check instanceof Error) throw new Error(`internal error: combined patch does not apply: ${check.message}`);
+  return { patch, rejected };
+}
+
+function tryApply(document: JsonValue, operations: PatchOperation[]): JsonValue | Error {
+  try {
+    return applyPatch(deepClone(document), deepClone(operations), true, true).newDocument as JsonValue;
+  } catch (error) {
+    return error instanceof Error ? new Error(error.message.split('\n')[0]) : new Error(String(error));
+  }
+}
+
+function leafWrites(policy: string, op: PatchOperation, original: JsonValue): Write[] {
+  const path = parsePointer(op.path);
+  switch (op.op) {
+    case 'test':
+      return [];
+    case 'remove':
+      return [{ policy, path, value: undefined, append: false }];
+    case 'move':
+      return [
+        { policy, path: parsePointer(op.from), value: undefined, append: false },
+        { policy, path, value: JSON.stringify(valueAt(original, op.from) ?? null), append: false },
+      ];
+    case 'copy':
+      return expand(policy, path, valueAt(original, op.from) ?? null, original);
+    case 'add':
+    case 'replace':
+      if (path[path.length - 1] === '-') return [{ policy, path, value: JSON.stringify(op.value), append: true }];
+      return expand(policy, path, op.value, original);
+  }
+}
+
+/** An object written where the original has nothing is a set of writes to its leaves. */
+function expand(policy: string, path: string[], value: JsonValue, original: JsonValue): Write[] {
+  const isMap = typeof value === 'object' && value !== null && !Array.isArray(value);
+  if (isMap && Object.keys(value).length > 0 && valueAt(original, toPointer(path)) === undefined) {
+    return Object.entries(value).flatMap(([key, child]) => expand(policy, [...path, key], child, original));
+  }
+  return [{ policy, path, value: JSON.stringify(value), append: false }];
+}
+
+function findConflict(mine: Write[], earlier: Write[]): { policy: string; path: string } | undefined {
+  for (const a of mine) {
+    if (a.append) continue;
+    for (const b of earlier) {
+      if (b.append || b.policy === a.policy) continue;
+      const overlap = isPrefix(a.path, b.path) || isPrefix(b.path, a.path);
+      if (!overlap) continue;
+      if (a.path.length === b.path.length && a.value === b.value) continue;
+      return { policy: b.policy, path: toPointer(a.path.length <= b.path.length ? a.path : b.path) };
+    }
+  }
+  return undefined;
+}
+
+function isPrefix(prefix: string[], path: string[]): boolean {
+  return prefix.length <= path.length && prefix.every((segment, i) => segment === path[i]);
+}
+
+function valueAt(document: JsonValue, pointer: string): JsonValue | undefined {
+  try {
+    return getValueByPointer(document, pointer) as JsonValue | undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+function parsePointer(pointer: string): string[] {
+  if (pointer === '') return [];
+  return pointer.slice(1).split('/').map((s) => s.replace(/~1/g, '/').replace(/~0/g, '~'));
+}
+
+function toPointer(path: string[]): string {
+  return path.map((s) => '/' + s.replace(/~/g, '~0').replace(/\//g, '~1')).join('');
+}

@@ -1,0 +1,25 @@
+// Warnings as the apiserver will accept them: it truncates each warning past 256 characters
+// and drops everything after 4096 characters in total, so we do the same, deterministically,
+// and keep each policy's name in front of its words.
+
+export const MAX_WARNING_LENGTH = 256;
+export const MAX_WARNINGS_TOTAL = 4096;
+
+export class WarningList {
+  #seen = new Set<string>();
+  #list: string[] = [];
+  #total = 0;
+
+  add(policy: string, message: string): void {
+    let text = `policy "${policy}": ${message}`.replace(/[\u0000-\u001f\u007f]+/g, ' ').trim();
+    if (text.length > MAX_WARNING_LENGTH) text = `${text.slice(0, MAX_WARNING_LENGTH - 1)}…`;
+    if (this.#seen.has(text) || this.#total + text.length > MAX_WARNINGS_TOTAL) return;
+    this.#seen.add(text);
+    this.#list.push(text);
+    this.#total += text.length;
+  }
+
+  get list(): string[] {
+    return this.#list;
+  }
+}

@@ -1,0 +1,83 @@
+// Loads one policy: read bytes, prepare and load its sandbox in every worker, ask it what it
+// can do, and let it check its settings. Any problem is a PolicyLoadError or
+// PolicySettingsError naming the policy; other policies are not affected.
+import type { Mode, PolicyMetadata } from '@portcullis/sdk';
+import { errorMessage, PolicyLoadError, PolicySettingsError } from '../errors.ts';
+import type { SandboxPool } from '../sandbox/pool.ts';
+import { prepareSandbox } from '../sandbox/prepare.ts';
+import type { LoadedPolicy, PolicyOptions } from './loaded.ts';
+import { readModule } from './source.ts';
+
+const SETUP_TIMEOUT_MS = 10_000;
+
+export async function loadPolicy(pool: SandboxPool, options: PolicyOptions, bytes?: Uint8Array): Promise<LoadedPolicy> {
+  const fail = (reason: string, cause?: unknown): never => {
+    throw new PolicyLoadError(options.name, reason, { cause });
+  };
+  let moduleBytes = bytes;
+  if (!moduleBytes) {
+    try {
+      moduleBytes = await readModule(options.module);
+    } catch (error) {
+      fail(errorMessage(error), error);
+    }
+  }
+  let spec;
+  try {
+    spec = await prepareSandbox(options.name, moduleBytes!, options.limits, options.isolation === 'fresh');
+  } catch (error) {
+    fail(errorMessage(error), error);
+  }
+  try {
+    await pool.load(spec!);
+  } catch (error) {
+    fail(errorMessage(error), error);
+  }
+  const loaded: LoadedPolicy = { ...options, key: spec!.key, digest: spec!.digest, kind: spec!.kind, modes: [] };
+  try {
+    const metadata = parseMetadata(await setupCall(pool, loaded, 'metadata', '{}'));
+    loaded.modes = metadata.modes;
+    if (metadata.settings) {
+      const verdict = parseVerdict(await setupCall(pool, loaded, 'validate-settings', JSON.stringify({ settings: options.settings })));
+      if (!verdict.valid) throw new PolicySettingsError(options.name, verdict.message);
+    }
+  } catch (error) {
+    pool.unload(loaded.key);
+    if (error instanceof PolicySettingsError) throw error;
+    fail(errorMessage(error), error);
+  }
+  return loaded;
+}
+
+async function setupCall(pool: SandboxPool, policy: LoadedPolicy, fn: 'metadata' | 'validate-settings', input: string): Promise<string> {
+  const result = await pool.call(policy.key, fn, input, Math.max(policy.limits.timeoutMs, SETUP_TIMEOUT_MS));
+  if (!result.ok) throw new Error(`its ${fn} call failed: ${result.message}`);
+  return result.output;
+}
+
+function parseMetadata(text: string): PolicyMetadata {
+  const value = parseObject(text, 'metadata');
+  const modes = value.modes;
+  if (!Array.isArray(modes) || !modes.every((m): m is Mode => m === 'validate' || m === 'mutate')) {
+    throw new Error('its metadata does not list its modes (validate/mutate)');
+  }
+  return { modes, settings: value.settings === true };
+}
+
+function parseVerdict(text: string): { valid: true } | { valid: false; message: string } {
+  const value = parseObject(text, 'settings check');
+  if (value.valid === true) return { valid: true };
+  if (value.valid === false) return { valid: false, message: typeof value.message === 'string' ? value.message : 'invalid settings' };
+  throw new Error('its settings check returned neither valid: true nor valid: false');
+}
+
+function parseObject(text: string, what: string): Record<string, unknown> {
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch {
+    throw new Error(`its ${what} is not JSON`);
+  }
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) throw new Error(`its ${what} is not a JSON object`);
+  return value as Record<string, unknown>;
+}

@@ -1,0 +1,28 @@
+// What the host knows about a policy once it is loaded and ready to evaluate.
+import type { JsonValue, Mode } from '@portcullis/sdk';
+import type { SandboxLimits } from '../sandbox/prepare.ts';
+import type { ModuleKind } from './module-kind.ts';
+
+export type FailurePolicy = 'Fail' | 'Ignore';
+/** enforce: denials deny; warn: denials become warnings; audit: decisions are only logged and counted. */
+export type Enforcement = 'enforce' | 'warn' | 'audit';
+export type Isolation = 'reuse' | 'fresh';
+
+export interface PolicyOptions {
+  name: string;
+  /** A path, a file:// URL, or (with the OCI fetcher) an oci:// reference. */
+  module: string;
+  settings: JsonValue;
+  limits: SandboxLimits;
+  failurePolicy: FailurePolicy;
+  enforcement: Enforcement;
+  isolation: Isolation;
+}
+
+export interface LoadedPolicy extends PolicyOptions {
+  /** Unique per name and module digest: a reload of changed bytes gets a new sandbox. */
+  key: string;
+  digest: string;
+  kind: ModuleKind;
+  modes: Mode[];
+}

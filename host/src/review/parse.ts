@@ -1,0 +1,66 @@
+// The edge: turns an untrusted request body into a typed AdmissionReview, or a ReviewError
+// that says exactly what is wrong. Nothing past this point re-checks the shape.
+import type { AdmissionRequest, JsonObject, Operation } from '@portcullis/sdk';
+import { ReviewError } from '../errors.ts';
+
+export type ReviewVersion = 'admission.k8s.io/v1' | 'admission.k8s.io/v1beta1';
+
+export interface AdmissionReview {
+  apiVersion: ReviewVersion;
+  request: AdmissionRequest;
+}
+
+const VERSIONS = new Set<string>(['admission.k8s.io/v1', 'admission.k8s.io/v1beta1']);
+const OPERATIONS = new Set<string>(['CREATE', 'UPDATE', 'DELETE', 'CONNECT']);
+
+export function parseReviewText(text: string): AdmissionReview {
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch (error) {
+    throw new ReviewError(`the body is not JSON: ${(error as Error).message}`);
+  }
+  return parseReview(value);
+}
+
+export function parseReview(value: unknown): AdmissionReview {
+  if (!isObject(value)) throw new ReviewError('the body is not a JSON object, so not an AdmissionReview');
+  if (value.kind !== 'AdmissionReview') throw new ReviewError(`expected kind "AdmissionReview", got ${describe(value.kind)}`);
+  if (typeof value.apiVersion !== 'string' || !VERSIONS.has(value.apiVersion)) {
+    throw new ReviewError(`unsupported apiVersion ${describe(value.apiVersion)}; expected admission.k8s.io/v1 or admission.k8s.io/v1beta1`);
+  }
+  const request = value.request;
+  if (!isObject(request)) throw new ReviewError('the AdmissionReview has no "request" object');
+  if (typeof request.uid !== 'string' || request.uid === '') throw new ReviewError('request.uid is missing or not a non-empty string');
+  const uid = request.uid;
+  const fail = (field: string, expected: string): never => {
+    throw new ReviewError(`request ${uid}: request.${field} ${expected}`);
+  };
+  if (!isGvk(request.kind, 'kind')) fail('kind', 'must be {group, version, kind} strings');
+  if (!isGvk(request.resource, 'resource')) fail('resource', 'must be {group, version, resource} strings');
+  if (typeof request.operation !== 'string' || !OPERATIONS.has(request.operation)) fail('operation', 'must be CREATE, UPDATE, DELETE or CONNECT');
+  for (const field of ['name', 'namespace', 'subResource'] as const) {
+    if (request[field] !== undefined && typeof request[field] !== 'string') fail(field, 'must be a string');
+  }
+  for (const field of ['object', 'oldObject', 'options'] as const) {
+    if (request[field] !== undefined && request[field] !== null && !isObject(request[field])) fail(field, 'must be an object or null');
+  }
+  if (request.userInfo !== undefined && !isObject(request.userInfo)) fail('userInfo', 'must be an object');
+  if (request.dryRun !== undefined && typeof request.dryRun !== 'boolean') fail('dryRun', 'must be a boolean');
+  const typed = { ...request, userInfo: request.userInfo ?? {} } as unknown as AdmissionRequest;
+  typed.operation = request.operation as Operation;
+  return { apiVersion: value.apiVersion as ReviewVersion, request: typed };
+}
+
+function isGvk(value: unknown, last: 'kind' | 'resource'): boolean {
+  return isObject(value) && typeof value.group === 'string' && typeof value.version === 'string' && typeof value[last] === 'string';
+}
+
+function isObject(value: unknown): value is JsonObject {
+  return typeof value === 'object' && value !== null && !Array.isArray(value);
+}
+
+function describe(value: unknown): string {
+  const text = value === undefined ? 'nothing' : JSON.stringify(value);
+  return text.length > 60 ? `${text.slice(0, 60)}…` : text;
+}

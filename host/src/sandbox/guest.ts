@@ -1,0 +1,123 @@
+// Runs inside a sandbox worker: instantiates one policy and calls its functions. One Guest
+// per policy per worker, each with its own linear memories; nothing is shared between them.
+import createPlugin, { type Plugin } from '@extism/extism';
+import type { FaultKind, GuestFunction, LogEntry, SandboxSpec } from './protocol.ts';
+
+export class GuestFault extends Error {
+  readonly fault: FaultKind;
+  constructor(fault: FaultKind, message: string) {
+    super(message);
+    this.fault = fault;
+  }
+}
+
+const MAX_LOGS_PER_CALL = 64;
+const MAX_LOG_LENGTH = 2048;
+
+export interface Guest {
+  call(fn: GuestFunction, input: string): Promise<string>;
+  /** True when some linear memory of the instance has grown to the cap. */
+  atMemoryCap(): boolean;
+  close(): void;
+}
+
+export class LogBuffer {
+  entries: LogEntry[] = [];
+  push(level: string, message: string): void {
+    if (this.entries.length < MAX_LOGS_PER_CALL) this.entries.push([level, String(message).slice(0, MAX_LOG_LENGTH)]);
+  }
+  take(): LogEntry[] {
+    const entries = this.entries;
+    this.entries = [];
+    return entries;
+  }
+}
+
+export async function instantiateGuest(spec: SandboxSpec, logs: LogBuffer): Promise<Guest> {
+  return spec.kind === 'component' ? instantiateComponent(spec, logs) : instantiateCore(spec, logs);
+}
+
+interface ComponentExports {
+  metadata(): string;
+  validateSettings(input: string): string;
+  validate(input: string): string;
+  mutate(input: string): string;
+}
+
+type JcoInstantiate = (
+  getCoreModule: (name: string) => WebAssembly.Module,
+  imports: Record<string, unknown>,
+  instantiateCore: (module: WebAssembly.Module, imports: WebAssembly.Imports) => Promise<WebAssembly.Instance>,
+) => Promise<Record<string, unknown>>;
+
+async function instantiateComponent(spec: SandboxSpec, logs: LogBuffer): Promise<Guest> {
+  const glue = (await import(spec.glue!)) as { instantiate: JcoInstantiate };
+  const memories: WebAssembly.Memory[] = [];
+  const instance = await glue.instantiate(
+    (name) => {
+      const module = spec.modules[name];
+      if (!module) throw new Error(`component glue asked for unknown core module ${name}`);
+      return module;
+    },
+    // The only import a policy component may have (checked at load): the host log.
+    { 'portcullis:policy/host': { log: (level: string, message: string) => logs.push(level, message) } },
+    async (module, imports) => {
+      const core = await WebAssembly.instantiate(module, imports);
+      for (const value of Object.values(core.exports)) if (value instanceof WebAssembly.Memory) memories.push(value);
+      return core;
+    },
+  );
+  const exports = instance['portcullis:policy/policy@0.1.0'] as ComponentExports | undefined;
+  if (!exports) throw new Error('the component does not export portcullis:policy/policy@0.1.0');
+  const fns: Record<GuestFunction, (input: string) => string> = {
+    metadata: () => exports.metadata(),
+    'validate-settings': (input) => exports.validateSettings(input),
+    validate: (input) => exports.validate(input),
+    mutate: (input) => exports.mutate(input),
+  };
+  return {
+    call: async (fn, input) => fns[fn](input),
+    atMemoryCap: () => memories.some((m) => m.buffer.byteLength >= spec.memoryCapBytes),
+    close: () => {},
+  };
+}
+
+const CORE_EXPORTS: Record<GuestFunction, string> = {
+  metadata: '',
+  'validate-settings': 'validate_settings',
+  validate: 'validate',
+  mutate: 'mutate',
+};
+
+async function instantiateCore(spec: SandboxSpec, logs: LogBuffer): Promise<Guest> {
+  const module = spec.modules['policy.wasm']!;
+  const exported = new Set(WebAssembly.Module.exports(module).map((e) => e.name));
+  const logger = {
+    info: (m: string) => logs.push('info', m), debug: (m: string) => logs.push('debug', m),
+    warn: (m: string) => logs.push('warn', m), error: (m: string) => logs.push('error', m),
+    trace: (m: string) => logs.push('debug', m), log: (m: string) => logs.push('info', m),
+  } as unknown as Console;
+  const plugin: Plugin = await createPlugin({ wasm: [{ module }] }, { useWasi: false, runInWorker: false, logger, allowedHosts: [] });
+  const instance = await plugin.getInstance();
+  const memories = Object.values(instance.exports).filter((v): v is WebAssembly.Memory => v instanceof WebAssembly.Memory);
+  return {
+    call: async (fn, input) => {
+      // A core module says what it can do by what it exports.
+      if (fn === 'metadata') {
+        return JSON.stringify({ modes: ['validate', 'mutate'].filter((m) => exported.has(m)), settings: exported.has('validate_settings') });
+      }
+      const name = CORE_EXPORTS[fn];
+      if (!exported.has(name)) throw new GuestFault('trap', `the module does not export "${name}"`);
+      const output = await plugin.call(name, input);
+      if (output === null) return '';
+      if (output.byteLength > spec.maxOutputBytes) throw outputTooLarge(spec, output.byteLength);
+      return output.text();
+    },
+    atMemoryCap: () => memories.some((m) => m.buffer.byteLength >= spec.memoryCapBytes),
+    close: () => void plugin.close(),
+  };
+}
+
+export function outputTooLarge(spec: SandboxSpec, size: number): GuestFault {
+  return new GuestFault('output', `returned ${size} bytes, more than its ${spec.maxOutputBytes}-byte output limit`);
+}

@@ -1,0 +1,35 @@
+// Messages between the sandbox pool (main thread) and its workers.
+import type { ModuleKind } from '../policy/module-kind.ts';
+
+/** The guest functions a sandbox can call. Names are the contract's (wit/policy.wit). */
+export type GuestFunction = 'metadata' | 'validate-settings' | 'validate' | 'mutate';
+
+export interface SandboxSpec {
+  key: string;
+  /** The policy name, for messages. */
+  policy: string;
+  kind: ModuleKind;
+  /** Core modules with their memory already capped. For a component, keyed by jco's file name. */
+  modules: Record<string, WebAssembly.Module>;
+  /** file: URL of the jco-transpiled glue (components only). */
+  glue?: string;
+  memoryCapBytes: number;
+  maxOutputBytes: number;
+  /** true: a new instance for every call (no state survives between calls). */
+  fresh: boolean;
+}
+
+export type ToWorker =
+  | { type: 'load'; spec: SandboxSpec }
+  | { type: 'unload'; key: string }
+  | { type: 'call'; id: number; key: string; fn: GuestFunction; input: string };
+
+export type LogEntry = [level: string, message: string];
+
+/** Why a call produced no usable output. `memory` and `output` are resource caps. */
+export type FaultKind = 'trap' | 'memory' | 'output' | 'instantiate';
+
+export type FromWorker =
+  | { type: 'loaded'; key: string; error?: string }
+  | { type: 'result'; id: number; output: string; guestMicros: number; logs: LogEntry[] }
+  | { type: 'fault'; id: number; fault: FaultKind; message: string; logs: LogEntry[] };

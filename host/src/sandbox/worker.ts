@@ -1,0 +1,109 @@
+// Entry point of one sandbox worker thread. It holds an instance of every policy it was given
+// and runs one call at a time; the pool enforces the CPU deadline from outside by terminating
+// this thread, because a guest stuck in a loop never yields back to JavaScript.
+import './quiet-wasi-warning.ts';
+import { parentPort } from 'node:worker_threads';
+import type { Guest } from './guest.ts';
+import type { FromWorker, SandboxSpec, ToWorker } from './protocol.ts';
+
+// Imported only now: node:wasi (pulled in by Extism) is linked before any module body runs,
+// so a static import would warn before the filter above is installed.
+const { GuestFault, instantiateGuest, LogBuffer, outputTooLarge } = await import('./guest.ts');
+
+if (!parentPort) throw new Error('sandbox worker started outside a worker thread');
+const port = parentPort;
+const specs = new Map<string, SandboxSpec>();
+const guests = new Map<string, Guest>();
+const starting = new Map<string, Promise<Guest>>();
+const logs = new LogBuffer();
+
+function send(message: FromWorker): void {
+  port.postMessage(message);
+}
+
+async function guestFor(spec: SandboxSpec): Promise<Guest> {
+  const existing = guests.get(spec.key);
+  if (existing) return existing;
+  if (spec.fresh) return instantiateGuest(spec, logs);
+  // A call can arrive while the eager instantiation from `load` is still under way.
+  let pending = starting.get(spec.key);
+  if (!pending) {
+    pending = instantiateGuest(spec, logs).finally(() => starting.delete(spec.key));
+    starting.set(spec.key, pending);
+  }
+  const guest = await pending;
+  if (specs.get(spec.key) === spec) guests.set(spec.key, guest);
+  return guest;
+}
+
+function discard(key: string): void {
+  guests.get(key)?.close();
+  guests.delete(key);
+}
+
+async function call(id: number, spec: SandboxSpec, fn: Parameters<Guest['call']>[0], input: string): Promise<void> {
+  let guest: Guest;
+  try {
+    guest = await guestFor(spec);
+  } catch (error) {
+    send({ type: 'fault', id, fault: 'instantiate', message: `could not be instantiated: ${describe(error)}`, logs: logs.take() });
+    return;
+  }
+  const started = performance.now();
+  try {
+    const output = await guest.call(fn, input);
+    const guestMicros = Math.round((performance.now() - started) * 1000);
+    // Components return a JS string; measure UTF-8 size only when it could matter.
+    if (output.length * 3 > spec.maxOutputBytes && Buffer.byteLength(output) > spec.maxOutputBytes) {
+      throw outputTooLarge(spec, Buffer.byteLength(output));
+    }
+    // A guest that answered but sits at its memory cap would fail the next call; rebuild it now.
+    if (spec.fresh || guest.atMemoryCap()) discard(spec.key);
+    send({ type: 'result', id, output, guestMicros, logs: logs.take() });
+  } catch (error) {
+    const atCap = guest.atMemoryCap();
+    // After a trap the instance's state is unknown: never reuse it.
+    discard(spec.key);
+    if (error instanceof GuestFault && error.fault !== 'trap') {
+      send({ type: 'fault', id, fault: error.fault, message: error.message, logs: logs.take() });
+    } else if (atCap) {
+      send({ type: 'fault', id, fault: 'memory', message: `exceeded its ${Math.round(spec.memoryCapBytes / 2 ** 20)} MiB memory cap`, logs: logs.take() });
+    } else {
+      const entries = logs.take();
+      // An AssemblyScript abort logs its message and location just before it traps.
+      const abort = entries.findLast(([, text]) => text.startsWith('abort: '));
+      const message = `crashed: ${describe(error)}${abort ? ` (${abort[1]})` : ''}`;
+      send({ type: 'fault', id, fault: 'trap', message, logs: entries });
+    }
+  }
+}
+
+function describe(error: unknown): string {
+  if (error instanceof WebAssembly.RuntimeError) return `wasm trap: ${error.message}`;
+  return error instanceof Error ? error.message : String(error);
+}
+
+port.on('message', (message: ToWorker) => {
+  switch (message.type) {
+    case 'load': {
+      specs.set(message.spec.key, message.spec);
+      discard(message.spec.key);
+      // Instantiate now so the first review does not pay for it.
+      guestFor(message.spec).then(
+        () => send({ type: 'loaded', key: message.spec.key }),
+        (error: unknown) => send({ type: 'loaded', key: message.spec.key, error: describe(error) }),
+      );
+      break;
+    }
+    case 'unload':
+      specs.delete(message.key);
+      discard(message.key);
+      break;
+    case 'call': {
+      const spec = specs.get(message.key);
+      if (!spec) send({ type: 'fault', id: message.id, fault: 'instantiate', message: 'is not loaded in this sandbox', logs: [] });
+      else void call(message.id, spec, message.fn, message.input);
+      break;
+    }
+  }
+});

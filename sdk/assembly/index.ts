@@ -1,0 +1,194 @@
+// The Portcullis SDK for AssemblyScript policies (core modules run through Extism).
+//
+//   import { Context, Result, handleValidate } from '@portcullis/sdk/assembly';
+//   function check(ctx: Context): Result { return Result.allow(); }
+//   export function validate(): i32 { return handleValidate(check); }
+//
+// A module exports `validate`, `mutate` and/or `validate_settings`; the host reads which from
+// the module's exports. Build with `npx portcullis build assembly/index.ts -o policy.wasm`.
+import { Host, LogLevel } from '@extism/as-pdk';
+import { JSON } from 'json-as';
+
+export { JSON };
+
+/** A policy's answer. Warnings go on the context (`ctx.warn`), so they survive a denial. */
+export class Result {
+  constructor(
+    public outcome: string,
+    public message: string = '',
+    public code: i32 = 0,
+    public kind: string = '',
+  ) {}
+  static allow(): Result { return new Result('allow'); }
+  /** Deny on purpose; the user sees the message. */
+  static deny(message: string, code: i32 = 403): Result { return new Result('deny', message, code); }
+  /** The policy cannot decide and retrying will not help (e.g. bad settings). */
+  static fail(message: string): Result { return new Result('error', message, 0, 'permanent'); }
+  /** The policy cannot decide now; a retry may succeed. */
+  static retry(message: string): Result { return new Result('error', message, 0, 'temporary'); }
+}
+
+/**
+ * Records RFC 6902 operations while keeping `ctx.object` up to date, so that two writes
+ * under a parent that did not exist yield one `add` of the parent and one of the child.
+ */
+export class Patch {
+  ops: string[] = [];
+  constructor(private object: JSON.Obj | null) {}
+
+  /** Sets a string at a path of keys, creating missing parent maps. */
+  setString(path: string[], value: string): void {
+    this.setRaw(path, JSON.stringify<string>(value));
+  }
+
+  /** Sets any JSON value (given as JSON text) at a path of keys, creating missing parent maps. */
+  setRaw(path: string[], json: string): void {
+    let node = this.object;
+    if (node == null) throw new Error('this request has no object to patch');
+    for (let i = 0; i < path.length - 1; i++) {
+      const child = node!.get(path[i]);
+      if (child == null || child.type != JSON.Types.Object) {
+        // Create the rest of the path as one nested value.
+        let nested = json;
+        for (let j = path.length - 1; j > i; j--) nested = '{' + JSON.stringify<string>(path[j]) + ':' + nested + '}';
+        this.ops.push(op(child == null ? 'add' : 'replace', pointer(path, i + 1), nested));
+        node!.set(path[i], JSON.parse<JSON.Obj>(nested));
+        return;
+      }
+      node = child.get<JSON.Obj>();
+    }
+    const last = path[path.length - 1];
+    this.ops.push(op(node!.has(last) ? 'replace' : 'add', pointer(path, path.length), json));
+    node!.set(last, new JSON.Raw(json));
+  }
+
+  remove(path: string[]): void {
+    let node = this.object;
+    for (let i = 0; i < path.length - 1; i++) {
+      if (node == null) return;
+      const child = node.get(path[i]);
+      if (child == null || child.type != JSON.Types.Object) return;
+      node = child.get<JSON.Obj>();
+    }
+    if (node == null || !node.has(path[path.length - 1])) return;
+    node.delete(path[path.length - 1]);
+    this.ops.push('{"op":"remove","path":' + JSON.stringify<string>(pointer(path, path.length)) + '}');
+  }
+
+  /** Adds a raw RFC 6902 operation, as JSON text. The host checks that it applies. */
+  raw(operationJson: string): void { this.ops.push(operationJson); }
+}
+
+function op(name: string, path: string, json: string): string {
+  return '{"op":"' + name + '","path":' + JSON.stringify<string>(path) + ',"value":' + json + '}';
+}
+
+function pointer(path: string[], count: i32): string {
+  let out = '';
+  for (let i = 0; i < count; i++) out += '/' + path[i].replaceAll('~', '~0').replaceAll('/', '~1');
+  return out;
+}
+
+export class Context {
+  request: JSON.Obj = new JSON.Obj();
+  settings: JSON.Obj = new JSON.Obj();
+  headers: JSON.Obj = new JSON.Obj();
+  sslpeer: JSON.Obj | null = null;
+  operation: string = '';
+  object: JSON.Obj | null = null;
+  oldObject: JSON.Obj | null = null;
+  dryRun: bool = false;
+  webhook: string = '';
+  warnings: string[] = [];
+  patch: Patch = new Patch(null);
+
+  constructor(input: JSON.Obj) {
+    this.request = objectAt(input, 'request') || new JSON.Obj();
+    this.settings = objectAt(input, 'settings') || new JSON.Obj();
+    this.headers = objectAt(input, 'headers') || new JSON.Obj();
+    this.sslpeer = objectAt(input, 'sslpeer');
+    this.operation = stringAt(this.request, 'operation') || '';
+    this.object = objectAt(this.request, 'object');
+    this.oldObject = objectAt(this.request, 'oldObject');
+    this.dryRun = input.has('dryRun') && input.getAs<bool>('dryRun');
+    this.webhook = stringAt(input, 'webhook') || '';
+    this.patch = new Patch(this.object);
+  }
+
+  warn(message: string): void { this.warnings.push(message); }
+
+  /** A label of the object (or of oldObject, for DELETE), or null. */
+  label(key: string): string | null {
+    const source = this.object != null ? this.object : this.oldObject;
+    return lookupString(source, ['metadata', 'labels', key]);
+  }
+}
+
+/** The string at a path of keys, or null when absent or not a string. */
+export function lookupString(root: JSON.Obj | null, path: string[]): string | null {
+  let node = root;
+  for (let i = 0; i < path.length - 1; i++) {
+    if (node == null) return null;
+    node = objectAt(node, path[i]);
+  }
+  return node == null ? null : stringAt(node, path[path.length - 1]);
+}
+
+export function objectAt(obj: JSON.Obj, key: string): JSON.Obj | null {
+  const value = obj.get(key);
+  if (value == null || value.type != JSON.Types.Object) return null;
+  return value.get<JSON.Obj>();
+}
+
+export function stringAt(obj: JSON.Obj, key: string): string | null {
+  const value = obj.get(key);
+  if (value == null || value.type != JSON.Types.String) return null;
+  return value.get<string>();
+}
+
+function readInput(): JSON.Obj {
+  return JSON.parse<JSON.Obj>(String.UTF8.decode(Host.input().buffer));
+}
+
+function writeOutput(text: string): void {
+  // Host.outputString miscounts non-ASCII text; write the UTF-8 bytes ourselves.
+  Host.output(Uint8Array.wrap(String.UTF8.encode(text)));
+}
+
+function render(result: Result, ctx: Context, withPatch: bool): string {
+  let out = '{"outcome":"' + result.outcome + '"';
+  if (result.outcome == 'deny') out += ',"code":' + result.code.toString();
+  if (result.outcome == 'error') out += ',"kind":"' + result.kind + '"';
+  if (result.outcome != 'allow') out += ',"message":' + JSON.stringify<string>(result.message);
+  if (ctx.warnings.length > 0) out += ',"warnings":' + JSON.stringify<string[]>(ctx.warnings);
+  if (withPatch && result.outcome == 'allow' && ctx.patch.ops.length > 0) out += ',"patch":[' + ctx.patch.ops.join(',') + ']';
+  return out + '}';
+}
+
+export function handleValidate(handler: (ctx: Context) => Result): i32 {
+  const ctx = new Context(readInput());
+  writeOutput(render(handler(ctx), ctx, false));
+  return 0;
+}
+
+export function handleMutate(handler: (ctx: Context) => Result): i32 {
+  const ctx = new Context(readInput());
+  writeOutput(render(handler(ctx), ctx, true));
+  return 0;
+}
+
+/** `check` returns null when the settings are fine, or a message saying what is wrong. */
+export function handleSettings(check: (settings: JSON.Obj) => string | null): i32 {
+  const input = readInput();
+  const message = check(objectAt(input, 'settings') || new JSON.Obj());
+  writeOutput(message == null ? '{"valid":true}' : '{"valid":false,"message":' + JSON.stringify<string>(message!) + '}');
+  return 0;
+}
+
+/** Installed as the module's `abort` by the build: tell the host why, then trap. */
+export function portcullisAbort(message: string | null, fileName: string | null, line: u32, column: u32): void {
+  let text = 'abort: ' + (message !== null ? message : '(no message)');
+  if (fileName !== null) text += ' at ' + fileName + ':' + line.toString() + ':' + column.toString();
+  Host.log(LogLevel.Error, text);
+  unreachable();
+}

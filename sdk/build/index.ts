@@ -1,0 +1,104 @@
+// Builds a policy source into a .wasm: TypeScript -> component (QuickJS, via componentize-qjs),
+// AssemblyScript -> core module (Extism PDK ABI). Used by `portcullis build` and `npm run build`.
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { basename, dirname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+export type Language = 'typescript' | 'assemblyscript';
+
+export interface BuildOptions {
+  source: string;
+  /** Inferred when absent: a source under an `assembly/` folder is AssemblyScript. */
+  language?: Language;
+}
+
+export interface BuildResult {
+  bytes: Uint8Array;
+  language: Language;
+}
+
+export class BuildError extends Error {
+  readonly code = 'POLICY_BUILD_FAILED';
+  constructor(source: string, detail: string) {
+    super(`could not build policy ${source}: ${detail}`);
+    this.name = 'BuildError';
+  }
+}
+
+const sdkRoot = resolve(dirname(fileURLToPath(import.meta.url)), '..');
+const witDir = resolve(sdkRoot, '..', 'wit');
+
+export function inferLanguage(source: string): Language {
+  return /(^|[\\/])assembly[\\/]/.test(source) ? 'assemblyscript' : 'typescript';
+}
+
+export async function buildPolicy(options: BuildOptions): Promise<BuildResult> {
+  const source = resolve(options.source);
+  const language = options.language ?? inferLanguage(source);
+  const bytes = language === 'assemblyscript' ? await buildAssemblyScript(source) : await buildTypeScript(source);
+  return { bytes, language };
+}
+
+async function buildTypeScript(source: string): Promise<Uint8Array> {
+  const { build } = await import('esbuild');
+  // The entry connects the SDK's log to the host import and exports the policy under the
+  // interface name the WIT world expects; authors only write `export default definePolicy(...)`.
+  const entry = [
+    `import { log } from 'portcullis:policy/host@0.1.0';`,
+    `import { bindHostLog } from '@portcullis/sdk/runtime';`,
+    `import definition from ${JSON.stringify(source)};`,
+    `bindHostLog((level, message) => log(level, message));`,
+    `export const policy = definition;`,
+  ].join('\n');
+  let bundled;
+  try {
+    bundled = await build({
+      stdin: { contents: entry, resolveDir: dirname(source), sourcefile: 'portcullis-entry.js', loader: 'js' },
+      bundle: true, format: 'esm', platform: 'neutral', target: 'es2022', write: false,
+      external: ['portcullis:*'], logLevel: 'silent', mainFields: ['module', 'main'],
+    });
+  } catch (error) {
+    throw new BuildError(source, errorText(error));
+  }
+  const { componentize } = await import('componentize-qjs');
+  try {
+    // stubWasi: the component imports nothing from WASI, so a policy has no clock, random,
+    // files, network or environment unless the host grants a capability interface.
+    const result = await componentize({
+      witPath: witDir, world: 'admission-policy', jsSource: bundled.outputFiles[0]!.text, stubWasi: true, sync: true,
+    });
+    return new Uint8Array(result.component);
+  } catch (error) {
+    throw new BuildError(source, errorText(error));
+  }
+}
+
+async function buildAssemblyScript(source: string): Promise<Uint8Array> {
+  const asc = await import('assemblyscript/asc');
+  const dir = await mkdtemp(join(tmpdir(), 'portcullis-asc-'));
+  const out = join(dir, basename(source, '.ts') + '.wasm');
+  let messages = '';
+  const sink = { write: (chunk: string | Uint8Array) => { messages += String(chunk); return true; } };
+  try {
+    const { error } = await asc.main([
+      source, '--outFile', out, '--optimizeLevel', '3', '--shrinkLevel', '1', '--runtime', 'incremental',
+      '--transform', 'json-as/transform', '--use', 'abort=~lib/@portcullis/sdk/assembly/index/portcullisAbort',
+      '--disableWarning', '201',
+    ], { stdout: sink, stderr: sink });
+    if (error) throw new BuildError(source, `${error.message}\n${messages.trim()}`);
+    return new Uint8Array(await readFile(out));
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
+}
+
+function errorText(error: unknown): string {
+  return error instanceof Error ? error.message : String(error);
+}
+
+export async function buildPolicyToFile(options: BuildOptions & { out: string }): Promise<BuildResult> {
+  const result = await buildPolicy(options);
+  await writeFile(options.out, result.bytes);
+  return result;
+}

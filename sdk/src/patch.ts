@@ -1,0 +1,234 @@
+import type { JsonObject, JsonValue, PatchOperation } from './contract.ts';
+
+export type PathLike = string | ReadonlyArray<string | number>;
+
+/**
+ * A Kopf-style patch: say what the object should look like and the patch records the
+ * RFC 6902 operations that get it there, relative to the object the policy was given.
+ *
+ *   patch.set('/spec/replicas', 3)            // add or replace, creating parents
+ *   patch.set(['metadata', 'labels', 'a'], null)   // null deletes the key
+ *   patch.merge({ metadata: { annotations: { owner: 'me' } } })   // RFC 7386 semantics
+ *   patch.apply({ op: 'add', path: '/spec/x', value: 1 })          // raw RFC 6902
+ *
+ * Every operation is applied to a private working copy as it is recorded, so later calls
+ * see earlier ones (setting two keys of a new map yields one `add` and one nested `add`).
+ */
+export class Patch {
+  readonly operations: PatchOperation[] = [];
+  #original: JsonValue | undefined;
+  #doc: JsonValue | undefined;
+  #copied = false;
+
+  constructor(original: JsonValue | undefined | null) {
+    this.#original = original ?? undefined;
+  }
+
+  get isEmpty(): boolean {
+    return this.operations.length === 0;
+  }
+
+  /** The object as it will be once the recorded operations are applied. */
+  get result(): JsonValue | undefined {
+    return this.#working();
+  }
+
+  set(path: PathLike, value: JsonValue): this {
+    const segments = toSegments(path);
+    if (segments.length === 0) throw new TypeError('patch.set needs a path below the object root');
+    const doc = this.#working();
+    if (!isContainer(doc)) throw new TypeError('this request has no object to patch');
+    let parent: JsonValue = doc;
+    for (let i = 0; i < segments.length - 1; i++) {
+      const child = getChild(parent, segments[i]!);
+      if (!isContainer(child)) {
+        if (value === null) return this; // deleting below something absent: nothing to do
+        const nested = nest(segments.slice(i + 1), value);
+        const op = child === undefined ? 'add' : 'replace';
+        return this.#record({ op, path: toPointer(segments.slice(0, i + 1)), value: nested });
+      }
+      parent = child;
+    }
+    const last = segments[segments.length - 1]!;
+    const current = getChild(parent, last);
+    const pointer = toPointer(segments);
+    if (value === null) {
+      return current === undefined ? this : this.#record({ op: 'remove', path: pointer });
+    }
+    if (current === undefined) return this.#record({ op: 'add', path: pointer, value });
+    if (deepEqual(current, value)) return this;
+    return this.#record({ op: 'replace', path: pointer, value });
+  }
+
+  remove(path: PathLike): this {
+    return this.set(path, null);
+  }
+
+  /** JSON merge patch (RFC 7386): objects merge key by key, null deletes, anything else replaces. */
+  merge(partial: JsonObject, base: PathLike = []): this {
+    const prefix = toSegments(base);
+    for (const [key, value] of Object.entries(partial)) {
+      const path = [...prefix, key];
+      const current = getPath(this.#working(), path);
+      if (isPlainObject(value) && isPlainObject(current)) this.merge(value, path);
+      else this.set(path, value);
+    }
+    return this;
+  }
+
+  /** Record raw RFC 6902 operations; each must apply to the object as patched so far. */
+  apply(...operations: PatchOperation[]): this {
+    for (const operation of operations) this.#record(operation);
+    return this;
+  }
+
+  #working(): JsonValue | undefined {
+    if (!this.#copied) {
+      this.#doc = this.#original === undefined ? undefined : structuredCloneJson(this.#original);
+      this.#copied = true;
+    }
+    return this.#doc;
+  }
+
+  #record(operation: PatchOperation): this {
+    this.#doc = applyOperation(this.#working(), operation);
+    this.operations.push(operation);
+    return this;
+  }
+}
+
+export function toSegments(path: PathLike): string[] {
+  if (typeof path !== 'string') return path.map(String);
+  if (path === '') return [];
+  if (!path.startsWith('/')) throw new TypeError(`"${path}" is not a JSON pointer (it must start with "/")`);
+  return path.slice(1).split('/').map((s) => s.replace(/~1/g, '/').replace(/~0/g, '~'));
+}
+
+export function toPointer(segments: readonly string[]): string {
+  return segments.map((s) => '/' + s.replace(/~/g, '~0').replace(/\//g, '~1')).join('');
+}
+
+/** Applies one operation to a document, returning the new document. Throws when it cannot apply. */
+export function applyOperation(doc: JsonValue | undefined, operation: PatchOperation): JsonValue | undefined {
+  const segments = toSegments(operation.path);
+  switch (operation.op) {
+    case 'add':
+      return insert(doc, segments, clone(operation.value), operation.path, false);
+    case 'replace':
+      if (getPath(doc, segments) === undefined) fail(operation, 'the path does not exist');
+      return insert(doc, segments, clone(operation.value), operation.path, true);
+    case 'remove':
+      return removeAt(doc, segments, operation);
+    case 'test':
+      if (!deepEqual(getPath(doc, segments), operation.value)) fail(operation, 'the value differs');
+      return doc;
+    case 'move':
+    case 'copy': {
+      const from = toSegments(operation.from);
+      const value = getPath(doc, from);
+      if (value === undefined) fail(operation, `"from" ${operation.from} does not exist`);
+      const without = operation.op === 'move' ? removeAt(doc, from, operation) : doc;
+      return insert(without, segments, clone(value as JsonValue), operation.path, false);
+    }
+    default:
+      throw new TypeError(`unknown patch operation ${JSON.stringify((operation as { op: unknown }).op)}`);
+  }
+}
+
+function insert(doc: JsonValue | undefined, segments: string[], value: JsonValue, path: string, replace: boolean): JsonValue {
+  if (segments.length === 0) return value;
+  const parent = getPath(doc, segments.slice(0, -1));
+  const key = segments[segments.length - 1]!;
+  if (Array.isArray(parent)) {
+    const index = key === '-' ? parent.length : arrayIndex(key, path);
+    if (index > parent.length || (replace && index >= parent.length)) throw new PatchError(path, 'index out of range');
+    if (replace) parent[index] = value;
+    else parent.splice(index, 0, value);
+  } else if (isPlainObject(parent)) {
+    parent[key] = value;
+  } else {
+    throw new PatchError(path, 'the parent does not exist');
+  }
+  return doc as JsonValue;
+}
+
+function removeAt(doc: JsonValue | undefined, segments: string[], operation: PatchOperation): JsonValue | undefined {
+  if (segments.length === 0) fail(operation, 'cannot remove the whole object');
+  const parent = getPath(doc, segments.slice(0, -1));
+  const key = segments[segments.length - 1]!;
+  if (Array.isArray(parent)) {
+    const index = arrayIndex(key, operation.path);
+    if (index >= parent.length) fail(operation, 'index out of range');
+    parent.splice(index, 1);
+  } else if (isPlainObject(parent) && key in parent) {
+    delete parent[key];
+  } else {
+    fail(operation, 'the path does not exist');
+  }
+  return doc;
+}
+
+export class PatchError extends Error {
+  readonly path: string;
+  constructor(path: string, reason: string) {
+    super(`cannot apply patch at ${path}: ${reason}`);
+    this.name = 'PatchError';
+    this.path = path;
+  }
+}
+
+function fail(operation: PatchOperation, reason: string): never {
+  throw new PatchError(operation.path, `${operation.op}: ${reason}`);
+}
+
+function arrayIndex(key: string, path: string): number {
+  if (!/^(0|[1-9][0-9]*)$/.test(key)) throw new PatchError(path, `"${key}" is not an array index`);
+  return Number(key);
+}
+
+export function getPath(doc: JsonValue | undefined, segments: readonly string[]): JsonValue | undefined {
+  let node = doc;
+  for (const segment of segments) {
+    node = getChild(node, segment);
+    if (node === undefined) return undefined;
+  }
+  return node;
+}
+
+function getChild(node: JsonValue | undefined, key: string): JsonValue | undefined {
+  if (Array.isArray(node)) return /^(0|[1-9][0-9]*)$/.test(key) ? node[Number(key)] : undefined;
+  if (isPlainObject(node)) return Object.prototype.hasOwnProperty.call(node, key) ? node[key] : undefined;
+  return undefined;
+}
+
+function nest(segments: readonly string[], value: JsonValue): JsonValue {
+  let result = value;
+  for (let i = segments.length - 1; i >= 0; i--) result = { [segments[i]!]: result };
+  return result;
+}
+
+function isContainer(value: JsonValue | undefined): value is JsonObject | JsonValue[] {
+  return typeof value === 'object' && value !== null;
+}
+
+export function isPlainObject(value: unknown): value is JsonObject {
+  return typeof value === 'object' && value !== null && !Array.isArray(value);
+}
+
+export function deepEqual(a: JsonValue | undefined, b: JsonValue | undefined): boolean {
+  if (a === b) return true;
+  if (typeof a !== 'object' || typeof b !== 'object' || a === null || b === null) return false;
+  if (Array.isArray(a) !== Array.isArray(b)) return false;
+  if (Array.isArray(a) && Array.isArray(b)) return a.length === b.length && a.every((v, i) => deepEqual(v, b[i]));
+  const ka = Object.keys(a as JsonObject);
+  const kb = Object.keys(b as JsonObject);
+  return ka.length === kb.length && ka.every((k) => deepEqual((a as JsonObject)[k], (b as JsonObject)[k]));
+}
+
+function clone(value: JsonValue): JsonValue {
+  return isContainer(value) ? structuredCloneJson(value) : value;
+}
+
+function structuredCloneJson<T extends JsonValue>(value: T): T {
+  return JSON.parse(JSON.stringify(value)) as T;
+}

@@ -1,0 +1,133 @@
+import type {
+  AdmissionRequest, EvaluationInput, EvaluationOutput, JsonObject, JsonValue, Mode, Operation,
+  PeerCertificate, PolicyMetadata, SettingsVerdict,
+} from './contract.ts';
+import { AdmissionError, PermanentError, TemporaryError } from './errors.ts';
+import { Patch } from './patch.ts';
+
+export type LogLevel = 'debug' | 'info' | 'warn' | 'error';
+type LogSink = (level: LogLevel, message: string) => void;
+
+let logSink: LogSink = () => {};
+
+/** Called by the generated component entry to connect `ctx.log` to the host. Not for policies. */
+export function bindHostLog(sink: LogSink): void {
+  logSink = sink;
+}
+
+export interface Context<S = JsonValue> {
+  request: AdmissionRequest;
+  operation: Operation;
+  /** `request.object`, or null (DELETE and CONNECT). */
+  object: JsonObject | null;
+  /** `request.oldObject`, or null (CREATE and CONNECT). */
+  oldObject: JsonObject | null;
+  settings: S;
+  headers: Readonly<Record<string, string>>;
+  sslpeer: PeerCertificate | null;
+  dryRun: boolean;
+  webhook: string;
+  /** Push messages here; the user sees them as `Warning:` lines, also when the request is denied. */
+  warnings: string[];
+  log(level: LogLevel, message: string): void;
+}
+
+export interface MutationContext<S = JsonValue> extends Context<S> {
+  patch: Patch;
+}
+
+export interface PolicyDefinition<S = JsonValue> {
+  /**
+   * Check the policy's settings once, when the host loads it. Return (or throw) a message to
+   * refuse them; the host then refuses to load this policy and says why.
+   */
+  validateSettings?(settings: S): string | void | undefined;
+  /** Return to allow; throw AdmissionError to deny. */
+  validate?(ctx: Context<S>): void;
+  /** Record changes on ctx.patch; throw AdmissionError to deny. */
+  mutate?(ctx: MutationContext<S>): void;
+}
+
+/** The functions a policy component exports (portcullis:policy/policy in wit/policy.wit). */
+export interface PolicyExports {
+  metadata(): string;
+  validateSettings(input: string): string;
+  validate(input: string): string;
+  mutate(input: string): string;
+}
+
+/** Turns your handlers into the exports of a policy component. `export default definePolicy({...})`. */
+export function definePolicy<S = JsonValue>(definition: PolicyDefinition<S>): PolicyExports {
+  const metadata: PolicyMetadata = {
+    modes: (['validate', 'mutate'] as const).filter((m) => typeof definition[m] === 'function'),
+    settings: typeof definition.validateSettings === 'function',
+  };
+  return {
+    metadata: () => JSON.stringify(metadata),
+    validateSettings: (input) => JSON.stringify(checkSettings(definition, input)),
+    validate: (input) => JSON.stringify(evaluate(definition, 'validate', input)),
+    mutate: (input) => JSON.stringify(evaluate(definition, 'mutate', input)),
+  };
+}
+
+function checkSettings<S>(definition: PolicyDefinition<S>, input: string): SettingsVerdict {
+  if (!definition.validateSettings) return { valid: true };
+  try {
+    const { settings } = JSON.parse(input) as { settings: S };
+    const message = definition.validateSettings(settings);
+    return typeof message === 'string' ? { valid: false, message } : { valid: true };
+  } catch (error) {
+    return { valid: false, message: describe(error) };
+  }
+}
+
+export function evaluate<S>(definition: PolicyDefinition<S>, mode: Mode, input: string): EvaluationOutput {
+  const warnings: string[] = [];
+  try {
+    const envelope = JSON.parse(input) as EvaluationInput;
+    const request = envelope.request;
+    const ctx: Context<S> = {
+      request,
+      operation: request.operation,
+      object: request.object ?? null,
+      oldObject: request.oldObject ?? null,
+      settings: (envelope.settings ?? {}) as S,
+      headers: envelope.headers ?? {},
+      sslpeer: envelope.sslpeer ?? null,
+      dryRun: envelope.dryRun === true,
+      webhook: envelope.webhook ?? '',
+      warnings,
+      log: (level, message) => logSink(level, message),
+    };
+    if (mode === 'validate') {
+      if (!definition.validate) throw new PermanentError('this policy does not validate (it has no validate handler)');
+      definition.validate(ctx);
+      return withWarnings({ outcome: 'allow' }, warnings);
+    }
+    if (!definition.mutate) throw new PermanentError('this policy does not mutate (it has no mutate handler)');
+    const patch = new Patch(ctx.object);
+    definition.mutate({ ...ctx, patch });
+    const result: EvaluationOutput = { outcome: 'allow' };
+    if (!patch.isEmpty) result.patch = patch.operations;
+    return withWarnings(result, warnings);
+  } catch (error) {
+    return withWarnings(classify(error), warnings);
+  }
+}
+
+function classify(error: unknown): EvaluationOutput {
+  if (error instanceof AdmissionError) return { outcome: 'deny', code: error.code, message: error.message };
+  if (error instanceof PermanentError) return { outcome: 'error', kind: 'permanent', message: error.message };
+  if (error instanceof TemporaryError) return { outcome: 'error', kind: 'temporary', message: error.message };
+  return { outcome: 'error', kind: 'exception', message: describe(error) };
+}
+
+function describe(error: unknown): string {
+  if (error instanceof Error) return error.name && error.name !== 'Error' ? `${error.name}: ${error.message}` : error.message;
+  return String(error);
+}
+
+function withWarnings(output: EvaluationOutput, warnings: string[]): EvaluationOutput {
+  if (warnings.length > 0) output.warnings = warnings.map(String);
+  return output;
+}

@@ -1,0 +1,2 @@
+// Wiring used by the generated component entry (sdk/build). Not part of the policy API.
+export { bindHostLog } from './policy.ts';
