@@ -1,7 +1,7 @@
 // Builds every policy under policies/ (and the test fixtures) to <dir>/<name>.wasm.
 // A policy is rebuilt only when its sources, the SDK or the WIT changed since its .wasm.
 //   node scripts/build-policies.ts [--force] [--only NAME]
-import { readdir, stat } from 'node:fs/promises';
+import { readdir, readFile, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { buildPolicyToFile, type Language } from '@portcullis/sdk/build';
@@ -9,7 +9,7 @@ import { buildPolicyToFile, type Language } from '@portcullis/sdk/build';
 const { values } = parseArgs({ options: { force: { type: 'boolean' }, only: { type: 'string' } } });
 const roots = ['policies', 'test/fixtures/policies'];
 
-interface Job { name: string; source: string; language: Language; out: string; inputs: string[] }
+interface Job { name: string; source: string; language: Language; out: string; inputs: string[]; stubWasi: boolean }
 
 async function exists(path: string): Promise<boolean> {
   return stat(path).then(() => true, () => false);
@@ -39,8 +39,11 @@ async function discover(): Promise<Job[]> {
       const ts = join(dir, 'policy.ts');
       const as = join(dir, 'assembly', 'index.ts');
       const out = join(dir, `${name}.wasm`);
-      if (await exists(ts)) jobs.push({ name, source: ts, language: 'typescript', out, inputs: [ts, 'sdk/src', 'sdk/build', 'wit'] });
-      else if (await exists(as)) jobs.push({ name, source: as, language: 'assemblyscript', out, inputs: [join(dir, 'assembly'), 'sdk/assembly', 'sdk/build'] });
+      // build.json (test fixtures only) may turn off WASI stubbing.
+      const options = JSON.parse(await readFile(join(dir, 'build.json'), 'utf8').catch(() => '{}')) as { stubWasi?: boolean };
+      const stubWasi = options.stubWasi ?? true;
+      if (await exists(ts)) jobs.push({ name, source: ts, language: 'typescript', out, inputs: [ts, 'sdk/src', 'sdk/build', 'wit'], stubWasi });
+      else if (await exists(as)) jobs.push({ name, source: as, language: 'assemblyscript', out, inputs: [join(dir, 'assembly'), 'sdk/assembly', 'sdk/build'], stubWasi });
     }
   }
   return jobs.filter((job) => !values.only || job.name === values.only);
@@ -59,7 +62,7 @@ const queue = [...todo];
 await Promise.all([0, 1].map(async () => {
   for (let job = queue.shift(); job; job = queue.shift()) {
     try {
-      const result = await buildPolicyToFile({ source: job.source, language: job.language, out: job.out });
+      const result = await buildPolicyToFile({ source: job.source, language: job.language, out: job.out, stubWasi: job.stubWasi });
       console.log(`built ${job.out} (${job.language}, ${(result.bytes.length / 1024).toFixed(0)} KiB)`);
     } catch (error) {
       failed++;

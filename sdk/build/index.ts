@@ -11,6 +11,11 @@ export interface BuildOptions {
   source: string;
   /** Inferred when absent: a source under an `assembly/` folder is AssemblyScript. */
   language?: Language;
+  /**
+   * TypeScript only. false keeps WASI imports in the component, which the host refuses to
+   * load; it exists so the host's refusal can be tested. Default true.
+   */
+  stubWasi?: boolean;
 }
 
 export interface BuildResult {
@@ -36,11 +41,11 @@ export function inferLanguage(source: string): Language {
 export async function buildPolicy(options: BuildOptions): Promise<BuildResult> {
   const source = resolve(options.source);
   const language = options.language ?? inferLanguage(source);
-  const bytes = language === 'assemblyscript' ? await buildAssemblyScript(source) : await buildTypeScript(source);
+  const bytes = language === 'assemblyscript' ? await buildAssemblyScript(source) : await buildTypeScript(source, options.stubWasi ?? true);
   return { bytes, language };
 }
 
-async function buildTypeScript(source: string): Promise<Uint8Array> {
+async function buildTypeScript(source: string, stubWasi: boolean): Promise<Uint8Array> {
   const { build } = await import('esbuild');
   // The entry connects the SDK's log to the host import and exports the policy under the
   // interface name the WIT world expects; authors only write `export default definePolicy(...)`.
@@ -66,7 +71,7 @@ async function buildTypeScript(source: string): Promise<Uint8Array> {
     // stubWasi: the component imports nothing from WASI, so a policy has no clock, random,
     // files, network or environment unless the host grants a capability interface.
     const result = await componentize({
-      witPath: witDir, world: 'admission-policy', jsSource: bundled.outputFiles[0]!.text, stubWasi: true, sync: true,
+      witPath: witDir, world: 'admission-policy', jsSource: bundled.outputFiles[0]!.text, stubWasi, sync: true,
     });
     return new Uint8Array(result.component);
   } catch (error) {

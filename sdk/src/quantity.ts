@@ -24,9 +24,9 @@ export function parseQuantity(text: string | number): Quantity {
 }
 
 /**
- * Prints a quantity the way kubectl would accept and a person would read it: CPU-like
- * decimal values in whole units or millis, byte-like binary values in the largest exact
- * binary suffix (falling back to plain bytes).
+ * Prints a quantity the way kubectl would accept and a person would read it: fractions in
+ * millis, whole values in the largest exact suffix of their own style (decimal k/M/G...,
+ * binary Ki/Mi/Gi...), falling back to plain units.
  */
 export function formatQuantity(quantity: Quantity): string {
   const { value, format } = quantity;
@@ -39,8 +39,13 @@ export function formatQuantity(quantity: Quantity): string {
     return String(bytes);
   }
   const millis = Math.round(value * 1000);
-  if (millis % 1000 === 0) return String(millis / 1000);
-  return `${millis}m`;
+  if (millis % 1000 !== 0) return `${millis}m`;
+  const units = millis / 1000;
+  for (const suffix of ['E', 'P', 'T', 'G', 'M', 'k']) {
+    const unit = DECIMAL[suffix]!;
+    if (units >= unit && units % unit === 0) return `${units / unit}${suffix}`;
+  }
+  return String(units);
 }
 
 export function scaleQuantity(text: string | number, factor: number): string {

@@ -50,7 +50,7 @@ export function combinePatches(original: JsonValue, patches: PolicyPatch[]): Com
       rejected.push({ policy, reason: 'conflict', other: clash.policy, path: clash.path, message: `its patch conflicts with policy "${clash.policy}" at ${clash.path}` });
       continue;
     }
-    const next = tryApply(merged, operations);
+    const next = applyOnto(merged, operations, original);
     if (next instanceof Error) {
       const other = writes.find((w) => w.policy !== policy)?.policy ?? policy;
       rejected.push({ policy, reason: 'conflict', other, path: '', message: `its patch cannot apply after the patch of policy "${other}": ${next.message}` });
@@ -72,6 +72,38 @@ function tryApply(document: JsonValue, operations: PatchOperation[]): JsonValue 
   } catch (error) {
     return error instanceof Error ? new Error(error.message.split('\n')[0]) : new Error(String(error));
   }
+}
+
+/**
+ * Applies one policy's operations onto the merged object. An `add` that creates a map the
+ * original lacked is applied leaf by leaf, so it fills in a map an earlier policy created
+ * instead of replacing it; every other operation applies as written.
+ */
+function applyOnto(merged: JsonValue, operations: PatchOperation[], original: JsonValue): JsonValue | Error {
+  let document = deepClone(merged) as JsonValue;
+  for (const op of operations) {
+    const writes = op.op === 'add' || op.op === 'replace' ? expand('', parsePointer(op.path), op.value, original) : [];
+    if (writes.length > 1 || (writes.length === 1 && writes[0]!.path.length > parsePointer(op.path).length)) {
+      for (const write of writes) document = setDeep(document, write.path, JSON.parse(write.value!) as JsonValue);
+      continue;
+    }
+    const next = tryApply(document, [op]);
+    if (next instanceof Error) return next;
+    document = next;
+  }
+  return document;
+}
+
+function setDeep(document: JsonValue, path: string[], value: JsonValue): JsonValue {
+  let node = document as Record<string, JsonValue>;
+  for (const segment of path.slice(0, -1)) {
+    const child = node[segment];
+    // Lists are walked by index like maps; only a missing or scalar step becomes a new map.
+    if (typeof child !== 'object' || child === null) node[segment] = {};
+    node = node[segment] as Record<string, JsonValue>;
+  }
+  node[path[path.length - 1]!] = value;
+  return document;
 }
 
 function leafWrites(policy: string, op: PatchOperation, original: JsonValue): Write[] {

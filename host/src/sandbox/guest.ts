@@ -16,8 +16,8 @@ const MAX_LOG_LENGTH = 2048;
 
 export interface Guest {
   call(fn: GuestFunction, input: string): Promise<string>;
-  /** True when some linear memory of the instance has grown to the cap. */
-  atMemoryCap(): boolean;
+  /** Bytes of the largest linear memory of the instance. */
+  memoryBytes(): number;
   close(): void;
 }
 
@@ -77,7 +77,7 @@ async function instantiateComponent(spec: SandboxSpec, logs: LogBuffer): Promise
   };
   return {
     call: async (fn, input) => fns[fn](input),
-    atMemoryCap: () => memories.some((m) => m.buffer.byteLength >= spec.memoryCapBytes),
+    memoryBytes: () => largest(memories),
     close: () => {},
   };
 }
@@ -110,12 +110,17 @@ async function instantiateCore(spec: SandboxSpec, logs: LogBuffer): Promise<Gues
       if (!exported.has(name)) throw new GuestFault('trap', `the module does not export "${name}"`);
       const output = await plugin.call(name, input);
       if (output === null) return '';
-      if (output.byteLength > spec.maxOutputBytes) throw outputTooLarge(spec, output.byteLength);
+      const size = (output as unknown as DataView).byteLength;
+      if (size > spec.maxOutputBytes) throw outputTooLarge(spec, size);
       return output.text();
     },
-    atMemoryCap: () => memories.some((m) => m.buffer.byteLength >= spec.memoryCapBytes),
+    memoryBytes: () => largest(memories),
     close: () => void plugin.close(),
   };
+}
+
+function largest(memories: WebAssembly.Memory[]): number {
+  return memories.reduce((max, m) => Math.max(max, m.buffer.byteLength), 0);
 }
 
 export function outputTooLarge(spec: SandboxSpec, size: number): GuestFault {

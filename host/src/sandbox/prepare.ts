@@ -98,7 +98,7 @@ async function transpileCached(bytes: Uint8Array, digest: string): Promise<Trans
   const { transpile } = await import('@bytecodealliance/jco');
   let out;
   try {
-    out = await transpile(bytes, { name: 'policy', instantiation: { tag: 'async' }, noTypescript: true, noNodejsCompat: true });
+    out = await transpile(bytes, { name: 'policy', instantiation: 'async', noTypescript: true, nodejsCompat: false });
   } catch (error) {
     throw new PrepareError(`not a usable component: ${error instanceof Error ? error.message : String(error)}`);
   }

@@ -57,17 +57,24 @@ async function call(id: number, spec: SandboxSpec, fn: Parameters<Guest['call']>
     if (output.length * 3 > spec.maxOutputBytes && Buffer.byteLength(output) > spec.maxOutputBytes) {
       throw outputTooLarge(spec, Buffer.byteLength(output));
     }
-    // A guest that answered but sits at its memory cap would fail the next call; rebuild it now.
-    if (spec.fresh || guest.atMemoryCap()) discard(spec.key);
+    const used = guest.memoryBytes();
+    // A guest that answered but sits near its memory cap would fail the next call; rebuild it now.
+    if (spec.fresh || used >= spec.memoryCapBytes * NEAR_CAP) discard(spec.key);
+    // QuickJS turns a failed memory.grow into an "out of memory" exception, which the SDK
+    // reports as an error outcome: that is the cap's doing, not the policy's.
+    if (output.includes('"outcome":"error"') && hitCap(spec, used, output)) {
+      send({ type: 'fault', id, fault: 'memory', message: memoryCapMessage(spec), logs: logs.take() });
+      return;
+    }
     send({ type: 'result', id, output, guestMicros, logs: logs.take() });
   } catch (error) {
-    const atCap = guest.atMemoryCap();
+    const used = guest.memoryBytes();
     // After a trap the instance's state is unknown: never reuse it.
     discard(spec.key);
     if (error instanceof GuestFault && error.fault !== 'trap') {
       send({ type: 'fault', id, fault: error.fault, message: error.message, logs: logs.take() });
-    } else if (atCap) {
-      send({ type: 'fault', id, fault: 'memory', message: `exceeded its ${Math.round(spec.memoryCapBytes / 2 ** 20)} MiB memory cap`, logs: logs.take() });
+    } else if (hitCap(spec, used, String(error))) {
+      send({ type: 'fault', id, fault: 'memory', message: memoryCapMessage(spec), logs: logs.take() });
     } else {
       const entries = logs.take();
       // An AssemblyScript abort logs its message and location just before it traps.
@@ -78,8 +85,23 @@ async function call(id: number, spec: SandboxSpec, fn: Parameters<Guest['call']>
   }
 }
 
+// A failed memory.grow leaves memory *below* the cap (the request was larger than the room
+// left), and guests report it differently: QuickJS says "out of memory", AssemblyScript's
+// allocator traps with a bare `unreachable`. So: an out-of-memory message with at least half
+// the cap in use, or any failure with nearly all of it in use, is the cap at work.
+const NEAR_CAP = 0.9;
+
+function hitCap(spec: SandboxSpec, used: number, text: string): boolean {
+  if (/out of memory/i.test(text) && used >= spec.memoryCapBytes / 2) return true;
+  return used >= spec.memoryCapBytes * NEAR_CAP;
+}
+
+function memoryCapMessage(spec: SandboxSpec): string {
+  return `exceeded its ${Math.round(spec.memoryCapBytes / 2 ** 20)} MiB memory cap`;
+}
+
 function describe(error: unknown): string {
-  if (error instanceof WebAssembly.RuntimeError) return `wasm trap: ${error.message}`;
+  if (error instanceof WebAssembly.RuntimeError) return error.message.startsWith("wasm trap") ? error.message : `wasm trap: ${error.message}`;
   return error instanceof Error ? error.message : String(error);
 }
 

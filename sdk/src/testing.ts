@@ -1,0 +1,98 @@
+// Test a built policy in a few lines, with the same sandbox the host uses:
+//
+//   const policy = await testPolicy('policies/numbers/numbers.wasm');
+//   const result = await policy.validate(request({ object: { spec: { numbers: [500] } } }));
+//   expect(result).toMatchObject({ allowed: false, code: 499 });
+//   await policy.close();
+import type { AdmissionRequest, EvaluationInput, JsonObject, JsonValue, Mode, PatchOperation, PeerCertificate } from './contract.ts';
+import { applyOperation } from './patch.ts';
+
+export interface TestOptions {
+  settings?: JsonValue;
+  timeoutMs?: number;
+  memoryMiB?: number;
+}
+
+export interface CallOptions {
+  headers?: Record<string, string>;
+  sslpeer?: PeerCertificate | null;
+  dryRun?: boolean;
+}
+
+export interface TestResult {
+  allowed: boolean;
+  status: 'allowed' | 'denied' | 'failed';
+  code?: number;
+  message?: string;
+  /** For failures: permanent, temporary or crash. */
+  failure?: string;
+  warnings: string[];
+  patch: PatchOperation[];
+  /** request.object with the patch applied (mutate). */
+  patched?: JsonValue;
+}
+
+export interface TestPolicy {
+  modes: Mode[];
+  validate(request: AdmissionRequest, options?: CallOptions): Promise<TestResult>;
+  mutate(request: AdmissionRequest, options?: CallOptions): Promise<TestResult>;
+  close(): Promise<void>;
+}
+
+type HostApi = typeof import('@portcullis/host');
+
+export async function testPolicy(path: string, options: TestOptions = {}): Promise<TestPolicy> {
+  const host: HostApi = await import('@portcullis/host');
+  const pool = new host.SandboxPool(1);
+  const name = path.replace(/^.*[\\/]/, '').replace(/\.wasm$/, '');
+  const limits = { ...host.DEFAULT_LIMITS, ...(options.timeoutMs ? { timeoutMs: options.timeoutMs } : {}), ...(options.memoryMiB ? { memoryMiB: options.memoryMiB } : {}) };
+  let policy;
+  try {
+    policy = await host.loadPolicy(pool, {
+      name, module: path, settings: options.settings ?? {}, limits, failurePolicy: 'Fail', enforcement: 'enforce', isolation: 'reuse',
+    });
+  } catch (error) {
+    await pool.close();
+    throw error;
+  }
+  const call = async (mode: Mode, request: AdmissionRequest, call: CallOptions = {}): Promise<TestResult> => {
+    const input: EvaluationInput = {
+      request, settings: options.settings ?? {}, headers: call.headers ?? {}, sslpeer: call.sslpeer ?? null,
+      dryRun: call.dryRun ?? request.dryRun === true, webhook: `/${mode}/${name}`,
+    };
+    const outcome = await host.evaluatePolicy(pool, policy, mode, input);
+    const result: TestResult = { allowed: outcome.status === 'allowed', status: outcome.status, warnings: outcome.warnings, patch: [] };
+    if (outcome.status === 'denied') Object.assign(result, { code: outcome.code, message: outcome.message });
+    if (outcome.status === 'failed') Object.assign(result, { failure: outcome.failure, message: outcome.message });
+    if (outcome.status === 'allowed') {
+      result.patch = outcome.patch;
+      let doc: JsonValue | undefined = request.object ? JSON.parse(JSON.stringify(request.object)) : undefined;
+      for (const op of outcome.patch) doc = applyOperation(doc, op);
+      if (doc !== undefined) result.patched = doc;
+    }
+    return result;
+  };
+  return {
+    modes: policy.modes,
+    validate: (request, o) => call('validate', request, o),
+    mutate: (request, o) => call('mutate', request, o),
+    close: () => pool.close(),
+  };
+}
+
+/** An AdmissionRequest with sensible defaults (a Pod CREATE in "default"); override any field. */
+export function request(overrides: Partial<AdmissionRequest> & { object?: JsonObject | null } = {}): AdmissionRequest {
+  return {
+    uid: 'test-0000-0000-0000-000000000001',
+    kind: { group: '', version: 'v1', kind: 'Pod' },
+    resource: { group: '', version: 'v1', resource: 'pods' },
+    name: 'test',
+    namespace: 'default',
+    operation: 'CREATE',
+    userInfo: { username: 'tester', groups: ['system:authenticated'] },
+    object: null,
+    oldObject: null,
+    dryRun: false,
+    ...overrides,
+  };
+}

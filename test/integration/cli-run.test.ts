@@ -1,0 +1,84 @@
+import { mkdtemp, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { cli } from '../helpers/cli.ts';
+import { root, wasm } from '../helpers/policies.ts';
+
+const review = `${root}test/fixtures/reviews/numbers-bad.json`;
+let dir: string;
+beforeAll(async () => { dir = await mkdtemp(join(tmpdir(), 'portcullis-cli-')); });
+
+describe('portcullis run', () => {
+  it('prints the response review and exits 0 on a denial', async () => {
+    const { code, stdout, stderr } = await cli(['run', '--policy', wasm('numbers'), '--request', review]);
+    expect(stderr).toBe('');
+    expect(code).toBe(0);
+    expect(JSON.parse(stdout)).toEqual({
+      apiVersion: 'admission.k8s.io/v1', kind: 'AdmissionReview',
+      response: {
+        uid: '705ab4f5-6393-11e8-b7cc-42010a800002', allowed: false,
+        status: { code: 499, message: 'policy "numbers": Numbers must be within 0..100.' },
+        warnings: ['policy "numbers": spec.numbers[1] is a string ("7"); it should be a number.'],
+      },
+    });
+  });
+
+  it('runs the mutate entry point with --mode mutate, and takes the review on stdin', async () => {
+    const { readFile } = await import('node:fs/promises');
+    const { code, stdout } = await cli(['run', '--policy', wasm('numbers'), '--request', '-', '--mode', 'mutate'], { input: await readFile(review, 'utf8') });
+    expect(code).toBe(0);
+    const response = JSON.parse(stdout).response;
+    expect(response).toMatchObject({ allowed: true, patchType: 'JSONPatch' });
+    expect(JSON.parse(Buffer.from(response.patch, 'base64').toString())).toEqual([{ op: 'replace', path: '/spec/numbers/1', value: 7 }]);
+  });
+
+  it('passes settings inline or from a file, and answers v1beta1 in v1beta1', async () => {
+    const body = JSON.parse(await (await import('node:fs/promises')).readFile(review, 'utf8'));
+    body.apiVersion = 'admission.k8s.io/v1beta1';
+    await writeFile(join(dir, 'beta.json'), JSON.stringify(body));
+    await writeFile(join(dir, 'settings.json'), JSON.stringify({ value: 'from-file' }));
+    const inline = await cli(['run', '--policy', wasm('added-by'), '--request', join(dir, 'beta.json'), '--settings', '{"value":"inline"}']);
+    const fromFile = await cli(['run', '--policy', wasm('added-by'), '--request', join(dir, 'beta.json'), '--settings', join(dir, 'settings.json')]);
+    const patchOf = (out: string) => JSON.parse(Buffer.from(JSON.parse(out).response.patch, 'base64').toString());
+    expect(JSON.parse(inline.stdout).apiVersion).toBe('admission.k8s.io/v1beta1');
+    expect(patchOf(inline.stdout)[0].value).toEqual({ 'portcullis.dev/added-by': 'inline' });
+    expect(patchOf(fromFile.stdout)[0].value).toEqual({ 'portcullis.dev/added-by': 'from-file' });
+  });
+
+  describe('bad input: one clear line on stderr and a non-zero exit', () => {
+    const cases: [string, () => Promise<string[]>, RegExp][] = [
+      ['a missing .wasm', async () => ['--policy', join(dir, 'nope.wasm'), '--request', review], /^portcullis run: policy "nope" could not be loaded: .*nope\.wasm does not exist$/],
+      ['a corrupt .wasm', async () => {
+        await writeFile(join(dir, 'corrupt.wasm'), 'garbage, not wasm');
+        return ['--policy', join(dir, 'corrupt.wasm'), '--request', review];
+      }, /^portcullis run: policy "corrupt" could not be loaded: the file is not a WebAssembly module or component \(bad header\)$/],
+      ['a review that is not JSON', async () => {
+        await writeFile(join(dir, 'bad.json'), '{"apiVersion": ');
+        return ['--policy', wasm('numbers'), '--request', join(dir, 'bad.json')];
+      }, /^portcullis run: .*bad\.json: the body is not JSON/],
+      ['JSON that is not an AdmissionReview', async () => {
+        await writeFile(join(dir, 'pod.json'), '{"apiVersion":"v1","kind":"Pod"}');
+        return ['--policy', wasm('numbers'), '--request', join(dir, 'pod.json')];
+      }, /^portcullis run: .*pod\.json: expected kind "AdmissionReview", got "Pod"$/],
+      ['a missing review file', async () => ['--policy', wasm('numbers'), '--request', join(dir, 'absent.json')], /^portcullis run: cannot read the review .*absent\.json: no such file$/],
+      ['settings that are not JSON', async () => ['--policy', wasm('numbers'), '--request', review, '--settings', '{value: 1}'], /^portcullis run: --settings is not valid JSON/],
+      ['a policy that traps', async () => ['--policy', wasm('trap'), '--request', review], /^portcullis run: policy "trap" \(.*trap\.wasm\) failed on request 705ab4f5-6393-11e8-b7cc-42010a800002: crashed: wasm trap.*boom: the policy gave up/],
+      ['a policy that returns garbage', async () => ['--policy', wasm('garbage'), '--request', review], /^portcullis run: policy "garbage" .* failed on request .*: returned output that is not JSON/],
+      ['a mode the policy lacks', async () => ['--policy', wasm('no-delete'), '--request', review, '--mode', 'mutate'], /^portcullis run: policy "no-delete" .* does not mutate; it supports: validate$/],
+    ];
+    it.each(cases)('%s', async (_, args, pattern) => {
+      const { code, stderr } = await cli(['run', ...(await args())]);
+      expect(code).not.toBe(0);
+      const lines = stderr.trim().split('\n');
+      expect(lines).toHaveLength(1);
+      expect(lines[0]).toMatch(pattern);
+    });
+
+    it('usage errors exit 2', async () => {
+      const { code, stderr } = await cli(['run', '--policy', wasm('numbers')]);
+      expect(code).toBe(2);
+      expect(stderr).toMatch(/^portcullis run: usage: portcullis run --policy/);
+    });
+  });
+});

@@ -1,0 +1,125 @@
+// Every way a policy can misbehave is stopped, named, and leaves the host, the other
+// policies, and later requests unharmed.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { evaluatePolicy } from '../../host/src/evaluate/evaluate.ts';
+import { SandboxPool } from '../../host/src/sandbox/pool.ts';
+import { DEFAULT_LIMITS } from '../../host/src/sandbox/prepare.ts';
+import { input, load } from '../helpers/policies.ts';
+
+let pool: SandboxPool;
+beforeAll(() => { pool = new SandboxPool(2); });
+afterAll(() => pool.close());
+
+const quick = { ...DEFAULT_LIMITS, timeoutMs: 500 };
+
+describe('CPU deadline', () => {
+  it('stops an infinite loop, names the policy and the deadline, and rebuilds the instance', async () => {
+    const spin = await load(pool, 'spin', { limits: quick });
+    const outcome = await evaluatePolicy(pool, spin, 'validate', input());
+    expect(outcome).toMatchObject({ policy: 'spin', status: 'failed', failure: 'temporary', message: 'exceeded its 500ms CPU deadline' });
+    // The same policy answers the next request from a rebuilt instance.
+    expect(await evaluatePolicy(pool, spin, 'mutate', input())).toMatchObject({ status: 'allowed', warnings: ['spun 0'] });
+    expect(pool.stats.restarts).toBeGreaterThanOrEqual(1);
+  });
+
+  it('does not hold up another policy of the same request, nor the event loop', async () => {
+    const spin = await load(pool, 'spin', { limits: { ...DEFAULT_LIMITS, timeoutMs: 1000 } });
+    const numbers = await load(pool, 'numbers');
+    let ticks = 0;
+    const ticker = setInterval(() => ticks++, 10);
+    const stuck = evaluatePolicy(pool, spin, 'validate', input());
+    const fine = await evaluatePolicy(pool, numbers, 'validate', input({ object: { spec: { numbers: [1] } } }));
+    expect(fine.status).toBe('allowed');
+    expect((await stuck).status).toBe('failed');
+    clearInterval(ticker);
+    // A blocked event loop would have fired the 10 ms ticker a handful of times at most.
+    expect(ticks).toBeGreaterThan(20);
+  });
+});
+
+describe('memory cap', () => {
+  it('stops a TypeScript policy that allocates without bound', async () => {
+    const bomb = await load(pool, 'memory-bomb', { limits: { ...DEFAULT_LIMITS, memoryMiB: 32 } });
+    const outcome = await evaluatePolicy(pool, bomb, 'validate', input());
+    expect(outcome).toMatchObject({ status: 'failed', failure: 'temporary', message: 'exceeded its 32 MiB memory cap' });
+    expect(await evaluatePolicy(pool, bomb, 'mutate', input({ object: { metadata: {} } }))).toMatchObject({ status: 'allowed' });
+  });
+
+  it('stops an AssemblyScript policy that allocates without bound', async () => {
+    const bomb = await load(pool, 'as-memory-bomb', { limits: { ...DEFAULT_LIMITS, memoryMiB: 16 } });
+    const outcome = await evaluatePolicy(pool, bomb, 'validate', input());
+    expect(outcome).toMatchObject({ status: 'failed', failure: 'temporary', message: 'exceeded its 16 MiB memory cap' });
+  });
+
+  it('refuses a cap below what the module needs to start', async () => {
+    await expect(load(pool, 'numbers', { limits: { ...DEFAULT_LIMITS, memoryMiB: 0.5 } })).rejects.toThrow(/policy "numbers" could not be loaded: its initial memory \(.* MiB\) is already above the 0\.5 MiB memory cap/);
+  });
+});
+
+describe('crashes and garbage', () => {
+  it('reports an AssemblyScript abort with its message and location', async () => {
+    const trap = await load(pool, 'trap');
+    const outcome = await evaluatePolicy(pool, trap, 'validate', input());
+    expect(outcome).toMatchObject({ status: 'failed', failure: 'crash' });
+    expect(outcome.status === 'failed' && outcome.message).toMatch(/^crashed: wasm trap: .*unreachable.*\(abort: boom: the policy gave up at .*index\.ts:\d+:\d+\)$/);
+  });
+
+  it('reports a raw trap', async () => {
+    const trap = await load(pool, 'trap');
+    expect(await evaluatePolicy(pool, trap, 'mutate', input({ object: {} }))).toMatchObject({ status: 'failed', failure: 'crash', message: expect.stringMatching(/^crashed: wasm trap/) });
+  });
+
+  it('treats output that is not JSON, or not in the contract, as a crash', async () => {
+    const garbage = await load(pool, 'garbage');
+    expect(await evaluatePolicy(pool, garbage, 'validate', input())).toMatchObject({ status: 'failed', failure: 'crash', message: 'returned output that is not JSON (this is not JSON)' });
+    expect(await evaluatePolicy(pool, garbage, 'mutate', input({ object: {} }))).toMatchObject({ status: 'failed', failure: 'crash', message: 'returned a patch that is not a list of operations' });
+  });
+
+  it('refuses output over the limit', async () => {
+    const big = await load(pool, 'oversize');
+    expect(await evaluatePolicy(pool, big, 'validate', input())).toMatchObject({ status: 'failed', failure: 'temporary', message: 'returned 2097152 bytes, more than its 1048576-byte output limit' });
+  });
+
+  it('turns an uncaught exception of a TypeScript policy into a crash with its message', async () => {
+    const hostile = await load(pool, 'hostile', { settings: { probe: 'nope' } });
+    expect(await evaluatePolicy(pool, hostile, 'validate', input())).toMatchObject({ status: 'failed', failure: 'crash', message: 'unknown probe nope' });
+  });
+});
+
+describe('state between requests', () => {
+  it('reuses an instance by default, so globals persist', async () => {
+    const counter = await load(pool, 'counter');
+    // One worker of the two may serve each call: count per worker by loading into a pool of one.
+    const single = new SandboxPool(1);
+    try {
+      const c = await load(single, 'counter');
+      const seen = [];
+      for (let i = 0; i < 3; i++) seen.push((await evaluatePolicy(single, c, 'validate', input())).warnings[0]);
+      expect(seen).toEqual(['call 1', 'call 2', 'call 3']);
+    } finally {
+      await single.close();
+    }
+    expect(counter.isolation).toBe('reuse');
+  });
+
+  it('gives every evaluation a fresh instance with isolation: fresh', async () => {
+    const counter = await load(pool, 'counter', { isolation: 'fresh' });
+    const seen = [];
+    for (let i = 0; i < 3; i++) seen.push((await evaluatePolicy(pool, counter, 'validate', input())).warnings[0]);
+    expect(seen).toEqual(['call 1', 'call 1', 'call 1']);
+  });
+});
+
+it('evaluates policies in parallel, one per worker', async () => {
+  const spin = await load(pool, 'spin');
+  const settingsInput = JSON.stringify({ ...input(), settings: { iterations: 2e6 } });
+  const running = [evaluatePolicy(pool, spin, 'mutate', settingsInput), evaluatePolicy(pool, spin, 'mutate', settingsInput)];
+  let sawBoth = false;
+  for (let i = 0; i < 200 && !sawBoth; i++) {
+    sawBoth = pool.stats.busy === 2;
+    await new Promise((r) => setTimeout(r, 5));
+  }
+  const results = await Promise.all(running);
+  expect(results.map((r) => r.status)).toEqual(['allowed', 'allowed']);
+  expect(sawBoth).toBe(true);
+});

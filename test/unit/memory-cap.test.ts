@@ -1,0 +1,42 @@
+import { readFile } from 'node:fs/promises';
+import { expect, it } from 'vitest';
+import { moduleKind } from '../../host/src/policy/module-kind.ts';
+import { capMemory } from '../../host/src/sandbox/memory-cap.ts';
+import { wasm } from '../helpers/policies.ts';
+
+// A module with one memory (the given limits) exported as "memory".
+const moduleWithMemory = (limits: number[]) => new Uint8Array([
+  0x00, 0x61, 0x73, 0x6d, 1, 0, 0, 0,
+  5, limits.length + 1, 1, ...limits,
+  7, 10, 1, 6, ...new TextEncoder().encode('memory'), 0x02, 0,
+]);
+
+it('gives a memory without a maximum the cap as its maximum, and grow fails there', async () => {
+  const capped = capMemory(moduleWithMemory([0x00, 2]), 4 * 65536);
+  expect(Array.from(capped.subarray(8, 14))).toEqual([5, 4, 1, 0x01, 2, 4]);
+  const { memory } = new WebAssembly.Instance(await WebAssembly.compile(capped)).exports as { memory: WebAssembly.Memory };
+  expect(memory.grow(2)).toBe(2);
+  expect(() => memory.grow(1)).toThrow(RangeError);
+});
+
+it('keeps a smaller declared maximum, and lowers a larger one', () => {
+  expect(Array.from(capMemory(moduleWithMemory([0x01, 1, 3]), 10 * 65536).subarray(8, 14))).toEqual([5, 4, 1, 0x01, 1, 3]);
+  expect(Array.from(capMemory(moduleWithMemory([0x01, 1, 100]), 10 * 65536).subarray(8, 14))).toEqual([5, 4, 1, 0x01, 1, 10]);
+});
+
+it('refuses a module whose initial memory is above the cap', () => {
+  expect(() => capMemory(moduleWithMemory([0x00, 20]), 2 * 65536)).toThrow('its initial memory (1.3 MiB) is already above the 0.1 MiB memory cap');
+});
+
+it('leaves a real policy module valid', async () => {
+  const bytes = new Uint8Array(await readFile(wasm('no-delete')));
+  const capped = capMemory(bytes, 2 ** 20);
+  expect(capped).not.toEqual(bytes);
+  await expect(WebAssembly.compile(capped)).resolves.toBeInstanceOf(WebAssembly.Module);
+});
+
+it('tells components from core modules by the header', async () => {
+  expect(moduleKind(new Uint8Array(await readFile(wasm('no-delete'))))).toBe('core');
+  expect(moduleKind(new Uint8Array(await readFile(wasm('numbers'))))).toBe('component');
+  expect(moduleKind(new TextEncoder().encode('not wasm at all'))).toBeUndefined();
+});

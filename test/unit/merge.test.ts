@@ -1,0 +1,131 @@
+import { describe, expect, it } from 'vitest';
+import type { Outcome } from '../../host/src/evaluate/outcome.ts';
+import { merge, type Evaluated } from '../../host/src/merge/merge.ts';
+import { MAX_WARNING_LENGTH, MAX_WARNINGS_TOTAL } from '../../host/src/merge/warnings.ts';
+
+type Policy = Evaluated['policy'];
+const policy = (name: string, extra: Partial<Policy> = {}): Policy => ({ name, failurePolicy: 'Fail', enforcement: 'enforce', ...extra });
+const allowed = (name: string, patch: Extract<Outcome, { status: 'allowed' }>['patch'] = [], warnings: string[] = []): Outcome => ({ policy: name, status: 'allowed', patch, warnings });
+const denied = (name: string, message: string, code = 403, warnings: string[] = []): Outcome => ({ policy: name, status: 'denied', code, message, warnings });
+const failed = (name: string, failure: 'permanent' | 'temporary' | 'crash', message: string): Outcome => ({ policy: name, status: 'failed', failure, message, warnings: [] });
+const ev = (outcome: Outcome, extra: Partial<Policy> = {}): Evaluated => ({ policy: policy(outcome.policy, extra), outcome });
+const object = { metadata: { name: 'x', labels: { a: '1' } }, spec: { replicas: 1, list: [1, 2] } };
+
+describe('validation', () => {
+  it('allows only when every policy allowed', () => {
+    expect(merge([ev(allowed('a')), ev(allowed('b'))], 'CREATE', object).decision).toEqual({ allowed: true, warnings: [], patch: [] });
+    expect(merge([ev(allowed('a')), ev(denied('b', 'no'))], 'CREATE', object).decision.allowed).toBe(false);
+  });
+
+  it('picks the error by priority: denial > permanent > temporary > crash', () => {
+    const outcomes = [ev(failed('crash', 'crash', 'trap')), ev(failed('temp', 'temporary', 'exceeded its 2s CPU deadline')), ev(failed('perm', 'permanent', 'bad settings')), ev(denied('deny', 'Numbers must be below 0..100.', 499))];
+    expect(merge(outcomes, 'CREATE', object).decision.status).toEqual({ code: 499, message: 'policy "deny": Numbers must be below 0..100.' });
+    expect(merge(outcomes.slice(0, 3), 'CREATE', object).decision.status).toEqual({ code: 500, message: 'policy "perm": bad settings' });
+    expect(merge(outcomes.slice(0, 2), 'CREATE', object).decision.status).toEqual({ code: 500, message: 'policy "temp": exceeded its 2s CPU deadline' });
+    expect(merge(outcomes.slice(0, 1), 'CREATE', object).decision.status).toEqual({ code: 500, message: 'policy "crash": trap' });
+  });
+
+  it('breaks ties by the configured policy order', () => {
+    const result = merge([ev(denied('first', 'one', 400)), ev(denied('second', 'two', 401))], 'CREATE', object);
+    expect(result.decision.status).toEqual({ code: 400, message: 'policy "first": one' });
+    expect(result.deciding?.policy).toBe('first');
+  });
+
+  it('keeps every warning, prefixed and deduplicated, also on denial', () => {
+    const result = merge([ev(allowed('a', [], ['careful', 'careful'])), ev(denied('b', 'no', 403, ['also this']))], 'CREATE', object);
+    expect(result.decision.warnings).toEqual(['policy "a": careful', 'policy "b": also this']);
+  });
+
+  it('caps warnings like the apiserver: 256 characters each, 4096 in total', () => {
+    const long = 'x'.repeat(1000);
+    const many = Array.from({ length: 100 }, (_, i) => `warning ${i} ${'y'.repeat(80)}`);
+    const { warnings } = merge([ev(allowed('a', [], [long, ...many]))], 'CREATE', object).decision;
+    expect(warnings[0]).toHaveLength(MAX_WARNING_LENGTH);
+    expect(warnings[0]!.endsWith('…')).toBe(true);
+    expect(warnings.join('').length).toBeLessThanOrEqual(MAX_WARNINGS_TOTAL);
+    expect(warnings.length).toBeLessThan(101);
+  });
+
+  it('failurePolicy Ignore skips a failing policy with a warning', () => {
+    const result = merge([ev(failed('flaky', 'temporary', 'exceeded its 2s CPU deadline'), { failurePolicy: 'Ignore' })], 'CREATE', object);
+    expect(result.decision).toEqual({ allowed: true, patch: [], warnings: ['policy "flaky": failed and was ignored (failurePolicy Ignore): exceeded its 2s CPU deadline'] });
+  });
+
+  it('failurePolicy Ignore does not soften an explicit denial', () => {
+    expect(merge([ev(denied('strict', 'no'), { failurePolicy: 'Ignore' })], 'CREATE', object).decision.allowed).toBe(false);
+  });
+
+  it('enforcement warn turns a denial into a warning; audit only reports', () => {
+    const result = merge([ev(denied('soft', 'would be bad'), { enforcement: 'warn' }), ev(denied('quiet', 'shh'), { enforcement: 'audit' })], 'CREATE', object);
+    expect(result.decision).toEqual({ allowed: true, patch: [], warnings: ['policy "soft": would deny (enforcement: warn): would be bad'] });
+    expect(result.audited.map((o) => o.policy)).toEqual(['quiet']);
+  });
+});
+
+describe('mutation', () => {
+  it('composes independent patches into one that applies to the original', () => {
+    const result = merge([
+      ev(allowed('a', [{ op: 'add', path: '/metadata/annotations', value: { x: '1' } }])),
+      ev(allowed('b', [{ op: 'add', path: '/metadata/annotations', value: { y: '2' } }])),
+      ev(allowed('c', [{ op: 'replace', path: '/spec/replicas', value: 3 }])),
+    ], 'CREATE', object);
+    expect(result.decision.allowed).toBe(true);
+    expect(result.decision.patch).toEqual([
+      { op: 'replace', path: '/spec/replicas', value: 3 },
+      { op: 'add', path: '/metadata/annotations', value: { x: '1', y: '2' } },
+    ]);
+  });
+
+  it('treats identical writes as no conflict', () => {
+    const op = { op: 'add' as const, path: '/metadata/labels/b', value: '2' };
+    const result = merge([ev(allowed('a', [op])), ev(allowed('b', [op]))], 'CREATE', object);
+    expect(result.decision).toMatchObject({ allowed: true, patch: [op] });
+  });
+
+  it('reports two different writes to one path as a conflict naming both policies', () => {
+    const result = merge([
+      ev(allowed('first', [{ op: 'replace', path: '/spec/replicas', value: 2 }])),
+      ev(allowed('second', [{ op: 'replace', path: '/spec/replicas', value: 5 }])),
+    ], 'CREATE', object);
+    expect(result.decision).toMatchObject({ allowed: false, patch: [], status: { code: 500, message: 'policy "second": its patch conflicts with policy "first" at /spec/replicas' } });
+  });
+
+  it('sees a write inside a subtree another policy replaces as a conflict', () => {
+    const result = merge([
+      ev(allowed('whole', [{ op: 'replace', path: '/metadata/labels', value: { z: '9' } }])),
+      ev(allowed('part', [{ op: 'add', path: '/metadata/labels/b', value: '2' }])),
+    ], 'CREATE', object);
+    expect(result.decision.status?.message).toBe('policy "part": its patch conflicts with policy "whole" at /metadata/labels');
+  });
+
+  it('lets a conflicting policy with failurePolicy Ignore drop out with a warning', () => {
+    const result = merge([
+      ev(allowed('first', [{ op: 'replace', path: '/spec/replicas', value: 2 }])),
+      ev(allowed('second', [{ op: 'replace', path: '/spec/replicas', value: 5 }]), { failurePolicy: 'Ignore' }),
+    ], 'CREATE', object);
+    expect(result.decision.allowed).toBe(true);
+    expect(result.decision.patch).toEqual([{ op: 'replace', path: '/spec/replicas', value: 2 }]);
+    expect(result.decision.warnings[0]).toContain('its patch conflicts with policy "first"');
+  });
+
+  it('fails a policy whose patch does not apply to the object', () => {
+    const result = merge([ev(allowed('broken', [{ op: 'replace', path: '/spec/missing/deep', value: 1 }]))], 'CREATE', object);
+    expect(result.decision.status?.message).toMatch(/^policy "broken": returned a patch that does not apply to the object/);
+  });
+
+  it('lets appends to one list compose', () => {
+    const result = merge([
+      ev(allowed('a', [{ op: 'add', path: '/spec/list/-', value: 3 }])),
+      ev(allowed('b', [{ op: 'add', path: '/spec/list/-', value: 4 }])),
+    ], 'UPDATE', object);
+    expect(result.decision.allowed).toBe(true);
+    expect(result.decision.patch).toEqual([{ op: 'add', path: '/spec/list/2', value: 3 }, { op: 'add', path: '/spec/list/3', value: 4 }]);
+  });
+
+  it('sends no patch on DELETE or CONNECT, nor with a denial', () => {
+    const patching = ev(allowed('a', [{ op: 'replace', path: '/spec/replicas', value: 3 }]));
+    expect(merge([patching], 'DELETE', object).decision.patch).toEqual([]);
+    expect(merge([patching], 'CONNECT', object).decision.patch).toEqual([]);
+    expect(merge([patching, ev(denied('b', 'no'))], 'CREATE', object).decision.patch).toEqual([]);
+  });
+});
