@@ -12,9 +12,24 @@ export async function evaluatePolicy(pool: SandboxPool, policy: LoadedPolicy, mo
   return toOutcome(policy.name, result);
 }
 
-/** The envelope with this policy's settings. Serialized per policy because settings differ. */
+// A review evaluated by ten policies is serialized once: the envelope without settings is
+// cached per input object, and each policy's settings (serialized once per policy) are
+// spliced in front of it.
+const envelopes = new WeakMap<EvaluationInput, string>();
+const settingsJson = new WeakMap<LoadedPolicy, string>();
+
 export function serializeInput(input: EvaluationInput, policy: LoadedPolicy): string {
-  return JSON.stringify({ ...input, settings: policy.settings });
+  let envelope = envelopes.get(input);
+  if (envelope === undefined) {
+    envelope = JSON.stringify({ ...input, settings: undefined });
+    envelopes.set(input, envelope);
+  }
+  let settings = settingsJson.get(policy);
+  if (settings === undefined) {
+    settings = JSON.stringify(policy.settings ?? {});
+    settingsJson.set(policy, settings);
+  }
+  return envelope === '{}' ? `{"settings":${settings}}` : `{"settings":${settings},${envelope.slice(1)}`;
 }
 
 export function toOutcome(policy: string, result: CallResult): Outcome {

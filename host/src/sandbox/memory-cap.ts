@@ -15,7 +15,7 @@ export class MemoryCapError extends Error {
   }
 }
 
-export function capMemory(bytes: Uint8Array, capBytes: number): Uint8Array {
+export function capMemory(bytes: Uint8Array, capBytes: number): Uint8Array<ArrayBuffer> {
   const capPages = Math.floor(capBytes / PAGE);
   const out: number[][] = [Array.from(bytes.subarray(0, 8))];
   let offset = 8;
@@ -35,7 +35,7 @@ export function capMemory(bytes: Uint8Array, capBytes: number): Uint8Array {
     }
     offset = end;
   }
-  if (!changed) return bytes;
+  if (!changed) return new Uint8Array(bytes);
   const result = new Uint8Array(out.reduce((n, part) => n + part.length, 0));
   let at = 0;
   for (const part of out) {

@@ -1,0 +1,77 @@
+// `portcullis serve`: run the admission webhook until SIGTERM/SIGINT, then stop gracefully.
+import { fileURLToPath } from 'node:url';
+import { parseArgs } from 'node:util';
+import { loadConfigFile } from '../config/load.ts';
+import type { Config, TlsConfig } from '../config/types.ts';
+import { PortcullisServer } from '../server/app.ts';
+import { UsageError } from './usage.ts';
+
+/** The example policies shipped in the repository (and the image). */
+export const BUILTIN_CONFIG = fileURLToPath(new URL('../../../policies/portcullis.yaml', import.meta.url));
+
+export default async function serve(args: string[]): Promise<number> {
+  const values = parseCli(args);
+  const config = applyFlags(await loadConfigFile(values.config ?? BUILTIN_CONFIG), values);
+  const server = await PortcullisServer.start({ config });
+  if (!values.config) server.log.info('serving the built-in example policies', { config: BUILTIN_CONFIG });
+  await new Promise<void>((resolve) => {
+    const shutdown = (signal: string) => {
+      server.log.info('shutting down', { signal });
+      server.stop().then(resolve, resolve);
+    };
+    process.once('SIGTERM', () => shutdown('SIGTERM'));
+    process.once('SIGINT', () => shutdown('SIGINT'));
+  });
+  server.log.info('stopped');
+  return 0;
+}
+
+type Flags = ReturnType<typeof parseCli>;
+
+function parseCli(args: string[]) {
+  try {
+    return parseArgs({
+      args,
+      options: {
+        config: { type: 'string', short: 'c' }, host: { type: 'string' }, port: { type: 'string' },
+        'tls-self-signed': { type: 'boolean' }, cert: { type: 'string' }, key: { type: 'string' }, insecure: { type: 'boolean' },
+        cadump: { type: 'string' }, 'client-ca': { type: 'string' }, 'log-level': { type: 'string' }, workers: { type: 'string' },
+      },
+    }).values;
+  } catch (error) {
+    throw new UsageError((error as Error).message);
+  }
+}
+
+export function applyFlags(config: Config, flags: Flags): Config {
+  const server = { ...config.server };
+  if (flags.host) server.host = flags.host;
+  if (flags.port !== undefined) {
+    const port = Number(flags.port);
+    if (!Number.isInteger(port) || port < 0 || port > 65535) throw new UsageError(`--port must be 0..65535, not "${flags.port}"`);
+    server.port = port;
+  }
+  const chosen = [flags['tls-self-signed'], flags.cert || flags.key, flags.insecure].filter(Boolean).length;
+  if (chosen > 1) throw new UsageError('choose one of --tls-self-signed, --cert/--key and --insecure');
+  const client = flags['client-ca'] ? { clientCA: flags['client-ca'], requireClientCert: true } : undefined;
+  const current = server.tls;
+  const keep = current.mode === 'insecure' ? { requireClientCert: false } : { ...(current.clientCA ? { clientCA: current.clientCA } : {}), requireClientCert: current.requireClientCert };
+  let tls: TlsConfig = current;
+  if (flags.insecure) tls = { mode: 'insecure' };
+  else if (flags.cert || flags.key) {
+    if (!flags.cert || !flags.key) throw new UsageError('--cert and --key go together');
+    tls = { mode: 'files', certFile: flags.cert, keyFile: flags.key, ...keep, ...client };
+  } else if (flags['tls-self-signed']) {
+    tls = { mode: 'self-signed', hostnames: current.mode === 'self-signed' ? current.hostnames : ['localhost', '127.0.0.1'], ...keep, ...client };
+  } else if (client && tls.mode !== 'insecure') tls = { ...tls, ...client };
+  if (flags.cadump) {
+    if (tls.mode !== 'self-signed') throw new UsageError('--cadump writes the self-signed CA; it goes with --tls-self-signed');
+    tls = { ...tls, cadump: flags.cadump };
+  }
+  server.tls = tls;
+  const logLevel = flags['log-level'] ?? config.logLevel;
+  if (!['debug', 'info', 'warn', 'error'].includes(logLevel)) throw new UsageError('--log-level must be debug, info, warn or error');
+  const workers = flags.workers === undefined ? config.workers : Number(flags.workers);
+  if (!Number.isInteger(workers) || workers < 0) throw new UsageError('--workers must be a whole number');
+  return { ...config, server, logLevel: logLevel as Config['logLevel'], workers };
+}

@@ -1,0 +1,91 @@
+// The configuration, as the rest of the host sees it: validated, defaults filled in, module
+// paths resolved. The file format is described by schema.ts and docs/configuration.md.
+import type { JsonValue, Mode } from '@portcullis/sdk';
+import type { Enforcement, FailurePolicy, Isolation } from '../policy/loaded.ts';
+import type { SandboxLimits } from '../sandbox/prepare.ts';
+
+export interface LabelSelector {
+  matchLabels?: Record<string, string>;
+  matchExpressions?: { key: string; operator: 'In' | 'NotIn' | 'Exists' | 'DoesNotExist'; values?: string[] }[];
+}
+
+export interface RuleWithOperations {
+  operations: string[];
+  apiGroups: string[];
+  apiVersions: string[];
+  resources: string[];
+  scope?: 'Cluster' | 'Namespaced' | '*';
+}
+
+/** kinitiras-style resource selector, evaluated in the host. Every given field must match. */
+export interface ResourceSelector {
+  apiVersion?: string;
+  kind?: string;
+  namespace?: string;
+  name?: string;
+  labelSelector?: LabelSelector;
+  fieldSelector?: string;
+}
+
+export interface PolicyConfig {
+  name: string;
+  module: string;
+  /** Which webhooks the policy serves; default: every mode the module has. */
+  modes?: Mode[];
+  settings: JsonValue;
+  limits: SandboxLimits;
+  failurePolicy: FailurePolicy;
+  enforcement: Enforcement;
+  isolation: Isolation;
+  /** Pin: refuse the module unless its sha256 is this ("sha256:<hex>"). */
+  digest?: string;
+  persistent: boolean;
+  rules: RuleWithOperations[];
+  objectSelector?: LabelSelector;
+  namespaceSelector?: LabelSelector;
+  /** Any of these selectors must match (none given: everything the rules admit). */
+  match: ResourceSelector[];
+  sideEffects: 'None' | 'NoneOnDryRun';
+  reinvocationPolicy: 'Never' | 'IfNeeded';
+}
+
+export type TlsConfig =
+  | { mode: 'self-signed'; hostnames: string[]; cadump?: string; clientCA?: string; requireClientCert: boolean }
+  | { mode: 'files'; certFile: string; keyFile: string; caFile?: string; clientCA?: string; requireClientCert: boolean }
+  | { mode: 'insecure' };
+
+export interface ServerConfig {
+  host: string;
+  port: number;
+  tls: TlsConfig;
+  maxBodyBytes: number;
+  headersTimeoutMs: number;
+  requestTimeoutMs: number;
+}
+
+export interface WebhooksConfig {
+  /** Name of the managed Validating/MutatingWebhookConfiguration; absent: management off. */
+  managed?: string;
+  /** One webhook per policy (false) or one for /validate and one for /mutate (true). */
+  singleWebhook: boolean;
+  timeoutSeconds: number;
+  /** How the apiserver reaches us: a URL base, or an in-cluster Service. */
+  url?: string;
+  service?: { name: string; namespace: string; port: number };
+  /** Namespaces no managed webhook ever applies to (the host's own is added when known). */
+  excludeNamespaces: string[];
+  namespace?: string;
+  leaderElection: boolean;
+  leaseDurationSeconds: number;
+}
+
+export interface Config {
+  /** The file it came from, for messages and reload; undefined for the built-in set. */
+  source?: string;
+  server: ServerConfig;
+  workers: number;
+  logLevel: 'debug' | 'info' | 'warn' | 'error';
+  policies: PolicyConfig[];
+  webhooks: WebhooksConfig;
+  registries: { insecure: string[]; dockerConfig?: string; cacheDir?: string };
+}

@@ -1,0 +1,113 @@
+// The set of policies a server evaluates, loaded from one configuration. A reload builds a
+// new set beside the current one and swaps them in one assignment: a review holds the set it
+// started with until it answers, and the old set's sandboxes are unloaded only once every
+// review that holds it has finished.
+import type { Mode } from '@portcullis/sdk';
+import type { Config, PolicyConfig } from '../config/types.ts';
+import { errorMessage, PolicyLoadError } from '../errors.ts';
+import type { SandboxPool } from '../sandbox/pool.ts';
+import { sha256 } from '../sandbox/prepare.ts';
+import { loadPolicy } from './load.ts';
+import type { LoadedPolicy } from './loaded.ts';
+import { readModule } from './source.ts';
+
+export interface PolicyEntry {
+  config: PolicyConfig;
+  modes: Mode[];
+  /** Present when the policy loaded; otherwise `error` says why it did not. */
+  loaded?: LoadedPolicy;
+  error?: string;
+}
+
+export class PolicySet {
+  readonly entries: PolicyEntry[];
+  readonly byName: Map<string, PolicyEntry>;
+  #holders = 0;
+  #onDrained: (() => void)[] = [];
+
+  constructor(entries: PolicyEntry[]) {
+    this.entries = entries;
+    this.byName = new Map(entries.map((e) => [e.config.name, e]));
+  }
+
+  get failed(): PolicyEntry[] {
+    return this.entries.filter((e) => !e.loaded);
+  }
+
+  hold(): void {
+    this.#holders++;
+  }
+
+  release(): void {
+    if (--this.#holders === 0) for (const done of this.#onDrained.splice(0)) done();
+  }
+
+  drained(): Promise<void> {
+    return this.#holders === 0 ? Promise.resolve() : new Promise((resolve) => this.#onDrained.push(resolve));
+  }
+
+  keys(): Set<string> {
+    return new Set(this.entries.flatMap((e) => (e.loaded ? [e.loaded.key] : [])));
+  }
+}
+
+/** Loads every policy of a configuration in parallel; one policy's failure does not stop the rest. */
+export async function loadPolicySet(pool: SandboxPool, config: Config): Promise<PolicySet> {
+  const entries = await Promise.all(config.policies.map((policy) => loadEntry(pool, policy)));
+  return new PolicySet(entries);
+}
+
+async function loadEntry(pool: SandboxPool, config: PolicyConfig): Promise<PolicyEntry> {
+  try {
+    let bytes: Uint8Array;
+    try {
+      bytes = await readModule(config.module);
+    } catch (error) {
+      throw new PolicyLoadError(config.name, errorMessage(error), { cause: error });
+    }
+    if (config.digest && `sha256:${sha256(bytes)}` !== config.digest) {
+      throw new PolicyLoadError(config.name, `its module ${config.module} has digest sha256:${sha256(bytes)}, not the pinned ${config.digest}; refusing it`);
+    }
+    const loaded = await loadPolicy(pool, { ...config }, bytes);
+    const modes = config.modes ?? loaded.modes;
+    const missing = modes.filter((m) => !loaded.modes.includes(m));
+    if (missing.length > 0) {
+      pool.unload(loaded.key);
+      throw new PolicyLoadError(config.name, `it is configured to ${missing.join(' and ')} but the module only supports ${loaded.modes.join(', ')}`);
+    }
+    return { config, modes, loaded };
+  } catch (error) {
+    return { config, modes: config.modes ?? ['validate', 'mutate'], error: errorMessage(error) };
+  }
+}
+
+/** Holds the current set and swaps in new ones. */
+export class PolicyRegistry {
+  #current: PolicySet;
+  readonly #pool: SandboxPool;
+
+  constructor(pool: SandboxPool, initial: PolicySet) {
+    this.#pool = pool;
+    this.#current = initial;
+  }
+
+  get current(): PolicySet {
+    return this.#current;
+  }
+
+  /** Makes `next` current; the old set's sandboxes not used by `next` go once it drains. */
+  swap(next: PolicySet): void {
+    const previous = this.#current;
+    this.#current = next;
+    const keep = next.keys();
+    void previous.drained().then(() => {
+      for (const key of previous.keys()) if (!keep.has(key)) this.#pool.unload(key);
+    });
+  }
+
+  /** Discards a set that was loaded but never made current. */
+  discard(set: PolicySet): void {
+    const keep = this.#current.keys();
+    for (const key of set.keys()) if (!keep.has(key)) this.#pool.unload(key);
+  }
+}

@@ -1,0 +1,121 @@
+// Which policies apply to a request. The same semantics the apiserver uses for webhook rules
+// and label selectors (so per-policy webhooks and the single webhook agree), plus
+// kinitiras-style resource selectors that only the host can evaluate.
+import type { AdmissionRequest, JsonObject, JsonValue, Mode } from '@portcullis/sdk';
+import type { LabelSelector, PolicyConfig, ResourceSelector, RuleWithOperations } from '../config/types.ts';
+
+export type NamespaceLabels = (namespace: string) => Record<string, string> | undefined;
+
+export interface Selectable {
+  config: PolicyConfig;
+  modes: Mode[];
+}
+
+export function policyMatches(policy: Selectable, mode: Mode, request: AdmissionRequest, namespaceLabels?: NamespaceLabels): boolean {
+  const { config } = policy;
+  if (!policy.modes.includes(mode)) return false;
+  if (config.rules.length > 0 && !config.rules.some((rule) => ruleMatches(rule, request))) return false;
+  if (config.objectSelector && !objectSelectorMatches(config.objectSelector, request)) return false;
+  if (config.namespaceSelector && !namespaceSelectorMatches(config.namespaceSelector, request, namespaceLabels)) return false;
+  if (config.match.length > 0 && !config.match.some((selector) => resourceSelectorMatches(selector, request))) return false;
+  return true;
+}
+
+export function ruleMatches(rule: RuleWithOperations, request: AdmissionRequest): boolean {
+  const { group, version, resource } = request.resource;
+  if (!rule.operations.includes('*') && !rule.operations.includes(request.operation)) return false;
+  if (!listHas(rule.apiGroups, group) || !listHas(rule.apiVersions, version)) return false;
+  const scope = rule.scope ?? '*';
+  const namespaced = Boolean(request.namespace);
+  if (scope === 'Cluster' && namespaced) return false;
+  if (scope === 'Namespaced' && !namespaced) return false;
+  const sub = request.subResource ?? '';
+  return rule.resources.some((entry) => {
+    const [res, subres] = entry.split('/', 2) as [string, string | undefined];
+    if (subres === undefined) return sub === '' && (res === '*' || res === resource);
+    return (res === '*' || res === resource) && (subres === '*' || subres === sub);
+  });
+}
+
+function listHas(list: string[], value: string): boolean {
+  return list.includes('*') || list.includes(value);
+}
+
+export function labelSelectorMatches(selector: LabelSelector, labels: Record<string, string>): boolean {
+  for (const [key, value] of Object.entries(selector.matchLabels ?? {})) if (labels[key] !== value) return false;
+  for (const { key, operator, values = [] } of selector.matchExpressions ?? []) {
+    const has = Object.prototype.hasOwnProperty.call(labels, key);
+    if (operator === 'Exists' && !has) return false;
+    if (operator === 'DoesNotExist' && has) return false;
+    if (operator === 'In' && (!has || !values.includes(labels[key]!))) return false;
+    if (operator === 'NotIn' && has && values.includes(labels[key]!)) return false;
+  }
+  return true;
+}
+
+/** As the apiserver: the new object's labels, or the old object's for DELETE. */
+function objectSelectorMatches(selector: LabelSelector, request: AdmissionRequest): boolean {
+  return labelSelectorMatches(selector, labelsOf(request.object) ?? {}) || (request.oldObject != null && labelSelectorMatches(selector, labelsOf(request.oldObject) ?? {}));
+}
+
+/**
+ * A Namespace object is matched by its own labels. Any other object by its namespace's
+ * labels when the host knows them; when it does not (no cluster access), the policy is
+ * evaluated: leaving a policy out on a guess would be the unsafe choice. Per-policy webhooks
+ * carry the selector to the apiserver, which always knows.
+ */
+function namespaceSelectorMatches(selector: LabelSelector, request: AdmissionRequest, lookup?: NamespaceLabels): boolean {
+  if (request.kind.kind === 'Namespace' && request.kind.group === '') {
+    return labelSelectorMatches(selector, labelsOf(request.object ?? request.oldObject) ?? {});
+  }
+  if (!request.namespace) return true;
+  const labels = lookup?.(request.namespace);
+  return labels === undefined ? true : labelSelectorMatches(selector, labels);
+}
+
+export function resourceSelectorMatches(selector: ResourceSelector, request: AdmissionRequest): boolean {
+  const kind = request.kind;
+  if (selector.apiVersion !== undefined && selector.apiVersion !== (kind.group ? `${kind.group}/${kind.version}` : kind.version)) return false;
+  if (selector.kind !== undefined && selector.kind !== kind.kind) return false;
+  if (selector.namespace !== undefined && !glob(selector.namespace, request.namespace ?? '')) return false;
+  if (selector.name !== undefined && !glob(selector.name, request.name ?? '')) return false;
+  const object = request.object ?? request.oldObject ?? null;
+  if (selector.labelSelector && !labelSelectorMatches(selector.labelSelector, labelsOf(object) ?? {})) return false;
+  if (selector.fieldSelector && !fieldSelectorMatches(selector.fieldSelector, object)) return false;
+  return true;
+}
+
+/** `*` matches any run of characters; everything else is literal. */
+function glob(pattern: string, value: string): boolean {
+  const regex = new RegExp(`^${pattern.split('*').map((part) => part.replace(/[.+?^${}()|[\]\\]/g, '\\$&')).join('.*')}$`);
+  return regex.test(value);
+}
+
+/** "metadata.name=web,spec.replicas!=0": every term must hold; `=` and `==` are equal, `!=` not. */
+export function fieldSelectorMatches(selector: string, object: JsonObject | null): boolean {
+  return selector.split(',').map((t) => t.trim()).filter(Boolean).every((term) => {
+    const match = /^([^!=]+?)\s*(==|!=|=)\s*(.*)$/.exec(term);
+    if (!match) return false;
+    const [, path, op, expected] = match as unknown as [string, string, string, string];
+    const actual = fieldValue(object, path.trim());
+    const equal = actual === expected.trim();
+    return op === '!=' ? !equal : equal;
+  });
+}
+
+function fieldValue(object: JsonObject | null, path: string): string {
+  let node: JsonValue | undefined = object ?? undefined;
+  for (const key of path.split('.')) {
+    node = typeof node === 'object' && node !== null && !Array.isArray(node) ? node[key] : undefined;
+  }
+  if (node === undefined || node === null) return '';
+  return typeof node === 'object' ? JSON.stringify(node) : String(node);
+}
+
+function labelsOf(object: JsonObject | null | undefined): Record<string, string> | undefined {
+  const metadata = object?.metadata;
+  if (typeof metadata !== 'object' || metadata === null || Array.isArray(metadata)) return undefined;
+  const labels = metadata.labels;
+  if (typeof labels !== 'object' || labels === null || Array.isArray(labels)) return undefined;
+  return labels as Record<string, string>;
+}

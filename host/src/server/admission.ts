@@ -1,0 +1,83 @@
+// One AdmissionReview, start to end: parse and validate -> select matching policies ->
+// evaluate them in parallel in the sandboxes -> merge -> respond. HTTP concerns (routing,
+// bodies, TLS) stay in http.ts; this module only sees text in and a review out.
+import type { EvaluationInput, Mode, PeerCertificate } from '@portcullis/sdk';
+import { evaluatePolicy } from '../evaluate/evaluate.ts';
+import type { Outcome } from '../evaluate/outcome.ts';
+import { ReviewError } from '../errors.ts';
+import { merge } from '../merge/merge.ts';
+import type { PolicyEntry, PolicyRegistry } from '../policy/policy-set.ts';
+import { parseReviewText } from '../review/parse.ts';
+import { respond, type AdmissionResponseReview } from '../review/respond.ts';
+import type { SandboxPool } from '../sandbox/pool.ts';
+import { policyMatches, type NamespaceLabels } from '../select/match.ts';
+import type { Logger } from './log.ts';
+import type { Metrics } from './metrics.ts';
+
+export interface AdmissionDeps {
+  registry: PolicyRegistry;
+  pool: SandboxPool;
+  metrics: Metrics;
+  log: Logger;
+  namespaceLabels?: NamespaceLabels;
+}
+
+export interface Caller {
+  /** `/validate`, `/mutate`, `/validate/<policy>` or `/mutate/<policy>`. */
+  endpoint: string;
+  mode: Mode;
+  /** Set for per-policy endpoints. */
+  policy?: string;
+  headers: Record<string, string>;
+  sslpeer: PeerCertificate | null;
+}
+
+export async function review(deps: AdmissionDeps, caller: Caller, body: string): Promise<AdmissionResponseReview> {
+  const started = performance.now();
+  const parsed = parseReviewText(body);
+  const { request } = parsed;
+  const set = deps.registry.current;
+  set.hold();
+  try {
+    const candidates = caller.policy ? [set.byName.get(caller.policy)!] : set.entries;
+    const selected = candidates.filter((entry) => policyMatches(entry, caller.mode, request, deps.namespaceLabels));
+    const input: EvaluationInput = { request, settings: null, headers: caller.headers, sslpeer: caller.sslpeer, dryRun: request.dryRun === true, webhook: caller.endpoint };
+    const outcomes = await Promise.all(selected.map((entry) => evaluateEntry(deps.pool, entry, caller.mode, input)));
+    const evaluated = selected.map((entry, i) => ({ policy: entry.config, outcome: outcomes[i]! }));
+    const { decision, deciding, audited } = merge(evaluated, request.operation, request.object);
+
+    const seconds = (performance.now() - started) / 1000;
+    const label = decision.allowed ? 'allowed' : 'denied';
+    deps.metrics.reviews.inc({ endpoint: caller.policy ? `/${caller.mode}/*` : caller.endpoint, decision: label });
+    deps.metrics.reviewSeconds.observe({ endpoint: caller.policy ? `/${caller.mode}/*` : caller.endpoint }, seconds);
+    for (const outcome of outcomes) deps.metrics.recordOutcome(outcome);
+    for (const outcome of audited) {
+      deps.metrics.audited.inc({ policy: outcome.policy, outcome: outcome.status });
+      deps.log.info('audit decision (not enforced)', { uid: request.uid, policy: outcome.policy, decision: outcome.status, ...(outcome.status !== 'allowed' ? { message: outcome.message } : {}) });
+    }
+    for (const outcome of outcomes) if (outcome.status === 'failed') {
+      deps.log.warn('policy failed', { uid: request.uid, policy: outcome.policy, failure: outcome.failure, message: outcome.message });
+    }
+    const fields = {
+      uid: request.uid, endpoint: caller.endpoint, operation: request.operation, kind: request.kind.kind,
+      namespace: request.namespace, name: request.name, decision: label, policies: selected.map((e) => e.config.name),
+      ms: Math.round(seconds * 1e4) / 10,
+    };
+    if (!decision.allowed) deps.log.info('denied', { ...fields, policy: deciding?.policy, code: decision.status?.code, message: decision.status?.message });
+    else deps.log.debug('reviewed', fields);
+    return respond(parsed.apiVersion, request.uid, decision);
+  } finally {
+    set.release();
+  }
+}
+
+function evaluateEntry(pool: SandboxPool, entry: PolicyEntry, mode: Mode, input: EvaluationInput): Promise<Outcome> {
+  if (!entry.loaded) {
+    // A policy that failed to load still answers, per its failure policy: failing closed is
+    // the default, so a broken module never silently stops guarding the cluster.
+    return Promise.resolve({ policy: entry.config.name, status: 'failed', failure: 'permanent', message: `is not loaded: ${entry.error}`, warnings: [] });
+  }
+  return evaluatePolicy(pool, entry.loaded, mode, input);
+}
+
+export { ReviewError };

@@ -1,0 +1,204 @@
+// A running Portcullis server: sandbox pool, current policy set, HTTP(S) listener, reload on
+// file change or SIGHUP, certificate rotation, graceful stop. `portcullis serve` and the
+// integration tests both start it through `startServer`.
+import { unwatchFile, watchFile } from 'node:fs';
+import type { Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import type { Server as HttpsServer } from 'node:https';
+import { loadConfigFile } from '../config/load.ts';
+import type { Config } from '../config/types.ts';
+import { errorMessage } from '../errors.ts';
+import { loadPolicySet, PolicyRegistry, PolicySet } from '../policy/policy-set.ts';
+import { SandboxPool } from '../sandbox/pool.ts';
+import type { NamespaceLabels } from '../select/match.ts';
+import { createServer } from './http.ts';
+import { createLogger, type Logger } from './log.ts';
+import { Metrics } from './metrics.ts';
+import { tlsMaterial, watchCertificates, type TlsMaterial } from './tls.ts';
+
+export interface StartOptions {
+  config: Config;
+  log?: Logger;
+  /** Watch the config file and reload on change (and on SIGHUP). Default: true when it has a file. */
+  watch?: boolean;
+  namespaceLabels?: NamespaceLabels;
+}
+
+type Listener = (set: PolicySet) => void;
+
+export class PortcullisServer {
+  readonly log: Logger;
+  readonly pool: SandboxPool;
+  readonly registry: PolicyRegistry;
+  readonly metrics: Metrics;
+  config: Config;
+  tls: TlsMaterial | undefined;
+  #server: Server;
+  #ready = false;
+  #inflight = 0;
+  #stopping: Promise<void> | undefined;
+  #cleanups: (() => void)[] = [];
+  #reloading: Promise<boolean> | undefined;
+  #listeners: { reload: Listener[]; tls: ((tls: TlsMaterial) => void | Promise<void>)[] } = { reload: [], tls: [] };
+
+  private constructor(config: Config, log: Logger, tls: TlsMaterial | undefined, namespaceLabels?: NamespaceLabels) {
+    this.config = config;
+    this.log = log;
+    this.tls = tls;
+    this.pool = new SandboxPool(config.workers > 0 ? config.workers : undefined);
+    this.registry = new PolicyRegistry(this.pool, new PolicySet([]));
+    this.metrics = new Metrics(this.pool);
+    this.#server = createServer(config.server, tls, {
+      registry: this.registry, pool: this.pool, metrics: this.metrics, log, ...(namespaceLabels ? { namespaceLabels } : {}),
+      isReady: () => ({
+        ready: this.#ready,
+        detail: { policies: this.registry.current.entries.length, failed: this.registry.current.failed.map((e) => ({ policy: e.config.name, error: e.error })) },
+      }),
+    });
+    this.#server.on('request', (_req, res) => {
+      this.#inflight++;
+      res.on('close', () => this.#inflight--);
+    });
+  }
+
+  static async start(options: StartOptions): Promise<PortcullisServer> {
+    const { config } = options;
+    const log = options.log ?? createLogger(config.logLevel);
+    let tls: TlsMaterial | undefined;
+    if (config.server.tls.mode === 'insecure') {
+      log.warn('serving plain HTTP (insecure): the apiserver only calls HTTPS webhooks; use this only behind a TLS proxy or for local tests');
+    } else {
+      tls = await tlsMaterial(config.server.tls);
+    }
+    const server = new PortcullisServer(config, log, tls, options.namespaceLabels);
+    await server.#listen();
+    // Alive (healthz) while loading; ready (readyz) once every policy has been tried.
+    const set = await loadPolicySet(server.pool, config);
+    server.registry.swap(set);
+    server.#reportSet(set);
+    server.#ready = true;
+    if (options.watch ?? Boolean(config.source)) server.#watchConfig();
+    if (config.server.tls.mode === 'files') server.#watchCertificates(config.server.tls);
+    return server;
+  }
+
+  get address(): AddressInfo {
+    return this.#server.address() as AddressInfo;
+  }
+
+  get url(): string {
+    const { address, port } = this.address;
+    const host = address.includes(':') ? `[${address}]` : address;
+    return `${this.tls ? 'https' : 'http'}://${host === '0.0.0.0' ? '127.0.0.1' : host}:${port}`;
+  }
+
+  get ready(): boolean {
+    return this.#ready;
+  }
+
+  onReload(listener: Listener): void {
+    this.#listeners.reload.push(listener);
+  }
+
+  /** Called with new TLS material before the server starts presenting it. */
+  onCertificate(listener: (tls: TlsMaterial) => void | Promise<void>): void {
+    this.#listeners.tls.push(listener);
+  }
+
+  /**
+   * Re-reads the configuration file and swaps in the new policy set. Returns false (and keeps
+   * the current set serving) when the file is invalid or any policy in it fails to load.
+   */
+  reload(): Promise<boolean> {
+    this.#reloading ??= this.#reload().finally(() => (this.#reloading = undefined));
+    return this.#reloading;
+  }
+
+  async #reload(): Promise<boolean> {
+    const source = this.config.source;
+    if (!source) return false;
+    let config: Config;
+    try {
+      config = await loadConfigFile(source);
+    } catch (error) {
+      this.metrics.reloads.inc({ result: 'invalid' });
+      this.log.error('configuration reload refused; the current policies keep serving', { file: source, message: errorMessage(error) });
+      return false;
+    }
+    const set = await loadPolicySet(this.pool, config);
+    if (set.failed.length > 0) {
+      this.registry.discard(set);
+      this.metrics.reloads.inc({ result: 'failed' });
+      for (const entry of set.failed) this.log.error('configuration reload refused; the current policies keep serving', { file: source, policy: entry.config.name, message: entry.error });
+      return false;
+    }
+    if (JSON.stringify(config.server) !== JSON.stringify(this.config.server)) {
+      this.log.warn('server settings changed in the configuration; they take effect on restart', { file: source });
+    }
+    this.config = { ...config, server: this.config.server };
+    this.registry.swap(set);
+    this.metrics.reloads.inc({ result: 'ok' });
+    this.#reportSet(set);
+    this.log.info('configuration reloaded', { file: source, policies: set.entries.map((e) => e.config.name) });
+    for (const listener of this.#listeners.reload) listener(set);
+    return true;
+  }
+
+  /** Stops accepting, lets reviews in flight finish (up to `graceMs`), then shuts the sandboxes. */
+  stop(graceMs = 20_000): Promise<void> {
+    this.#stopping ??= (async () => {
+      this.#ready = false;
+      for (const cleanup of this.#cleanups) cleanup();
+      const closed = new Promise<void>((resolve) => this.#server.close(() => resolve()));
+      this.#server.closeIdleConnections();
+      const deadline = Date.now() + graceMs;
+      while (this.#inflight > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+      this.#server.closeAllConnections();
+      await closed;
+      await this.pool.close();
+    })();
+    return this.#stopping;
+  }
+
+  #listen(): Promise<void> {
+    const { host, port } = this.config.server;
+    return new Promise((resolve, reject) => {
+      this.#server.once('error', reject);
+      this.#server.listen(port, host, () => {
+        this.#server.off('error', reject);
+        this.log.info('listening', { url: this.url });
+        resolve();
+      });
+    });
+  }
+
+  #reportSet(set: PolicySet): void {
+    this.metrics.policies.set({ state: 'loaded' }, set.entries.length - set.failed.length);
+    this.metrics.policies.set({ state: 'failed' }, set.failed.length);
+    for (const entry of set.failed) this.log.error('policy not loaded; requests it matches fail per its failurePolicy', { policy: entry.config.name, message: entry.error });
+    for (const entry of set.entries) if (entry.loaded) this.log.info('policy loaded', { policy: entry.config.name, kind: entry.loaded.kind, modes: entry.modes, digest: `sha256:${entry.loaded.digest}` });
+  }
+
+  #watchConfig(): void {
+    const source = this.config.source!;
+    const onChange = () => void this.reload();
+    watchFile(source, { interval: 500 }, onChange);
+    process.on('SIGHUP', onChange);
+    this.#cleanups.push(() => {
+      unwatchFile(source, onChange);
+      process.off('SIGHUP', onChange);
+    });
+  }
+
+  #watchCertificates(tls: Extract<Config['server']['tls'], { mode: 'files' }>): void {
+    const stop = watchCertificates(tls, async (material) => {
+      // Listeners (the webhook manager) publish a new caBundle before we present the new
+      // certificate, so the apiserver never sees a certificate it cannot verify.
+      for (const listener of this.#listeners.tls) await listener(material);
+      (this.#server as HttpsServer).setSecureContext({ key: material.key, cert: material.cert, ...(material.clientCA ? { ca: material.clientCA } : {}) });
+      this.tls = material;
+      this.log.info('TLS certificate reloaded', { file: tls.certFile });
+    }, (error) => this.log.error('TLS certificate reload failed; keeping the current one', { message: errorMessage(error) }));
+    this.#cleanups.push(stop);
+  }
+}

@@ -1,0 +1,166 @@
+// The HTTP(S) edge: routes, method checks, body size and content type, timeouts, TLS and the
+// caller's identity. Every refusal is a JSON error with a code; nothing here evaluates policy.
+import { createServer as createHttpServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import { createServer as createHttpsServer } from 'node:https';
+import type { TLSSocket } from 'node:tls';
+import type { Mode, PeerCertificate } from '@portcullis/sdk';
+import type { ServerConfig } from '../config/types.ts';
+import { errorMessage, ReviewError } from '../errors.ts';
+import { review, type AdmissionDeps } from './admission.ts';
+import type { TlsMaterial } from './tls.ts';
+
+export interface HttpDeps extends AdmissionDeps {
+  isReady(): { ready: boolean; detail: Record<string, unknown> };
+}
+
+const ROUTE = /^\/(validate|mutate)(?:\/([^/?#]+))?\/?$/;
+
+export function createServer(config: ServerConfig, tls: TlsMaterial | undefined, deps: HttpDeps): Server {
+  const handler = (req: IncomingMessage, res: ServerResponse) => {
+    handle(config, deps, req, res).catch((error: unknown) => {
+      deps.log.error('unexpected error handling a request', { path: req.url, message: errorMessage(error) });
+      sendError(res, 500, 'INTERNAL_ERROR', 'the webhook failed unexpectedly; see its logs');
+    });
+  };
+  const server = tls
+    ? createHttpsServer({
+        key: tls.key, cert: tls.cert,
+        ...(tls.clientCA ? { ca: tls.clientCA, requestCert: true, rejectUnauthorized: tls.requireClientCert } : {}),
+      }, handler)
+    : createHttpServer(handler);
+  // Slow or stalled clients are cut off instead of holding sockets: headers must arrive within
+  // headersTimeout, the whole request within requestTimeout; idle keep-alive sockets close.
+  server.headersTimeout = config.headersTimeoutMs;
+  server.requestTimeout = config.requestTimeoutMs;
+  server.keepAliveTimeout = 30_000;
+  server.on('clientError', (error, socket) => {
+    deps.metrics.badRequests.inc({ code: 'CLIENT_ERROR' });
+    deps.log.debug('client error', { message: errorMessage(error) });
+    if (socket.writable) socket.end('HTTP/1.1 400 Bad Request\r\nConnection: close\r\nContent-Length: 0\r\n\r\n');
+    else socket.destroy();
+  });
+  return server;
+}
+
+async function handle(config: ServerConfig, deps: HttpDeps, req: IncomingMessage, res: ServerResponse): Promise<void> {
+  const path = (req.url ?? '/').split('?')[0]!;
+  if (path === '/healthz') return get(req, res, () => sendJson(res, 200, { status: 'ok' }));
+  if (path === '/readyz') {
+    return get(req, res, () => {
+      const { ready, detail } = deps.isReady();
+      sendJson(res, ready ? 200 : 503, { status: ready ? 'ready' : 'not ready', ...detail });
+    });
+  }
+  if (path === '/metrics') {
+    return get(req, res, async () => {
+      res.writeHead(200, { 'content-type': deps.metrics.registry.contentType });
+      res.end(await deps.metrics.registry.metrics());
+    });
+  }
+  const route = ROUTE.exec(path);
+  if (!route) return refuse(deps, res, 404, 'NOT_FOUND', `no such endpoint ${path}; use /validate, /mutate, /validate/<policy> or /mutate/<policy>`);
+  const mode = route[1] as Mode;
+  const policy = route[2] === undefined ? undefined : decodeURIComponent(route[2]);
+  if (req.method !== 'POST') {
+    res.setHeader('allow', 'POST');
+    return refuse(deps, res, 405, 'METHOD_NOT_ALLOWED', `${path} takes POST with an AdmissionReview, not ${req.method}`);
+  }
+  if (!deps.isReady().ready) {
+    // Until the first policy set is loaded an empty set would allow everything: say 503 and
+    // let the apiserver apply the webhook's failurePolicy instead.
+    res.setHeader('retry-after', '1');
+    return refuse(deps, res, 503, 'NOT_READY', 'the webhook is still loading its policies');
+  }
+  if (policy !== undefined) {
+    const entry = deps.registry.current.byName.get(policy);
+    if (!entry) return refuse(deps, res, 404, 'UNKNOWN_POLICY', `no policy named "${policy}" is configured`);
+    if (!entry.modes.includes(mode)) return refuse(deps, res, 404, 'UNKNOWN_POLICY', `policy "${policy}" does not ${mode} (it serves: ${entry.modes.join(', ')})`);
+  }
+  const contentType = (req.headers['content-type'] ?? '').split(';')[0]!.trim().toLowerCase();
+  if (contentType !== 'application/json') {
+    return refuse(deps, res, 415, 'UNSUPPORTED_MEDIA_TYPE', `expected Content-Type application/json, got ${contentType ? JSON.stringify(contentType) : 'none'}`);
+  }
+  const body = await readBody(req, config.maxBodyBytes);
+  if (body === undefined) {
+    res.setHeader('connection', 'close');
+    refuse(deps, res, 413, 'BODY_TOO_LARGE', `the body is larger than the ${config.maxBodyBytes}-byte limit`);
+    req.resume();
+    return;
+  }
+  if (body === null) return; // the client went away mid-body
+  try {
+    const answer = await review(deps, { endpoint: path.replace(/\/$/, ''), mode, ...(policy !== undefined ? { policy } : {}), headers: headersOf(req), sslpeer: peerOf(req) }, body);
+    sendJson(res, 200, answer);
+  } catch (error) {
+    if (error instanceof ReviewError) return refuse(deps, res, error.status, error.code, error.message);
+    throw error;
+  }
+}
+
+function get(req: IncomingMessage, res: ServerResponse, then: () => void | Promise<void>): void | Promise<void> {
+  if (req.method === 'GET' || req.method === 'HEAD') return then();
+  res.setHeader('allow', 'GET');
+  sendError(res, 405, 'METHOD_NOT_ALLOWED', `use GET, not ${req.method}`);
+}
+
+/** The body as text; undefined when over the limit, null when the client disconnected. */
+function readBody(req: IncomingMessage, limit: number): Promise<string | undefined | null> {
+  const declared = Number(req.headers['content-length']);
+  if (Number.isFinite(declared) && declared > limit) return Promise.resolve(undefined);
+  return new Promise((resolve) => {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    let done = false;
+    const finish = (value: string | undefined | null) => {
+      if (done) return;
+      done = true;
+      resolve(value);
+    };
+    req.on('data', (chunk: Buffer) => {
+      size += chunk.length;
+      if (size > limit) {
+        req.removeAllListeners('data');
+        finish(undefined);
+      } else {
+        chunks.push(chunk);
+      }
+    });
+    req.on('end', () => finish(Buffer.concat(chunks).toString('utf8')));
+    req.on('aborted', () => finish(null));
+    req.on('error', () => finish(null));
+  });
+}
+
+function headersOf(req: IncomingMessage): Record<string, string> {
+  const headers: Record<string, string> = {};
+  for (const [name, value] of Object.entries(req.headers)) if (value !== undefined) headers[name] = Array.isArray(value) ? value.join(', ') : value;
+  return headers;
+}
+
+/** The verified client certificate, or null (no TLS, no certificate, or not verified). */
+function peerOf(req: IncomingMessage): PeerCertificate | null {
+  const socket = req.socket as TLSSocket;
+  if (typeof socket.getPeerCertificate !== 'function' || !socket.authorized) return null;
+  const cert = socket.getPeerCertificate();
+  if (!cert || Object.keys(cert).length === 0) return null;
+  const flat = (names: object | undefined): Record<string, string> =>
+    Object.fromEntries(Object.entries(names ?? {}).map(([k, v]) => [k, Array.isArray(v) ? v.join(', ') : String(v)]));
+  return { subject: flat(cert.subject), issuer: flat(cert.issuer), serialNumber: cert.serialNumber, validFrom: cert.valid_from, validTo: cert.valid_to, fingerprint256: cert.fingerprint256 };
+}
+
+function refuse(deps: HttpDeps, res: ServerResponse, status: number, code: string, message: string): void {
+  deps.metrics.badRequests.inc({ code });
+  deps.log.info('request refused', { status, code, message });
+  sendError(res, status, code, message);
+}
+
+function sendError(res: ServerResponse, status: number, code: string, message: string): void {
+  if (res.headersSent) return void res.destroy();
+  sendJson(res, status, { error: { code, message } });
+}
+
+function sendJson(res: ServerResponse, status: number, body: unknown): void {
+  const text = JSON.stringify(body);
+  res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(text) });
+  res.end(text);
+}

@@ -1,0 +1,76 @@
+// TLS material for the server: a development self-signed certificate (optionally written out
+// as a CA file, as Kopf's cadump), or certificate and key files that are re-read when they
+// change (the server swaps its secure context; open connections are not dropped).
+import { watchFile, unwatchFile } from 'node:fs';
+import { readFile, writeFile } from 'node:fs/promises';
+import { isIP } from 'node:net';
+import { generate } from 'selfsigned';
+import type { TlsConfig } from '../config/types.ts';
+import { ConfigError, errorMessage } from '../errors.ts';
+
+export interface TlsMaterial {
+  key: string;
+  cert: string;
+  /** PEM of the CA that signed `cert`, for webhook caBundles. */
+  caBundle: string;
+  /** CA to verify client certificates with, if configured. */
+  clientCA?: string;
+  requireClientCert: boolean;
+}
+
+export async function tlsMaterial(tls: Exclude<TlsConfig, { mode: 'insecure' }>): Promise<TlsMaterial> {
+  const clientCA = tls.clientCA ? await readPem(tls.clientCA, 'client CA') : undefined;
+  const client = { ...(clientCA ? { clientCA } : {}), requireClientCert: tls.requireClientCert };
+  if (tls.mode === 'self-signed') {
+    const material = await selfSigned(tls.hostnames);
+    if (tls.cadump) await writeFile(tls.cadump, material.cert);
+    return { ...material, ...client };
+  }
+  const [cert, key] = await Promise.all([readPem(tls.certFile, 'certificate'), readPem(tls.keyFile, 'key')]);
+  const caBundle = tls.caFile ? await readPem(tls.caFile, 'CA') : cert;
+  return { key, cert, caBundle, ...client };
+}
+
+export async function selfSigned(hostnames: string[]): Promise<{ key: string; cert: string; caBundle: string }> {
+  const altNames = hostnames.map((name) => (isIP(name) ? { type: 7 as const, ip: name } : { type: 2 as const, value: name }));
+  const notAfter = new Date(Date.now() + 365 * 24 * 3600 * 1000);
+  const pems = await generate([{ name: 'commonName', value: hostnames[0] ?? 'portcullis' }, { name: 'organizationName', value: 'Portcullis (development, self-signed)' }], {
+    keyType: 'ec', curve: 'P-256', algorithm: 'sha256', notAfterDate: notAfter,
+    extensions: [
+      { name: 'basicConstraints', cA: true, critical: true },
+      { name: 'keyUsage', digitalSignature: true, keyCertSign: true, keyEncipherment: true, critical: true },
+      { name: 'extKeyUsage', serverAuth: true },
+      { name: 'subjectAltName', altNames },
+    ],
+  });
+  return { key: pems.private, cert: pems.cert, caBundle: pems.cert };
+}
+
+async function readPem(path: string, what: string): Promise<string> {
+  try {
+    const text = await readFile(path, 'utf8');
+    if (!text.includes('-----BEGIN')) throw new Error('it is not PEM');
+    return text;
+  } catch (error) {
+    throw new ConfigError(`cannot use the TLS ${what} file ${path}: ${errorMessage(error)}`);
+  }
+}
+
+/**
+ * Watches certificate files and calls `onChange` with fresh material. Polling (not fs.watch)
+ * because Kubernetes updates mounted Secrets by swapping a symlink, which watchers miss.
+ */
+export function watchCertificates(tls: Extract<TlsConfig, { mode: 'files' }>, onChange: (material: TlsMaterial) => void, onError: (error: unknown) => void, intervalMs = 1000): () => void {
+  const files = [tls.certFile, tls.keyFile, ...(tls.caFile ? [tls.caFile] : [])];
+  let pending: NodeJS.Timeout | undefined;
+  const listener = () => {
+    // Cert and key are usually written one after the other: wait for both.
+    clearTimeout(pending);
+    pending = setTimeout(() => tlsMaterial(tls).then(onChange, onError), 200);
+  };
+  for (const file of files) watchFile(file, { interval: intervalMs }, listener);
+  return () => {
+    clearTimeout(pending);
+    for (const file of files) unwatchFile(file, listener);
+  };
+}
