@@ -1,24 +1,33 @@
-// Where policy bytes come from: a path or file:// URL here; oci:// references are resolved
-// by the registry fetcher when it is configured (see fetchers registered below).
+// Where policy bytes come from: a path or file:// URL is read from disk; an oci:// reference
+// is pulled (and cached) by the OCI client in ../oci, loaded only when first needed.
 import { readFile } from 'node:fs/promises';
 import { fileURLToPath } from 'node:url';
 
-export type ModuleFetcher = (reference: string) => Promise<Uint8Array>;
+export interface RegistryOptions {
+  /** Registries (host[:port]) that may be reached over plain HTTP. */
+  insecure: string[];
+  /** A docker config.json with `auths`; default $DOCKER_CONFIG/config.json or ~/.docker/config.json. */
+  dockerConfig?: string;
+  /** Content-addressed blob cache; default <PORTCULLIS_CACHE or ~/.cache/portcullis>/oci. */
+  cacheDir?: string;
+  /** Where the OCI client reports what it did (e.g. "registry down, starting from cache"). */
+  log?: (level: 'info' | 'warn', message: string, fields?: Record<string, string>) => void;
+}
 
-const fetchers = new Map<string, ModuleFetcher>();
+let registries: RegistryOptions = { insecure: [] };
 
-/** Lets another module (the OCI client) serve a URL scheme such as "oci:". */
-export function registerFetcher(scheme: string, fetcher: ModuleFetcher): void {
-  fetchers.set(scheme, fetcher);
+/** Set once at start (serve, run) from the configuration's `registries`. */
+export function configureRegistries(options: RegistryOptions): void {
+  registries = options;
 }
 
 export async function readModule(reference: string): Promise<Uint8Array> {
   const scheme = /^([a-z][a-z0-9+.-]*):\/\//i.exec(reference)?.[1]?.toLowerCase();
-  if (scheme && scheme !== 'file') {
-    const fetcher = fetchers.get(scheme);
-    if (!fetcher) throw new Error(`no fetcher for "${scheme}://" references (use a file path or file:// URL)`);
-    return fetcher(reference);
+  if (scheme === 'oci') {
+    const { fetchOciModule } = await import('../oci/fetcher.ts');
+    return fetchOciModule(reference, registries);
   }
+  if (scheme && scheme !== 'file') throw new Error(`"${scheme}://" is not a supported module location (use a path, file:// or oci://)`);
   const path = scheme === 'file' ? fileURLToPath(reference) : reference;
   try {
     return new Uint8Array(await readFile(path));

@@ -9,6 +9,7 @@ import { loadConfigFile } from '../config/load.ts';
 import type { Config } from '../config/types.ts';
 import { errorMessage } from '../errors.ts';
 import { loadPolicySet, PolicyRegistry, PolicySet } from '../policy/policy-set.ts';
+import { configureRegistries } from '../policy/source.ts';
 import { SandboxPool } from '../sandbox/pool.ts';
 import type { NamespaceLabels } from '../select/match.ts';
 import { createServer } from './http.ts';
@@ -70,6 +71,7 @@ export class PortcullisServer {
     } else {
       tls = await tlsMaterial(config.server.tls);
     }
+    configureRegistries({ ...config.registries, log: (level, message, fields) => log[level](message, fields) });
     const server = new PortcullisServer(config, log, tls, options.namespaceLabels);
     await server.#listen();
     // Alive (healthz) while loading; ready (readyz) once every policy has been tried.

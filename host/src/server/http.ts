@@ -22,22 +22,29 @@ export function createServer(config: ServerConfig, tls: TlsMaterial | undefined,
       sendError(res, 500, 'INTERNAL_ERROR', 'the webhook failed unexpectedly; see its logs');
     });
   };
+  // Node checks header and request timeouts only every connectionsCheckingInterval (30 s by
+  // default); check often enough that the configured timeouts mean what they say.
+  const timing = { connectionsCheckingInterval: Math.max(50, Math.min(1000, config.headersTimeoutMs / 2)) };
   const server = tls
     ? createHttpsServer({
-        key: tls.key, cert: tls.cert,
+        ...timing, key: tls.key, cert: tls.cert,
         ...(tls.clientCA ? { ca: tls.clientCA, requestCert: true, rejectUnauthorized: tls.requireClientCert } : {}),
       }, handler)
-    : createHttpServer(handler);
+    : createHttpServer(timing, handler);
   // Slow or stalled clients are cut off instead of holding sockets: headers must arrive within
   // headersTimeout, the whole request within requestTimeout; idle keep-alive sockets close.
   server.headersTimeout = config.headersTimeoutMs;
   server.requestTimeout = config.requestTimeoutMs;
   server.keepAliveTimeout = 30_000;
-  server.on('clientError', (error, socket) => {
-    deps.metrics.badRequests.inc({ code: 'CLIENT_ERROR' });
-    deps.log.debug('client error', { message: errorMessage(error) });
-    if (socket.writable) socket.end('HTTP/1.1 400 Bad Request\r\nConnection: close\r\nContent-Length: 0\r\n\r\n');
-    else socket.destroy();
+  server.on('clientError', (error: NodeJS.ErrnoException, socket) => {
+    const timedOut = error.code === 'ERR_HTTP_REQUEST_TIMEOUT';
+    deps.metrics.badRequests.inc({ code: timedOut ? 'REQUEST_TIMEOUT' : 'CLIENT_ERROR' });
+    deps.log.info(timedOut ? 'client too slow; connection closed' : 'malformed HTTP; connection closed', { message: errorMessage(error) });
+    if (!socket.writable) return void socket.destroy();
+    const body = JSON.stringify({ error: timedOut
+      ? { code: 'REQUEST_TIMEOUT', message: 'the request did not arrive in time' }
+      : { code: 'BAD_HTTP', message: 'the request is not valid HTTP' } });
+    socket.end(`HTTP/1.1 ${timedOut ? '408 Request Timeout' : '400 Bad Request'}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`);
   });
   return server;
 }

@@ -26,7 +26,8 @@ export async function tlsMaterial(tls: Exclude<TlsConfig, { mode: 'insecure' }>)
     if (tls.cadump) await writeFile(tls.cadump, material.cert);
     return { ...material, ...client };
   }
-  const [cert, key] = await Promise.all([readPem(tls.certFile, 'certificate'), readPem(tls.keyFile, 'key')]);
+  const cert = await readPem(tls.certFile, 'certificate');
+  const key = await readPem(tls.keyFile, 'key');
   const caBundle = tls.caFile ? await readPem(tls.caFile, 'CA') : cert;
   return { key, cert, caBundle, ...client };
 }

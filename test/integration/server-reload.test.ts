@@ -1,0 +1,114 @@
+// Hot reload under a stream of requests (zero failures), broken files keep the old set
+// serving, SIGHUP reloads; SIGTERM finishes in-flight reviews and exits 0.
+import { spawn } from 'node:child_process';
+import { readFile, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { Agent, request } from 'undici';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { root, wasm } from '../helpers/policies.ts';
+import { admissionReview, policyYaml, startServer, type TestServer } from '../helpers/server.ts';
+
+const config = (labels: string) => `
+server: { tls: { mode: self-signed, hostnames: [127.0.0.1] } }
+policies:
+${policyYaml('require-labels', `settings: { labels: { ${labels} } }`)}
+`;
+const pod = () => admissionReview({ kind: 'ConfigMap', metadata: { name: 'p', labels: { team: 'a' } } });
+
+describe('hot reload', () => {
+  let t: TestServer;
+  beforeAll(async () => { t = await startServer(config('team: x'), { watch: true }); });
+  afterAll(() => t.close());
+
+  it('swaps the policy set under a stream of requests with zero failures', async () => {
+    let stop = false;
+    let sent = 0;
+    const failures: string[] = [];
+    const seen = new Set<boolean>();
+    const stream = async () => {
+      while (!stop) {
+        sent++;
+        try {
+          const { status, body } = await t.post('/validate', pod());
+          if (status !== 200 || typeof body?.response?.allowed !== 'boolean') failures.push(`${status} ${JSON.stringify(body)}`);
+          else seen.add(body.response.allowed);
+        } catch (error) {
+          failures.push(String(error));
+        }
+      }
+    };
+    const streams = [stream(), stream(), stream(), stream()];
+    await new Promise((r) => setTimeout(r, 300));
+    await writeFile(t.configPath, config('team: x, tier: dev'));
+    // Once the new set serves, the pod (no "tier" label) is denied.
+    for (let i = 0; i < 100 && !seen.has(false); i++) await new Promise((r) => setTimeout(r, 50));
+    await new Promise((r) => setTimeout(r, 300));
+    stop = true;
+    await Promise.all(streams);
+    expect(failures).toEqual([]);
+    expect(seen).toEqual(new Set([true, false]));
+    expect(sent).toBeGreaterThan(20);
+    const { body } = await t.post('/validate', pod());
+    expect(body.response.status.message).toBe('policy "require-labels": missing required label: tier');
+  });
+
+  it('keeps the current set when the new file is invalid or a policy in it fails to load', async () => {
+    await writeFile(t.configPath, config('team: x').replace('policies:', 'policies:\n  - { name: BAD NAME, module: x.wasm }'));
+    expect(await t.server.reload()).toBe(false);
+    await writeFile(t.configPath, config('team: x').replace('require-labels/require-labels.wasm', 'require-labels/missing.wasm'));
+    expect(await t.server.reload()).toBe(false);
+    const logged = t.logs.filter((l) => l.includes('configuration reload refused')).map((l) => JSON.parse(l).message);
+    expect(logged).toContainEqual(expect.stringMatching(/\/policies\/0\/name must match pattern/));
+    expect(logged).toContainEqual(expect.stringMatching(/policy "require-labels" could not be loaded: .*missing\.wasm does not exist/));
+    const { body } = await t.post('/validate', pod());
+    expect(body.response.status.message).toBe('policy "require-labels": missing required label: tier');
+  });
+
+  it('reloads on SIGHUP', async () => {
+    await writeFile(t.configPath, config('team: x'));
+    const before = t.logs.filter((l) => l.includes('configuration reloaded')).length;
+    process.kill(process.pid, 'SIGHUP');
+    for (let i = 0; i < 100 && t.logs.filter((l) => l.includes('configuration reloaded')).length === before; i++) await new Promise((r) => setTimeout(r, 50));
+    const { body } = await t.post('/validate', pod());
+    expect(body.response.allowed).toBe(true);
+  });
+});
+
+describe('graceful shutdown', () => {
+  it('stops accepting on SIGTERM, finishes the review in flight, and exits 0', async () => {
+    const t = await startServer('policies: []');
+    const dir = t.dir;
+    await t.close();
+    await writeFile(join(dir, 'slow.yaml'), `
+server: { port: 0, host: 127.0.0.1, tls: { mode: self-signed, hostnames: [127.0.0.1], cadump: ${dir}/ca.pem } }
+policies:
+  - name: slow
+    module: ${wasm('spin')}
+    settings: { iterations: 3000000 }
+    limits: { timeoutMs: 8000 }
+webhooks: { timeoutSeconds: 10 }
+`);
+    const child = spawn(process.execPath, [`${root}host/bin/portcullis.js`, 'serve', '--config', join(dir, 'slow.yaml')], { cwd: root });
+    let stderr = '';
+    const url = await new Promise<string>((resolve, reject) => {
+      child.stderr.on('data', (d) => {
+        stderr += d;
+        const match = /"msg":"listening","url":"([^"]+)"/.exec(stderr);
+        if (match && stderr.includes('"policy loaded"')) resolve(match[1]!);
+      });
+      child.on('exit', () => reject(new Error(`serve exited early: ${stderr}`)));
+    });
+    const agent = new Agent({ connect: { ca: await readFile(join(dir, 'ca.pem'), 'utf8') } });
+    const inflight = request(`${url}/mutate/slow`, { method: 'POST', dispatcher: agent, headers: { 'content-type': 'application/json' }, body: JSON.stringify(admissionReview({ kind: 'ConfigMap', metadata: { name: 'x' } })) });
+    await new Promise((r) => setTimeout(r, 150));
+    const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
+    child.kill('SIGTERM');
+    const res = await inflight;
+    expect(res.statusCode).toBe(200);
+    expect(JSON.parse(await res.body.text()).response).toMatchObject({ allowed: true, warnings: ['policy "slow": spun 3000000'] });
+    expect(await exited).toBe(0);
+    expect(stderr).toContain('"msg":"shutting down","signal":"SIGTERM"');
+    await expect(request(`${url}/healthz`, { dispatcher: agent })).rejects.toThrow();
+    await agent.close();
+  });
+});

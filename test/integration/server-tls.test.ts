@@ -1,0 +1,109 @@
+// TLS modes: self-signed (with cadump), certificate files (rotated live), plain HTTP only on
+// request, and client-certificate verification that reaches policies as `sslpeer`.
+import { readFile, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { generate } from 'selfsigned';
+import { Agent, request } from 'undici';
+import { afterEach, describe, expect, it } from 'vitest';
+import { selfSigned } from '../../host/src/server/tls.ts';
+import { admissionReview, policyYaml, startServer, type TestServer } from '../helpers/server.ts';
+
+const showAuth = policyYaml('show-auth');
+let servers: TestServer[] = [];
+afterEach(async () => {
+  await Promise.all(servers.map((s) => s.close()));
+  servers = [];
+});
+async function start(yaml: string): Promise<TestServer> {
+  const s = await startServer(yaml);
+  servers.push(s);
+  return s;
+}
+
+async function peerSubject(url: string, agent: Agent): Promise<string[]> {
+  const res = await request(`${url}/validate/show-auth`, { method: 'POST', dispatcher: agent, headers: { 'content-type': 'application/json' }, body: JSON.stringify(admissionReview({ kind: 'ConfigMap', metadata: { name: 'x' } })) });
+  return (JSON.parse(await res.body.text()) as { response: { warnings: string[] } }).response.warnings;
+}
+
+describe('self-signed', () => {
+  it('serves a certificate for the configured names, verifiable with the dumped CA', async () => {
+    const t = await start(`server: { tls: { mode: self-signed, hostnames: [127.0.0.1, localhost], cadump: ca.pem } }\npolicies:\n${showAuth}`);
+    const ca = await readFile(join(t.dir, 'ca.pem'), 'utf8');
+    expect(ca).toBe(t.server.tls!.caBundle);
+    const trusting = new Agent({ connect: { ca } });
+    expect((await request(`${t.server.url}/healthz`, { dispatcher: trusting })).statusCode).toBe(200);
+    await trusting.close();
+    const untrusting = new Agent();
+    await expect(request(`${t.server.url}/healthz`, { dispatcher: untrusting })).rejects.toThrow(/self.signed|unable to verify|certificate/i);
+    await untrusting.close();
+  });
+});
+
+describe('certificate files', () => {
+  it('serves them and picks up a rotated certificate without dropping connections', async () => {
+    const first = await selfSigned(['127.0.0.1']);
+    const dir = (await import('node:fs/promises')).mkdtemp(join((await import('node:os')).tmpdir(), 'portcullis-certs-'));
+    const certDir = await dir;
+    await writeFile(join(certDir, 'tls.crt'), first.cert);
+    await writeFile(join(certDir, 'tls.key'), first.key);
+    const t = await start(`server: { tls: { certFile: ${certDir}/tls.crt, keyFile: ${certDir}/tls.key } }\npolicies:\n${showAuth}`);
+    const both = await selfSigned(['127.0.0.1']);
+    const agent = new Agent({ connect: { ca: [first.cert, both.cert] }, pipelining: 1, connections: 1 });
+    const fingerprint = async () => {
+      const res = await request(`${t.server.url}/healthz`, { dispatcher: agent, reset: true });
+      await res.body.text();
+      return res.statusCode;
+    };
+    expect(await fingerprint()).toBe(200);
+    let published = '';
+    t.server.onCertificate((tls) => { published = tls.caBundle; });
+    // A long-lived keep-alive connection opened before the rotation must keep working.
+    const keepAlive = new Agent({ connect: { ca: [first.cert, both.cert] }, connections: 1 });
+    expect((await request(`${t.server.url}/healthz`, { dispatcher: keepAlive })).statusCode).toBe(200);
+    await writeFile(join(certDir, 'tls.crt'), both.cert);
+    await writeFile(join(certDir, 'tls.key'), both.key);
+    for (let i = 0; i < 100 && t.server.tls?.cert !== both.cert; i++) await new Promise((r) => setTimeout(r, 100));
+    expect(t.server.tls?.cert).toBe(both.cert);
+    expect(published).toBe(both.cert);
+    const fresh = new Agent({ connect: { ca: both.cert } });
+    expect((await request(`${t.server.url}/healthz`, { dispatcher: fresh })).statusCode).toBe(200);
+    const oldOnly = new Agent({ connect: { ca: first.cert } });
+    await expect(request(`${t.server.url}/healthz`, { dispatcher: oldOnly })).rejects.toThrow();
+    expect((await request(`${t.server.url}/healthz`, { dispatcher: keepAlive })).statusCode).toBe(200);
+    await Promise.all([agent.close(), keepAlive.close(), fresh.close(), oldOnly.close()]);
+  });
+
+  it('refuses to start with an unreadable or non-PEM certificate, naming the file', async () => {
+    await expect(startServer(`server: { tls: { certFile: /nonexistent.crt, keyFile: /nonexistent.key } }\npolicies: []`)).rejects.toThrow('cannot use the TLS certificate file /nonexistent.crt');
+  });
+});
+
+describe('plain HTTP', () => {
+  it('is used only when asked for, with a warning', async () => {
+    const t = await start(`server: { tls: { mode: insecure } }\npolicies:\n${showAuth}`);
+    expect(t.server.url).toMatch(/^http:\/\//);
+    expect(t.logs.some((l) => l.includes('serving plain HTTP (insecure)'))).toBe(true);
+    expect((await request(`${t.server.url}/healthz`)).statusCode).toBe(200);
+  });
+});
+
+describe('client certificates', () => {
+  it('verifies them against the CA file and hands the peer to policies', async () => {
+    const ca = await generate([{ name: 'commonName', value: 'client-ca' }], { keyType: 'ec', curve: 'P-256', algorithm: 'sha256', extensions: [{ name: 'basicConstraints', cA: true }, { name: 'keyUsage', keyCertSign: true, digitalSignature: true }] });
+    const client = await generate([{ name: 'commonName', value: 'kube-apiserver' }], { keyType: 'ec', curve: 'P-256', algorithm: 'sha256', ca: { key: ca.private, cert: ca.cert }, extensions: [{ name: 'extKeyUsage', clientAuth: true }] });
+    const stranger = await generate([{ name: 'commonName', value: 'mallory' }], { keyType: 'ec', curve: 'P-256', algorithm: 'sha256' });
+    const t0 = await startServer(`policies: []`);
+    const caFile = join(t0.dir, 'client-ca.pem');
+    await writeFile(caFile, ca.cert);
+    await t0.close();
+    const t = await start(`server: { tls: { mode: self-signed, hostnames: [127.0.0.1], clientCA: ${caFile} } }\npolicies:\n${showAuth}`);
+    const serverCa = t.server.tls!.caBundle;
+    const good = new Agent({ connect: { ca: serverCa, cert: client.cert, key: client.private } });
+    expect(await peerSubject(t.server.url, good)).toEqual(['policy "show-auth": TLS peer: CN=kube-apiserver', 'policy "show-auth": Authorization header: absent']);
+    const none = new Agent({ connect: { ca: serverCa } });
+    await expect(peerSubject(t.server.url, none)).rejects.toThrow();
+    const bad = new Agent({ connect: { ca: serverCa, cert: stranger.cert, key: stranger.private } });
+    await expect(peerSubject(t.server.url, bad)).rejects.toThrow();
+    await Promise.all([good.close(), none.close(), bad.close()]);
+  });
+});

@@ -1,0 +1,50 @@
+import { describe, expect, it } from 'vitest';
+import { parseConfig } from '../../host/src/config/load.ts';
+import { ruleMatches, resourceSelectorMatches, fieldSelectorMatches, labelSelectorMatches } from '../../host/src/select/match.ts';
+import { request } from '@portcullis/sdk/testing';
+
+describe('configuration', () => {
+  it('fills in defaults and resolves module paths against the file', () => {
+    const config = parseConfig('policies:\n  - { name: a, module: mods/a.wasm }\n  - { name: b, module: "oci://reg.example/b:1" }', '/etc/portcullis/config.yaml');
+    expect(config.policies[0]).toMatchObject({ module: '/etc/portcullis/mods/a.wasm', failurePolicy: 'Fail', enforcement: 'enforce', isolation: 'reuse', limits: { timeoutMs: 2000, memoryMiB: 64 } });
+    expect(config.policies[1]!.module).toBe('oci://reg.example/b:1');
+    expect(config.server).toMatchObject({ host: '0.0.0.0', port: 8443, maxBodyBytes: 3 * 2 ** 20, tls: { mode: 'self-signed' } });
+  });
+
+  it.each([
+    ['policies: [{ name: a, module: a.wasm, limits: { timeoutMs: "slow" } }]', 'c.yaml: /policies/0/limits/timeoutMs must be integer'],
+    ['policies: [{ name: a, module: a.wasm, failurePolicy: Sometimes }]', 'c.yaml: /policies/0/failurePolicy must be one of "Fail", "Ignore"'],
+    ['policies: [{ name: a, module: a.wasm, colour: red }]', 'c.yaml: /policies/0: unknown field "colour"'],
+    ['policies: [{ name: a }]', 'c.yaml: /policies/0: missing required field "module"'],
+    ['server: { port: 1 }', 'c.yaml: /: missing required field "policies"'],
+    ['policies: [{ name: a, module: a.wasm }, { name: a, module: b.wasm }]', 'c.yaml: /policies/1/name: "a" is used twice; policy names must be unique'],
+    ['policies: [{ name: a, module: a.wasm, limits: { timeoutMs: 12000 } }]', 'c.yaml: /policies/0/limits/timeoutMs (12000) must be below the webhook timeout (10s)'],
+    ['policies: [', /^c\.yaml: not valid YAML/],
+  ])('refuses %s', (yaml, message) => {
+    expect(() => parseConfig(yaml, 'c.yaml')).toThrow(message);
+  });
+});
+
+describe('selection', () => {
+  const pods = request({ resource: { group: '', version: 'v1', resource: 'pods' } });
+  it('matches webhook rules like the apiserver', () => {
+    const rule = (resources: string[], extra = {}) => ({ operations: ['CREATE'], apiGroups: [''], apiVersions: ['v1'], resources, ...extra });
+    expect(ruleMatches(rule(['pods']), pods)).toBe(true);
+    expect(ruleMatches(rule(['*']), pods)).toBe(true);
+    expect(ruleMatches(rule(['pods/status']), pods)).toBe(false);
+    expect(ruleMatches(rule(['pods/*']), { ...pods, subResource: 'status' })).toBe(true);
+    expect(ruleMatches(rule(['pods']), { ...pods, subResource: 'status' })).toBe(false);
+    expect(ruleMatches(rule(['pods'], { scope: 'Cluster' }), pods)).toBe(false);
+    expect(ruleMatches(rule(['pods'], { operations: ['DELETE'] }), pods)).toBe(false);
+  });
+
+  it('evaluates label, resource and field selectors', () => {
+    expect(labelSelectorMatches({ matchExpressions: [{ key: 'a', operator: 'In', values: ['1', '2'] }, { key: 'b', operator: 'DoesNotExist' }] }, { a: '2' })).toBe(true);
+    expect(labelSelectorMatches({ matchExpressions: [{ key: 'a', operator: 'NotIn', values: ['2'] }] }, { a: '2' })).toBe(false);
+    const r = request({ name: 'web-1', namespace: 'shop', object: { metadata: { name: 'web-1', labels: { app: 'web' } }, spec: { replicas: 3 } } });
+    expect(resourceSelectorMatches({ apiVersion: 'v1', kind: 'Pod', namespace: 'sh*', name: 'web-*', labelSelector: { matchLabels: { app: 'web' } } }, r)).toBe(true);
+    expect(resourceSelectorMatches({ name: 'db-*' }, r)).toBe(false);
+    expect(fieldSelectorMatches('metadata.name=web-1,spec.replicas!=0', r.object!)).toBe(true);
+    expect(fieldSelectorMatches('spec.replicas==4', r.object!)).toBe(false);
+  });
+});
