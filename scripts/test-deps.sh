@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# What the test suites need from outside npm: Debian's docker-registry (the CNCF distribution
+# registry) for the OCI tests, and etcd + kubectl + a kube-apiserver for the end-to-end tests
+# (the apiserver is built once from Debian's source package by ../shared/tools and cached).
+set -euo pipefail
+missing=()
+command -v docker-registry >/dev/null || missing+=(docker-registry)
+command -v etcd >/dev/null || missing+=(etcd-server)
+command -v kubectl >/dev/null || missing+=(kubernetes-client)
+command -v htpasswd >/dev/null || missing+=(apache2-utils)
+if ((${#missing[@]})); then
+  if [[ $(id -u) != 0 ]]; then
+    echo "test-deps: missing ${missing[*]}; install them (apt-get install ${missing[*]}) or run as root" >&2
+    exit 1
+  fi
+  echo "test-deps: installing ${missing[*]}" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+here=$(cd "$(dirname "$0")/.." && pwd)
+tools=$here/../shared/tools
+if [[ -x $tools/kube-apiserver.sh ]]; then
+  "$tools/kube-apiserver.sh" >/dev/null
+else
+  echo "test-deps: $tools/kube-apiserver.sh not found; the end-to-end tests need ../shared/tools beside the checkout" >&2
+  exit 1
+fi
