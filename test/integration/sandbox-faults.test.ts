@@ -51,6 +51,13 @@ describe('memory cap', () => {
     expect(outcome).toMatchObject({ status: 'failed', failure: 'temporary', message: 'exceeded its 16 MiB memory cap' });
   });
 
+  it('counts Extism kernel allocations (outside linear memory) against the cap', async () => {
+    const hog = await load(pool, 'kernel-hog', { limits: { ...DEFAULT_LIMITS, memoryMiB: 128 } });
+    expect(await evaluatePolicy(pool, hog, 'validate', input())).toMatchObject({
+      status: 'failed', failure: 'temporary', message: 'exceeded its 128 MiB memory cap (Extism kernel allocations)',
+    });
+  });
+
   it('refuses a cap below what the module needs to start', async () => {
     await expect(load(pool, 'numbers', { limits: { ...DEFAULT_LIMITS, memoryMiB: 0.5 } })).rejects.toThrow(/policy "numbers" could not be loaded: its initial memory \(.* MiB\) is already above the 0\.5 MiB memory cap/);
   });

@@ -1,6 +1,6 @@
 // Runs inside a sandbox worker: instantiates one policy and calls its functions. One Guest
 // per policy per worker, each with its own linear memories; nothing is shared between them.
-import createPlugin, { type Plugin } from '@extism/extism';
+import createPlugin, { type CallContext, type Plugin } from '@extism/extism';
 import type { FaultKind, GuestFunction, LogEntry, SandboxSpec } from './protocol.ts';
 
 export class GuestFault extends Error {
@@ -97,7 +97,19 @@ async function instantiateCore(spec: SandboxSpec, logs: LogBuffer): Promise<Gues
     warn: (m: string) => logs.push('warn', m), error: (m: string) => logs.push('error', m),
     trace: (m: string) => logs.push('debug', m), log: (m: string) => logs.push('info', m),
   } as unknown as Console;
-  const plugin: Plugin = await createPlugin({ wasm: [{ module }] }, { useWasi: false, runInWorker: false, logger, allowedHosts: [] });
+  // Extism's kernel serves `alloc` with ArrayBuffers outside the guest's linear memory, where
+  // the memory cap does not reach. Meter them per call against the same cap.
+  let allocated = 0;
+  const alloc = (context: CallContext, length: bigint): bigint => {
+    allocated += Number(length);
+    if (allocated > spec.memoryCapBytes) {
+      throw new GuestFault('memory', `exceeded its ${Math.round(spec.memoryCapBytes / 2 ** 20)} MiB memory cap (Extism kernel allocations)`);
+    }
+    return context.alloc(length);
+  };
+  const plugin: Plugin = await createPlugin({ wasm: [{ module }] }, {
+    useWasi: false, runInWorker: false, logger, allowedHosts: [], functions: { 'extism:host/env': { alloc } },
+  });
   const instance = await plugin.getInstance();
   const memories = Object.values(instance.exports).filter((v): v is WebAssembly.Memory => v instanceof WebAssembly.Memory);
   return {
@@ -108,6 +120,7 @@ async function instantiateCore(spec: SandboxSpec, logs: LogBuffer): Promise<Gues
       }
       const name = CORE_EXPORTS[fn];
       if (!exported.has(name)) throw new GuestFault('trap', `the module does not export "${name}"`);
+      allocated = 0;
       const output = await plugin.call(name, input);
       if (output === null) return '';
       const size = (output as unknown as DataView).byteLength;
