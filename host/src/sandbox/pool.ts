@@ -90,7 +90,9 @@ export class SandboxPool {
   }
 
   #spawn(): Slot {
-    const worker = new Worker(new URL('./worker.ts', import.meta.url), { stdout: false, stderr: false });
+    // Linear memories are capped per module; this caps the worker's own JS heap (jco glue,
+    // strings lifted out of guests) so a runaway there kills this worker, not the host.
+    const worker = new Worker(new URL('./worker.ts', import.meta.url), { stdout: false, stderr: false, resourceLimits: { maxOldGenerationSizeMb: 512 } });
     const slot: Slot = { worker, job: undefined, timer: undefined, loads: new Map() };
     worker.on('message', (message: FromWorker) => this.#onMessage(slot, message));
     worker.on('error', (error) => this.#replace(slot, `its sandbox worker failed: ${error.message}`));
