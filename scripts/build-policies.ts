@@ -1,13 +1,13 @@
-// Builds every policy under policies/ (and the test fixtures) to <dir>/<name>.wasm.
-// A policy is rebuilt only when its sources, the SDK or the WIT changed since its .wasm.
-//   node scripts/build-policies.ts [--force] [--only NAME]
+// Builds every policy under policies/ (with --fixtures, also test/fixtures/policies/) to
+// <dir>/<name>.wasm. A policy is rebuilt only when its sources, the SDK or the WIT changed.
+//   node scripts/build-policies.ts [--fixtures] [--force] [--only NAME]
 import { readdir, readFile, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { buildPolicyToFile, type Language } from '@portcullis/sdk/build';
 
-const { values } = parseArgs({ options: { force: { type: 'boolean' }, only: { type: 'string' } } });
-const roots = ['policies', 'test/fixtures/policies'];
+const { values } = parseArgs({ options: { force: { type: 'boolean' }, only: { type: 'string' }, fixtures: { type: 'boolean' } } });
+const roots = values.fixtures ? ['policies', 'test/fixtures/policies'] : ['policies'];
 
 interface Job { name: string; source: string; language: Language; out: string; inputs: string[]; stubWasi: boolean }
 
