@@ -1,0 +1,132 @@
+// What a policy artifact looks like in a registry: the manifest shapes we read (oras,
+// Kubewarden, CNCF Wasm, Docker v2), how the one Wasm layer is found in them, and the shape
+// `portcullis push` writes.
+import { RegistryError } from './errors.ts';
+import { DIGEST } from './reference.ts';
+
+export const OCI_MANIFEST = 'application/vnd.oci.image.manifest.v1+json';
+export const OCI_INDEX = 'application/vnd.oci.image.index.v1+json';
+/** Withdrawn from the spec, but early oras releases wrote it; its `blobs` are layers to us. */
+export const OCI_ARTIFACT_MANIFEST = 'application/vnd.oci.artifact.manifest.v1+json';
+export const DOCKER_MANIFEST = 'application/vnd.docker.distribution.manifest.v2+json';
+export const DOCKER_LIST = 'application/vnd.docker.distribution.manifest.list.v2+json';
+export const MANIFEST_TYPES = [OCI_MANIFEST, OCI_INDEX, OCI_ARTIFACT_MANIFEST, DOCKER_MANIFEST, DOCKER_LIST] as const;
+
+export const EMPTY_CONFIG = { mediaType: 'application/vnd.oci.empty.v1+json', bytes: new TextEncoder().encode('{}') };
+export const WASM_CONFIG = 'application/vnd.wasm.config.v1+json';
+export const WASM_LAYER = 'application/vnd.wasm.content.layer.v1+wasm';
+export const TITLE = 'org.opencontainers.image.title';
+
+/** Layer media types that mean "this is the Wasm": Kubewarden/wasm-to-oci, CNCF TAG Runtime, old wasm-to-oci. */
+const WASM_LAYER_TYPES = new Set([WASM_LAYER, 'application/wasm', 'application/vnd.module.wasm.content.layer.v1+wasm']);
+/**
+ * Compressed tarballs: a container image's layers, never a policy. (Plain ...layer.v1.tar is
+ * what `oras push` labels any file with, so it stays a candidate; the \0asm check follows.)
+ */
+const IMAGE_LAYER = /^application\/vnd\.(oci\.image\.layer\.(nondistributable\.)?v1\.tar\+|docker\.image\.rootfs\.)/;
+
+export interface Descriptor {
+  mediaType: string;
+  digest: string;
+  size: number;
+  annotations?: Record<string, string>;
+}
+
+export interface ImageManifest {
+  mediaType: string;
+  artifactType: string | undefined;
+  config: Descriptor | undefined;
+  layers: Descriptor[];
+}
+
+/** Parses manifest bytes; an index (or anything not a single artifact) is refused with a way out. */
+export function parseManifest(bytes: Uint8Array, contentType: string | undefined, where: string): ImageManifest {
+  let json: Record<string, unknown>;
+  try {
+    json = JSON.parse(Buffer.from(bytes).toString('utf8')) as Record<string, unknown>;
+    if (!json || typeof json !== 'object' || Array.isArray(json)) throw new Error('not an object');
+  } catch {
+    throw new RegistryError('UNSUPPORTED_MANIFEST', `${where}: the manifest is not JSON`);
+  }
+  // The body's own mediaType wins: registries are not always careful with Content-Type.
+  const mediaType = typeof json.mediaType === 'string' ? json.mediaType : contentType ?? OCI_MANIFEST;
+  if (mediaType === OCI_INDEX || mediaType === DOCKER_LIST || Array.isArray(json.manifests)) {
+    const entries = Array.isArray(json.manifests) ? (json.manifests as Partial<Descriptor>[]) : [];
+    const example = entries.find((entry) => typeof entry.digest === 'string')?.digest;
+    throw new RegistryError('UNSUPPORTED_MANIFEST', `${where} is an image index of ${entries.length} manifest(s), not a single policy artifact; `
+      + `reference one manifest by digest${example ? ` (for example @${example})` : ''}`);
+  }
+  if (mediaType !== OCI_MANIFEST && mediaType !== DOCKER_MANIFEST && mediaType !== OCI_ARTIFACT_MANIFEST) {
+    throw new RegistryError('UNSUPPORTED_MANIFEST', `${where}: manifest type ${mediaType} is not supported (expected ${OCI_MANIFEST})`);
+  }
+  const layers = mediaType === OCI_ARTIFACT_MANIFEST ? json.blobs ?? [] : json.layers;
+  if (!Array.isArray(layers)) throw new RegistryError('UNSUPPORTED_MANIFEST', `${where}: the manifest has no layers list`);
+  return {
+    mediaType,
+    artifactType: typeof json.artifactType === 'string' ? json.artifactType : undefined,
+    config: json.config === undefined ? undefined : descriptor(json.config, where, 'config'),
+    layers: layers.map((layer, i) => descriptor(layer, where, `layer ${i}`)),
+  };
+}
+
+function descriptor(value: unknown, where: string, which: string): Descriptor {
+  const d = value as Partial<Descriptor> | null;
+  const bad = (why: string): never => {
+    throw new RegistryError('UNSUPPORTED_MANIFEST', `${where}: the manifest's ${which} ${why}`);
+  };
+  if (!d || typeof d !== 'object') return bad('is not a descriptor');
+  if (typeof d.mediaType !== 'string') bad('has no mediaType');
+  if (typeof d.digest !== 'string') bad('has no digest');
+  if (!DIGEST.test(d.digest!)) bad(`has digest ${d.digest}: only sha256 digests are supported`);
+  if (!Number.isSafeInteger(d.size) || d.size! < 0) bad('has no valid size');
+  const annotations = d.annotations && typeof d.annotations === 'object' ? d.annotations : undefined;
+  return { mediaType: d.mediaType!, digest: d.digest!, size: d.size!, ...(annotations ? { annotations } : {}) };
+}
+
+/**
+ * The layer holding the policy: the one with a Wasm media type, else the one whose title ends
+ * in .wasm (oras with an arbitrary type), else the only layer (unless it is a container image
+ * layer). Two candidates at the same step are refused: guessing could run the wrong module.
+ */
+export function wasmLayer(manifest: ImageManifest, where: string): Descriptor {
+  const describe = (layer: Descriptor) => `${layer.annotations?.[TITLE] ?? layer.digest} (${layer.mediaType})`;
+  const steps = [
+    manifest.layers.filter((layer) => WASM_LAYER_TYPES.has(layer.mediaType)),
+    manifest.layers.filter((layer) => layer.annotations?.[TITLE]?.toLowerCase().endsWith('.wasm')),
+    manifest.layers.length === 1 && !IMAGE_LAYER.test(manifest.layers[0]!.mediaType) ? manifest.layers : [],
+  ];
+  for (const found of steps) {
+    if (found.length === 1) return found[0]!;
+    if (found.length > 1) {
+      throw new RegistryError('SEVERAL_WASM_LAYERS', `${where} has ${found.length} Wasm layers: ${found.map(describe).join(', ')}; a policy artifact must hold exactly one (push each policy separately)`);
+    }
+  }
+  const seen = manifest.layers.length ? `its layers are ${manifest.layers.map(describe).join(', ')}` : 'it has no layers';
+  throw new RegistryError('NO_WASM_LAYER', `${where} holds no Wasm layer (${seen}); push the policy with \`portcullis push\` or \`oras push REF policy.wasm\``);
+}
+
+/** Both core modules and components start with "\0asm". */
+export function isWasm(bytes: Uint8Array): boolean {
+  return bytes.length >= 8 && bytes[0] === 0 && bytes[1] === 0x61 && bytes[2] === 0x73 && bytes[3] === 0x6d;
+}
+
+/**
+ * The manifest `portcullis push` writes. An OCI image manifest whose config has Kubewarden's
+ * media type (application/vnd.wasm.config.v1+json, holding `{}`) and one layer of media type
+ * application/vnd.wasm.content.layer.v1+wasm with an org.opencontainers.image.title:
+ * - Kubewarden's fetcher (oci-client) only accepts manifests whose every layer has that
+ *   media type, so the layer type is chosen for it; it does not look at the config's content.
+ * - `oras pull` writes out every layer that has a title, whatever its media type.
+ * - The config type already says what the artifact is, so no `artifactType` (the spec only
+ *   requires one with the empty config), and no creation timestamp: the same .wasm pushed
+ *   twice gives the same manifest digest.
+ */
+export function policyManifest(layer: { digest: string; size: number; title: string }, config: { digest: string; size: number }): Uint8Array {
+  const manifest = {
+    schemaVersion: 2,
+    mediaType: OCI_MANIFEST,
+    config: { mediaType: WASM_CONFIG, digest: config.digest, size: config.size },
+    layers: [{ mediaType: WASM_LAYER, digest: layer.digest, size: layer.size, annotations: { [TITLE]: layer.title } }],
+  };
+  return new TextEncoder().encode(JSON.stringify(manifest));
+}

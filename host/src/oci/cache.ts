@@ -1,0 +1,79 @@
+// The on-disk cache: blobs (manifests and layers) stored by digest under blobs/sha256/<hex>,
+// and index.json mapping "registry/repo:tag" to the manifest digest last seen for it. It is
+// what lets the host start when the registry is down. Every read is re-hashed, so a damaged
+// cache file is a miss, never a wrong policy.
+import { createHash, randomUUID } from 'node:crypto';
+import { mkdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
+import { dirname, join } from 'node:path';
+import { DIGEST } from './reference.ts';
+
+export class BlobCache {
+  readonly dir: string;
+  /** Serialises index updates within this process; across processes the last writer wins. */
+  #indexWrite: Promise<void> = Promise.resolve();
+
+  constructor(dir: string) {
+    this.dir = dir;
+  }
+
+  async getBlob(digest: string): Promise<Uint8Array | undefined> {
+    if (!DIGEST.test(digest)) return undefined;
+    try {
+      const bytes = new Uint8Array(await readFile(this.#blobPath(digest)));
+      return sha256Digest(bytes) === digest ? bytes : undefined;
+    } catch {
+      return undefined;
+    }
+  }
+
+  async putBlob(digest: string, bytes: Uint8Array): Promise<void> {
+    if (!DIGEST.test(digest) || sha256Digest(bytes) !== digest) throw new Error(`refusing to cache bytes under a digest they do not have (${digest})`);
+    await atomicWrite(this.#blobPath(digest), bytes);
+  }
+
+  async getTag(key: string): Promise<string | undefined> {
+    const digest = (await this.#readIndex())[key];
+    return typeof digest === 'string' && DIGEST.test(digest) ? digest : undefined;
+  }
+
+  setTag(key: string, digest: string): Promise<void> {
+    const write = this.#indexWrite.then(async () => {
+      const index = await this.#readIndex();
+      if (index[key] === digest) return;
+      index[key] = digest;
+      await atomicWrite(join(this.dir, 'index.json'), new TextEncoder().encode(`${JSON.stringify(index, null, 2)}\n`));
+    });
+    this.#indexWrite = write.catch(() => {});
+    return write;
+  }
+
+  async #readIndex(): Promise<Record<string, string>> {
+    try {
+      const index = JSON.parse(await readFile(join(this.dir, 'index.json'), 'utf8')) as unknown;
+      return index && typeof index === 'object' && !Array.isArray(index) ? (index as Record<string, string>) : {};
+    } catch {
+      return {};
+    }
+  }
+
+  #blobPath(digest: string): string {
+    return join(this.dir, 'blobs', 'sha256', digest.slice('sha256:'.length));
+  }
+}
+
+export function sha256Digest(bytes: Uint8Array): string {
+  return `sha256:${createHash('sha256').update(bytes).digest('hex')}`;
+}
+
+// Readers (other processes included) see the old file or the new one, never half of one.
+async function atomicWrite(path: string, bytes: Uint8Array): Promise<void> {
+  await mkdir(dirname(path), { recursive: true });
+  const temp = `${path}.${randomUUID()}.tmp`;
+  try {
+    await writeFile(temp, bytes);
+    await rename(temp, path);
+  } catch (error) {
+    await rm(temp, { force: true });
+    throw error;
+  }
+}

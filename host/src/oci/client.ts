@@ -1,0 +1,183 @@
+// The OCI Distribution API for one repository: manifests and blobs, read and written, with
+// the registry's auth dance (anonymous, Basic, or a Bearer token fetched from the realm its
+// challenge names). Status codes become RegistryErrors naming the registry, repository and
+// reference; what the bytes mean is for pull.ts and push.ts.
+import { basicAuthorization, parseChallenge, type CredentialLookup } from './auth.ts';
+import { RegistryError } from './errors.ts';
+import { apiHost } from './reference.ts';
+import { oneLine, Transport, type Exchange, type SendOptions } from './transport.ts';
+
+export interface ClientOptions {
+  registry: string;
+  repository: string;
+  /** Plain HTTP: only for registries the user listed as insecure. */
+  insecure: boolean;
+  /** Extra CA (PEM) to trust, e.g. a test registry's self-signed certificate. */
+  ca?: string;
+  credentials: CredentialLookup;
+  /** Token scope we ask for up front, so a push does not need a second token. */
+  actions: 'pull' | 'pull,push';
+}
+
+const MAX_SMALL = 4 * 1024 * 1024; // manifests, tokens, error bodies (distribution's own manifest cap)
+
+type Request = Omit<SendOptions, 'origin' | 'allowHttp' | 'authorization' | 'limit'> & { limit?: number };
+
+export class RegistryClient {
+  readonly registry: string;
+  readonly repository: string;
+  readonly #options: ClientOptions;
+  readonly #base: URL;
+  readonly #transport: Transport;
+  #authorization: string | undefined;
+
+  constructor(options: ClientOptions) {
+    this.registry = options.registry;
+    this.repository = options.repository;
+    this.#options = options;
+    this.#base = new URL(`${options.insecure ? 'http' : 'https'}://${apiHost(options.registry)}/`);
+    this.#transport = new Transport(options.ca);
+  }
+
+  close(): Promise<void> {
+    return this.#transport.close();
+  }
+
+  /** The manifest bytes exactly as stored (their sha256 is the manifest digest). */
+  async getManifest(reference: string, accept: readonly string[], what: string): Promise<{ bytes: Uint8Array; mediaType: string | undefined }> {
+    const response = await this.#send(this.#path('manifests', reference), { method: 'GET', headers: { accept: accept.join(', ') }, what });
+    if (response.status === 404) throw this.#notFound(response, `${what}: the registry has no such manifest (push it first, or check the tag or digest)`);
+    this.#expect(response, [200], what);
+    const type = response.headers['content-type'];
+    return { bytes: response.body, mediaType: typeof type === 'string' ? type.split(';')[0]!.trim() : undefined };
+  }
+
+  /** Blob bytes, at most `size` of them; checking their digest is the caller's job. */
+  async getBlob(digest: string, size: number, what: string): Promise<Uint8Array> {
+    const response = await this.#send(this.#path('blobs', digest), { method: 'GET', limit: size, what });
+    if (response.status === 404) throw this.#notFound(response, `${what}: blob ${digest} listed by the manifest is missing from the repository`);
+    this.#expect(response, [200], what);
+    return response.body;
+  }
+
+  async hasBlob(digest: string, what: string): Promise<boolean> {
+    const response = await this.#send(this.#path('blobs', digest), { method: 'HEAD', what });
+    if (response.status === 404) return false;
+    this.#expect(response, [200], what);
+    return true;
+  }
+
+  /** POST opens an upload session, one PUT closes it with the whole blob (a "monolithic" upload). */
+  async putBlob(digest: string, bytes: Uint8Array, what: string): Promise<void> {
+    const opened = await this.#send(this.#path('blobs', 'uploads/'), { method: 'POST', what });
+    this.#expect(opened, [202], what);
+    const location = opened.headers.location;
+    if (typeof location !== 'string') throw new RegistryError('REGISTRY_PROTOCOL', `${what}: ${this.registry} opened an upload without a Location`);
+    const url = new URL(location, opened.url);
+    url.searchParams.set('digest', digest);
+    const closed = await this.#send(url, {
+      method: 'PUT', what, body: bytes, headers: { 'content-type': 'application/octet-stream' },
+    });
+    this.#expect(closed, [201, 204], what);
+  }
+
+  /** Stores a manifest under `tag`; returns the digest the registry says it has. */
+  async putManifest(tag: string, bytes: Uint8Array, mediaType: string, what: string): Promise<string | undefined> {
+    const response = await this.#send(this.#path('manifests', tag), { method: 'PUT', what, body: bytes, headers: { 'content-type': mediaType } });
+    this.#expect(response, [201, 204], what);
+    const digest = response.headers['docker-content-digest'];
+    return typeof digest === 'string' ? digest : undefined;
+  }
+
+  #path(kind: 'manifests' | 'blobs', reference: string): URL {
+    return new URL(`/v2/${this.repository}/${kind}/${reference}`, this.#base);
+  }
+
+  // A 401 from the registry itself is answered once per request: a first contact, or an
+  // expired token. A second 401 means the credentials are not good enough.
+  async #send(url: URL, request: Request): Promise<Exchange> {
+    const options = (): SendOptions => ({
+      limit: MAX_SMALL, ...request, origin: this.#base.origin, allowHttp: this.#options.insecure,
+      ...(this.#authorization ? { authorization: this.#authorization } : {}),
+    });
+    const first = await this.#transport.send(url, options());
+    if (first.status !== 401 || first.url.origin !== this.#base.origin) return first;
+    const before = this.#authorization;
+    await this.#authenticate(first, request.what);
+    if (this.#authorization === before) return first;
+    return this.#transport.send(url, options());
+  }
+
+  async #authenticate(response: Exchange, what: string): Promise<void> {
+    const challenge = parseChallenge(response.headers['www-authenticate']);
+    const { credentials } = this.#options.credentials;
+    if (challenge?.scheme === 'basic') {
+      if (credentials) this.#authorization = basicAuthorization(credentials);
+      return;
+    }
+    const realm = challenge?.params.realm;
+    if (!realm) return;
+    let url: URL;
+    try {
+      url = new URL(realm);
+    } catch {
+      throw new RegistryError('REGISTRY_PROTOCOL', `${what}: ${this.registry} named a token realm that is not a URL: ${realm}`);
+    }
+    // The realm gets our password: only over TLS, unless the user accepted plain HTTP here.
+    if (url.protocol !== 'https:' && !(url.protocol === 'http:' && this.#options.insecure)) {
+      throw new RegistryError('REGISTRY_PROTOCOL', `${what}: ${this.registry} asks for a token from ${url.origin}, which is not https; refusing to send credentials there`);
+    }
+    if (challenge.params.service) url.searchParams.set('service', challenge.params.service);
+    const scopes = new Set([`repository:${this.repository}:${this.#options.actions}`, ...(challenge.params.scope?.split(' ').filter(Boolean) ?? [])]);
+    for (const scope of scopes) url.searchParams.append('scope', scope);
+    const answer = await this.#transport.send(url, {
+      method: 'GET', limit: MAX_SMALL, what: `${what} (token from ${url.host})`, origin: url.origin, allowHttp: this.#options.insecure,
+      ...(credentials ? { authorization: basicAuthorization(credentials) } : {}),
+    });
+    this.#expect(answer, [200], `${what} (token from ${url.host})`);
+    let token: unknown;
+    try {
+      const json = JSON.parse(Buffer.from(answer.body).toString('utf8')) as { token?: unknown; access_token?: unknown };
+      token = json.token ?? json.access_token;
+    } catch {
+      // reported below
+    }
+    if (typeof token !== 'string' || !token) throw new RegistryError('REGISTRY_PROTOCOL', `${what}: the token service ${url.host} answered without a token`);
+    this.#authorization = `Bearer ${token}`;
+  }
+
+  #expect(response: Exchange, statuses: number[], what: string): void {
+    if (statuses.includes(response.status)) return;
+    const detail = registryDetail(response);
+    const status = `HTTP ${response.status}${detail ? ` ${detail}` : ''}`;
+    if (response.status === 401 || response.status === 403) {
+      const { credentials, source, helpers } = this.#options.credentials;
+      const hint = credentials
+        ? `check the credentials for ${this.registry} in ${source}${response.status === 403 ? ` (they may not allow ${this.#options.actions} on ${this.repository})` : ''}`
+        : `no credentials for ${this.registry} in ${source}: add them there (docker login ${this.registry}, or an "auths" entry)${helpers ? '; credential helpers (credsStore/credHelpers) are not used' : ''}`;
+      throw new RegistryError('REGISTRY_UNAUTHORIZED', `${what}: ${response.url.host} refused access (${status}); ${hint}`);
+    }
+    if (response.status === 404) throw this.#notFound(response, `${what}: not found`);
+    if (response.status === 429 || response.status >= 500) {
+      throw new RegistryError('REGISTRY_UNAVAILABLE', `${what}: ${response.url.host} is not serving requests (${status}); try again later`);
+    }
+    throw new RegistryError('REGISTRY_PROTOCOL', `${what}: unexpected answer from ${response.url.host} (${status})`);
+  }
+
+  #notFound(response: Exchange, message: string): RegistryError {
+    const detail = registryDetail(response);
+    return new RegistryError('REGISTRY_NOT_FOUND', `${message} (HTTP 404${detail ? ` ${detail}` : ''})`);
+  }
+}
+
+/** The registry's own words from an error body: `{"errors":[{"code":…,"message":…}]}`. */
+function registryDetail(response: Exchange): string {
+  try {
+    const json = JSON.parse(Buffer.from(response.body).toString('utf8')) as { errors?: { code?: unknown; message?: unknown }[] };
+    const first = json.errors?.[0];
+    if (!first) return '';
+    return oneLine(`${String(first.code ?? '')}: ${String(first.message ?? '')}`).slice(0, 200);
+  } catch {
+    return '';
+  }
+}

@@ -1,0 +1,73 @@
+// Where the OCI client's settings come from: the configuration's `registries` (or CLI flags),
+// then environment fallbacks for commands that have no configuration file (`portcullis run`):
+//   PORTCULLIS_INSECURE_REGISTRIES  comma-separated host[:port] allowed over plain HTTP
+//   PORTCULLIS_REGISTRY_CA          a PEM file of an extra CA to trust (private registries, tests)
+//   DOCKER_CONFIG                   directory of config.json, as for docker itself
+import { readFile } from 'node:fs/promises';
+import { homedir } from 'node:os';
+import { join } from 'node:path';
+import { errorMessage } from '../errors.ts';
+import type { RegistryOptions } from '../policy/source.ts';
+import { cacheDir } from '../sandbox/prepare.ts';
+import { lookupCredentials } from './auth.ts';
+import { RegistryClient } from './client.ts';
+import { RegistryError } from './errors.ts';
+import type { OciReference } from './reference.ts';
+
+/** RegistryOptions plus what only this module and its tests need. */
+export type OciOptions = RegistryOptions & {
+  /** Extra CA (PEM text) to trust besides the usual roots. */
+  ca?: string;
+};
+
+export interface OciSettings {
+  insecure: string[];
+  dockerConfig: string;
+  /** A config named by the user must exist; the default one may be absent (anonymous). */
+  dockerConfigExplicit: boolean;
+  cacheDir: string;
+  ca: string | undefined;
+  log: NonNullable<RegistryOptions['log']>;
+}
+
+export async function resolveOptions(options: OciOptions, env: NodeJS.ProcessEnv = process.env): Promise<OciSettings> {
+  const fromEnv = (env.PORTCULLIS_INSECURE_REGISTRIES ?? '').split(',');
+  const caFile = env.PORTCULLIS_REGISTRY_CA;
+  let ca = options.ca;
+  if (!ca && caFile) {
+    try {
+      ca = await readFile(caFile, 'utf8');
+    } catch (error) {
+      throw new RegistryError('REGISTRY_TLS', `cannot read PORTCULLIS_REGISTRY_CA ${caFile}: ${errorMessage(error)}`);
+    }
+  }
+  return {
+    insecure: [...options.insecure, ...fromEnv].map(normaliseHost).filter(Boolean),
+    dockerConfig: options.dockerConfig ?? join(env.DOCKER_CONFIG ?? join(homedir(), '.docker'), 'config.json'),
+    dockerConfigExplicit: options.dockerConfig !== undefined,
+    cacheDir: options.cacheDir ?? join(cacheDir(), 'oci'),
+    ca,
+    log: options.log ?? ((level, message) => {
+      // Without a logger (portcullis run), a fallback to the cache must still be visible.
+      if (level === 'warn') process.stderr.write(`portcullis: warning: ${message}\n`);
+    }),
+  };
+}
+
+/** "host:port" matches itself; a bare "host" in the list matches that host on any port. */
+export function isInsecure(settings: OciSettings, registry: string): boolean {
+  const host = registry.replace(/:\d+$/, '');
+  return settings.insecure.some((entry) => entry === registry || entry === host);
+}
+
+export async function openClient(ref: OciReference, settings: OciSettings, actions: 'pull' | 'pull,push'): Promise<RegistryClient> {
+  const credentials = await lookupCredentials(settings.dockerConfig, ref.registry, settings.dockerConfigExplicit);
+  return new RegistryClient({
+    registry: ref.registry, repository: ref.repository, insecure: isInsecure(settings, ref.registry), credentials, actions,
+    ...(settings.ca ? { ca: settings.ca } : {}),
+  });
+}
+
+function normaliseHost(entry: string): string {
+  return entry.trim().toLowerCase().replace(/^[a-z]+:\/\//, '').replace(/\/.*$/, '');
+}
