@@ -1,11 +1,11 @@
 // Turns the bytes of a policy into a SandboxSpec: tells component from core module, refuses
 // imports the host does not grant, caps every linear memory, compiles the core modules once
-// (workers receive the compiled modules), and for components caches jco's transpiled glue on
-// disk by content hash so a restart does not transpile again.
-import { createHash } from 'node:crypto';
-import { mkdir, readdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
+// (workers receive the compiled modules), and for components caches jco's output on disk by
+// content hash so a restart does not transpile again.
+import { createHash, randomUUID } from 'node:crypto';
+import { mkdir, readFile, rename, writeFile } from 'node:fs/promises';
 import { homedir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { moduleKind, type ModuleKind } from '../policy/module-kind.ts';
 import { capMemory } from './memory-cap.ts';
@@ -61,12 +61,30 @@ export async function prepareSandbox(
   return { ...base, modules, glue: transpiled.glue };
 }
 
-async function compile(bytes: Uint8Array): Promise<WebAssembly.Module> {
-  try {
-    return await WebAssembly.compile(bytes as Uint8Array<ArrayBuffer>);
-  } catch (error) {
-    throw new PrepareError(`invalid WebAssembly: ${error instanceof Error ? error.message : String(error)}`);
+// Every TypeScript policy carries the same QuickJS runtime (a 1.3 MB core module) and the
+// same jco glue. Compiled modules are shared by content: V8 then keeps one copy of the
+// machine code for all policies, in the main thread and in every worker it is posted to.
+const compiled = new Map<string, WeakRef<WebAssembly.Module>>();
+const compiling = new Map<string, Promise<WebAssembly.Module>>();
+
+async function compile(bytes: Uint8Array<ArrayBuffer>): Promise<WebAssembly.Module> {
+  const hash = sha256(bytes);
+  const known = compiled.get(hash)?.deref();
+  if (known) return known;
+  let pending = compiling.get(hash);
+  if (!pending) {
+    pending = WebAssembly.compile(bytes).then(
+      (module) => {
+        compiled.set(hash, new WeakRef(module));
+        return module;
+      },
+      (error: unknown) => {
+        throw new PrepareError(`invalid WebAssembly: ${error instanceof Error ? error.message : String(error)}`);
+      },
+    ).finally(() => compiling.delete(hash));
+    compiling.set(hash, pending);
   }
+  return pending;
 }
 
 function checkCoreImports(module: WebAssembly.Module): void {
@@ -88,13 +106,30 @@ interface Transpiled {
   cores: Record<string, Uint8Array>;
 }
 
-async function transpileCached(bytes: Uint8Array, digest: string): Promise<Transpiled> {
-  const dir = join(cacheDir(), 'transpiled', digest);
-  try {
-    return await readTranspiled(dir);
-  } catch {
-    // not cached yet (or a partial entry): transpile below
+/** What one component transpiled to: jco's file names mapped to content hashes in the cache. */
+interface TranspiledIndex {
+  glue: string;
+  cores: Record<string, string>;
+}
+
+const transpiling = new Map<string, Promise<Transpiled>>();
+
+/**
+ * jco's output, cached on disk by content: `cores/<sha256>.wasm`, `glue/<sha256>.mjs` (one
+ * shared ES module for all policies built by the same toolchain) and `<digest>.json` naming
+ * them. Files are written under a temporary name and renamed, so concurrent loads, in this
+ * process or another, never see half a file; identical content makes the last rename harmless.
+ */
+function transpileCached(bytes: Uint8Array, digest: string): Promise<Transpiled> {
+  let pending = transpiling.get(digest);
+  if (!pending) {
+    pending = readTranspiled(digest).catch(() => transpileAndStore(bytes, digest)).finally(() => transpiling.delete(digest));
+    transpiling.set(digest, pending);
   }
+  return pending;
+}
+
+async function transpileAndStore(bytes: Uint8Array, digest: string): Promise<Transpiled> {
   const { transpile } = await import('@bytecodealliance/jco');
   let out;
   try {
@@ -109,21 +144,44 @@ async function transpileCached(bytes: Uint8Array, digest: string): Promise<Trans
       '(no files, network, clock, random or environment); build it with `portcullis build`, which stubs WASI out',
     );
   }
-  const tmp = `${dir}.tmp-${process.pid}-${Date.now()}`;
-  await mkdir(tmp, { recursive: true });
+  const root = join(cacheDir(), 'transpiled');
+  const index: TranspiledIndex = { glue: '', cores: {} };
   for (const [name, content] of Object.entries(out.files as Record<string, Uint8Array>)) {
     if (name.includes('/') || name.endsWith('.d.ts')) continue;
-    await writeFile(join(tmp, name.endsWith('.js') ? 'policy.mjs' : name), content);
+    const hash = sha256(content);
+    if (name.endsWith('.js')) {
+      index.glue = hash;
+      await writeOnce(join(root, 'glue', `${hash}.mjs`), content);
+    } else {
+      index.cores[name] = hash;
+      await writeOnce(join(root, 'cores', `${hash}.wasm`), content);
+    }
   }
-  await rm(dir, { recursive: true, force: true });
-  await rename(tmp, dir).catch(async () => rm(tmp, { recursive: true, force: true }));
-  return readTranspiled(dir);
+  await writeOnce(join(root, `${digest}.json`), Buffer.from(JSON.stringify(index)));
+  return readTranspiled(digest);
 }
 
-async function readTranspiled(dir: string): Promise<Transpiled> {
+/** Writes content-addressed data unless an intact copy is already there. */
+async function writeOnce(path: string, content: Uint8Array): Promise<void> {
+  const existing = await readFile(path).catch(() => undefined);
+  if (existing && sha256(existing) === sha256(content)) return;
+  await mkdir(dirname(path), { recursive: true });
+  const tmp = `${path}.tmp-${process.pid}-${randomUUID()}`;
+  await writeFile(tmp, content);
+  await rename(tmp, path);
+}
+
+async function readTranspiled(digest: string): Promise<Transpiled> {
+  const root = join(cacheDir(), 'transpiled');
+  const index = JSON.parse(await readFile(join(root, `${digest}.json`), 'utf8')) as TranspiledIndex;
   const cores: Record<string, Uint8Array> = {};
-  for (const name of await readdir(dir)) if (name.endsWith('.wasm')) cores[name] = new Uint8Array(await readFile(join(dir, name)));
-  if (Object.keys(cores).length === 0) throw new Error('empty cache entry');
-  await readFile(join(dir, 'policy.mjs'));
-  return { glue: pathToFileURL(join(dir, 'policy.mjs')).href, cores };
+  for (const [name, hash] of Object.entries(index.cores)) {
+    const content = new Uint8Array(await readFile(join(root, 'cores', `${hash}.wasm`)));
+    // A damaged cache entry is transpiled again rather than trusted.
+    if (sha256(content) !== hash) throw new Error(`cache entry ${hash} is damaged`);
+    cores[name] = content;
+  }
+  const gluePath = join(root, 'glue', `${index.glue}.mjs`);
+  if (sha256(await readFile(gluePath)) !== index.glue) throw new Error(`cache entry ${index.glue} is damaged`);
+  return { glue: pathToFileURL(gluePath).href, cores };
 }
