@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # What the test suites need from outside npm: Debian's docker-registry (the CNCF distribution
 # registry) for the OCI tests, and etcd + kubectl + a kube-apiserver for the end-to-end tests
-# (the apiserver is built once from Debian's source package by ../shared/tools and cached).
+# (the apiserver is built once from Debian's source package by scripts/kube-apiserver.sh).
 set -euo pipefail
 missing=()
 command -v docker-registry >/dev/null || missing+=(docker-registry)
@@ -19,10 +19,9 @@ if ((${#missing[@]})); then
   apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 here=$(cd "$(dirname "$0")/.." && pwd)
-tools=$here/../shared/tools
-if [[ -x $tools/kube-apiserver.sh ]]; then
-  "$tools/kube-apiserver.sh" >/dev/null
-else
-  echo "test-deps: $tools/kube-apiserver.sh not found; the end-to-end tests need ../shared/tools beside the checkout" >&2
+if [[ ! -x $here/../shared/tools/local-apiserver.sh ]]; then
+  echo "test-deps: ../shared/tools/local-apiserver.sh not found; the end-to-end tests need ../shared/tools beside the checkout" >&2
   exit 1
 fi
+# Our own apiserver build (see the script for why not the shared one): ~5 min once, then cached.
+"$here/scripts/kube-apiserver.sh" >/dev/null

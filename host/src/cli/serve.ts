@@ -3,7 +3,9 @@ import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { loadConfigFile } from '../config/load.ts';
 import type { Config, TlsConfig } from '../config/types.ts';
+import { errorMessage } from '../errors.ts';
 import { PortcullisServer } from '../server/app.ts';
+import type { WebhookManager } from '../webhooks/manager.ts';
 import { UsageError } from './usage.ts';
 
 /** The example policies shipped in the repository (and the image). */
@@ -14,10 +16,27 @@ export default async function serve(args: string[]): Promise<number> {
   const config = applyFlags(await loadConfigFile(values.config ?? BUILTIN_CONFIG), values);
   const server = await PortcullisServer.start({ config });
   if (!values.config) server.log.info('serving the built-in example policies', { config: BUILTIN_CONFIG });
+  let manager: WebhookManager | undefined;
+  if (config.webhooks.managed) {
+    try {
+      // Imported only when management is on: the Kubernetes client costs ~1 s and ~80 MiB.
+      const { startWebhookManager } = await import('../webhooks/manager.ts');
+      manager = startWebhookManager(server);
+    } catch (error) {
+      await server.stop();
+      throw error;
+    }
+  }
   await new Promise<void>((resolve) => {
     const shutdown = (signal: string) => {
       server.log.info('shutting down', { signal });
-      server.stop().then(resolve, resolve);
+      // Webhooks go first, while the server still answers: the apiserver keeps calling a
+      // webhook until its removal lands, and with Fail an unanswered call denies the request.
+      // The Lease is released last, so a replica taking over finds the cleanup done.
+      (manager ? manager.stop() : Promise.resolve())
+        .catch((error: unknown) => server.log.error('webhook management did not stop cleanly', { message: errorMessage(error) }))
+        .then(() => server.stop())
+        .then(resolve, resolve);
     };
     process.once('SIGTERM', () => shutdown('SIGTERM'));
     process.once('SIGINT', () => shutdown('SIGINT'));

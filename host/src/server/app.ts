@@ -7,7 +7,7 @@ import type { AddressInfo } from 'node:net';
 import type { Server as HttpsServer } from 'node:https';
 import { loadConfigFile } from '../config/load.ts';
 import type { Config } from '../config/types.ts';
-import { errorMessage } from '../errors.ts';
+import { ConfigError, errorMessage } from '../errors.ts';
 import { loadPolicySet, PolicyRegistry, PolicySet } from '../policy/policy-set.ts';
 import { configureRegistries } from '../policy/source.ts';
 import { SandboxPool } from '../sandbox/pool.ts';
@@ -73,7 +73,13 @@ export class PortcullisServer {
     }
     configureRegistries({ ...config.registries, log: (level, message, fields) => log[level](message, fields) });
     const server = new PortcullisServer(config, log, tls, options.namespaceLabels);
-    await server.#listen();
+    try {
+      await server.#listen();
+    } catch (error) {
+      // Without this the sandbox workers would keep the process alive after a failed start.
+      await server.pool.close();
+      throw new ConfigError(`cannot listen on ${config.server.host}:${config.server.port}: ${errorMessage(error)}`);
+    }
     // Alive (healthz) while loading; ready (readyz) once every policy has been tried.
     const set = await loadPolicySet(server.pool, config);
     server.registry.swap(set);

@@ -1,0 +1,434 @@
+// Keeps the cluster's ValidatingWebhookConfiguration and MutatingWebhookConfiguration in step
+// with the served policies: on becoming the leader, on every reload, on certificate rotation
+// and periodically (to undo drift such as a deleted configuration). Only objects labelled as
+// ours are modified; a failed API call is retried with backoff and never touches serving.
+import type {
+  AdmissionregistrationV1Api,
+  V1MutatingWebhookConfiguration,
+  V1ValidatingWebhookConfiguration,
+} from '@kubernetes/client-node';
+import type { WebhooksConfig } from '../config/types.ts';
+import { errorMessage } from '../errors.ts';
+import type { Logger } from '../server/log.ts';
+import type { PortcullisServer } from '../server/app.ts';
+import {
+  buildConfigurations,
+  checkManagedName,
+  excludedNamespaces,
+  hostNamespace,
+  MANAGED_BY_LABEL,
+  MANAGED_BY_VALUE,
+  persistentOnly,
+  type DesiredConfigurations,
+  type ManagedPolicy,
+} from './build.ts';
+import {
+  callOptions,
+  createKubeClients,
+  ForeignObjectError,
+  KubeApiError,
+  kubeCall,
+  mergePatchOptions,
+  statusOf,
+  type KubeClients,
+  type Resource,
+} from './kube.ts';
+import { LeaderElector } from './lease.ts';
+
+export interface WebhookManagerOptions {
+  clients: KubeClients;
+  log: Logger;
+  /** The current webhooks section (it follows reloads; `managed` and `namespace` are fixed at start). */
+  webhooks: () => WebhooksConfig;
+  policies: () => readonly ManagedPolicy[];
+  /** PEM the apiserver should trust for our serving certificate; absent without TLS. */
+  caBundle?: string;
+  identity?: string;
+  env?: NodeJS.ProcessEnv;
+  /** Re-apply this often while leading (undoes manual edits and deletions). Default 60 s. */
+  resyncMs?: number;
+  /** Deadline of one API request. Default 10 s. */
+  requestTimeoutMs?: number;
+  /** How long a rotated-out CA stays in caBundle beside the new one. Default 5 min. */
+  caOverlapMs?: number;
+  /** How long certificate rotation waits for the new CA to be published. Default 30 s. */
+  caPublishTimeoutMs?: number;
+}
+
+type Kind = 'ValidatingWebhookConfiguration' | 'MutatingWebhookConfiguration';
+type Result = 'created' | 'updated' | 'unchanged' | 'deleted' | 'absent';
+type AnyConfiguration = V1ValidatingWebhookConfiguration | V1MutatingWebhookConfiguration;
+
+const MAX_BACKOFF_MS = 60_000;
+
+export class WebhookManager {
+  readonly name: string;
+  /** The host's namespace: holds the Lease, and is excluded from every webhook. */
+  readonly namespace: string;
+  readonly #o: WebhookManagerOptions;
+  readonly #log: Logger;
+  readonly #elector: LeaderElector | undefined;
+  readonly #timeoutMs: number;
+  #ca: { current?: string; previous?: string; overlapUntil: number };
+  #stopping = false;
+  #started = false;
+  #pending = false;
+  #running: Promise<void> | undefined;
+  #backoffMs = 0;
+  #retryTimer: NodeJS.Timeout | undefined;
+  #resyncTimer: NodeJS.Timeout | undefined;
+  #overlapTimer: NodeJS.Timeout | undefined;
+  #warnedName = false;
+
+  constructor(options: WebhookManagerOptions) {
+    const webhooks = options.webhooks();
+    if (!webhooks.managed) throw new TypeError('webhook management is off (webhooks.managed is not set)');
+    checkManagedName(webhooks.managed);
+    this.#o = options;
+    this.#log = options.log;
+    this.name = webhooks.managed;
+    this.namespace = hostNamespace(webhooks, options.env);
+    this.#timeoutMs = options.requestTimeoutMs ?? 10_000;
+    this.#ca = { ...(options.caBundle ? { current: options.caBundle } : {}), overlapUntil: 0 };
+    this.#elector = webhooks.leaderElection
+      ? new LeaderElector({
+        api: options.clients.coordination, server: options.clients.server, name: this.name, namespace: this.namespace,
+        ...(options.identity ? { identity: options.identity } : {}), leaseDurationSeconds: webhooks.leaseDurationSeconds, log: options.log,
+        onStartedLeading: () => this.#onLeading(),
+        onStoppedLeading: () => this.#onDeposed(),
+      })
+      : undefined;
+  }
+
+  get identity(): string | undefined {
+    return this.#elector?.identity;
+  }
+
+  /** Whether this replica may write configurations now. */
+  get isLeader(): boolean {
+    return this.#elector ? this.#elector.isLeader : this.#started;
+  }
+
+  /** Returns at once: the apiserver may be unreachable for a while, serving must not wait. */
+  start(): void {
+    if (this.#started) return;
+    this.#started = true;
+    const webhooks = this.#o.webhooks();
+    this.#log.info('managing webhook configurations', {
+      name: this.name, mode: webhooks.singleWebhook ? 'single webhook' : 'one webhook per policy', apiserver: this.#o.clients.server,
+      excludeNamespaces: this.#excluded(webhooks), leaderElection: Boolean(this.#elector), lease: this.#elector ? `${this.namespace}/${this.name}` : null,
+    });
+    if (!this.#ca.current) this.#log.warn('serving without TLS: the apiserver only calls HTTPS webhooks, so the managed webhooks cannot reach this host');
+    if (this.#elector) this.#elector.start();
+    else this.#onLeading();
+  }
+
+  /** Re-apply soon (coalesced with any sync already running); used on reload. */
+  requestSync(reason: string): void {
+    if (this.#stopping || !this.isLeader) return;
+    const managed = this.#o.webhooks().managed;
+    if (managed !== this.name && !this.#warnedName) {
+      this.#warnedName = true;
+      this.#log.warn('webhooks.managed changed in the configuration; it takes effect on restart', { current: this.name, configured: managed ?? null });
+    }
+    this.#log.debug('webhook configurations: sync requested', { reason });
+    this.#pending = true;
+    this.#kick();
+  }
+
+  #kick(): void {
+    if (this.#running) return;
+    // A request that arrives while the last round is finishing is picked up here, not lost.
+    this.#running = this.#drain().finally(() => {
+      this.#running = undefined;
+      if (this.#pending && !this.#stopping && this.isLeader) this.#kick();
+    });
+  }
+
+  /** Applies the desired configurations once, now; throws what failed. For tests and rotation. */
+  async syncNow(): Promise<void> {
+    await this.#running;
+    await this.#apply(this.#desired(false));
+  }
+
+  /**
+   * Called with a new serving CA before the server presents a certificate it signs. The leader
+   * publishes caBundle = new + previous CA (so connections and apiserver caches on either side
+   * of the switch verify) and returns once the apiserver has it; a follower waits until it
+   * sees the leader's update. Gives up after caPublishTimeoutMs: holding on to a certificate
+   * that is being replaced (perhaps because it expires) is not safer.
+   */
+  async publishCa(pem: string): Promise<void> {
+    if (pem === this.#ca.current) return;
+    const overlapMs = this.#o.caOverlapMs ?? 5 * 60_000;
+    this.#ca = { current: pem, ...(this.#ca.current ? { previous: this.#ca.current } : {}), overlapUntil: Date.now() + overlapMs };
+    clearTimeout(this.#overlapTimer);
+    this.#overlapTimer = setTimeout(() => this.requestSync('CA overlap ended'), overlapMs + 100);
+    this.#overlapTimer.unref();
+    const deadline = Date.now() + (this.#o.caPublishTimeoutMs ?? 30_000);
+    let delay = 250;
+    let lastError = '';
+    while (Date.now() < deadline && !this.#stopping) {
+      try {
+        if (this.isLeader) {
+          await this.syncNow();
+          this.#log.info('webhook configurations: published the new serving CA', { name: this.name });
+          return;
+        }
+        if (await this.#published(pem)) return;
+        lastError = 'the leader has not published it yet';
+      } catch (error) {
+        lastError = errorMessage(error);
+      }
+      await sleep(Math.min(delay, Math.max(0, deadline - Date.now())));
+      delay = Math.min(delay * 2, 5_000);
+    }
+    this.#log.error('webhook configurations: the new serving CA could not be published in time; the apiserver may reject the new certificate until it is', { name: this.name, message: lastError });
+  }
+
+  /**
+   * On graceful exit: as the leader, remove the webhooks of non-persistent policies (and delete
+   * a configuration left empty), then release the Lease so another replica takes over at once.
+   */
+  async stop({ timeoutMs = 10_000 }: { timeoutMs?: number } = {}): Promise<void> {
+    if (this.#stopping) return;
+    this.#stopping = true;
+    for (const timer of [this.#retryTimer, this.#resyncTimer, this.#overlapTimer]) clearTimeout(timer);
+    await this.#running;
+    await this.#elector?.halt();
+    if (this.isLeader) {
+      const deadline = Date.now() + timeoutMs;
+      for (let delay = 250; ; delay = Math.min(delay * 2, 2_000)) {
+        try {
+          const results = await this.#apply(this.#desired(true));
+          this.#log.info('webhook configurations: removed the webhooks of non-persistent policies', { name: this.name, validating: results[0], mutating: results[1] });
+          break;
+        } catch (error) {
+          // Shutdown has a grace period: retry only what can clear up within it.
+          const transient = error instanceof KubeApiError && error.transient;
+          if (!transient || Date.now() + delay > deadline) {
+            this.#log.error('webhook configurations: could not remove the webhooks on exit; remove them by hand if the host is not coming back', { name: this.name, message: errorMessage(error) });
+            break;
+          }
+          await sleep(delay);
+        }
+      }
+    }
+    await this.#elector?.release();
+    this.#started = false;
+  }
+
+  #onLeading(): void {
+    if (this.#stopping) return;
+    this.#backoffMs = 0;
+    this.requestSync('became leader');
+    void this.#checkVersion();
+    const resyncMs = this.#o.resyncMs ?? 60_000;
+    clearInterval(this.#resyncTimer);
+    this.#resyncTimer = setInterval(() => this.requestSync('resync'), resyncMs);
+    this.#resyncTimer.unref();
+  }
+
+  #onDeposed(): void {
+    clearInterval(this.#resyncTimer);
+    clearTimeout(this.#retryTimer);
+    this.#pending = false;
+  }
+
+  async #drain(): Promise<void> {
+    while (this.#pending && !this.#stopping && this.isLeader) {
+      this.#pending = false;
+      clearTimeout(this.#retryTimer);
+      try {
+        await this.#apply(this.#desired(false));
+        this.#backoffMs = 0;
+      } catch (error) {
+        const retryable = error instanceof KubeApiError ? error.retryable : false;
+        this.#log.error('webhook configurations: sync failed', {
+          name: this.name, message: errorMessage(error),
+          ...(retryable ? { retryInSeconds: Math.round(this.#nextBackoff() / 1000) } : { retry: 'on the next reload or resync' }),
+        });
+        if (retryable) {
+          this.#retryTimer = setTimeout(() => this.requestSync('retry'), this.#backoffMs);
+          this.#retryTimer.unref();
+        }
+      }
+    }
+  }
+
+  #nextBackoff(): number {
+    this.#backoffMs = this.#backoffMs === 0 ? 1_000 : Math.min(this.#backoffMs * 2, MAX_BACKOFF_MS);
+    return this.#backoffMs;
+  }
+
+  #excluded(webhooks: WebhooksConfig): string[] {
+    // The Lease's namespace stays excluded even if a reload names another one.
+    return [...new Set([this.namespace, ...excludedNamespaces(webhooks, this.#o.env)])].sort();
+  }
+
+  #caBundle(): string | undefined {
+    const { current, previous, overlapUntil } = this.#ca;
+    if (!current) return undefined;
+    return previous && Date.now() < overlapUntil ? `${current.trim()}\n${previous.trim()}\n` : current;
+  }
+
+  #desired(final: boolean): DesiredConfigurations {
+    const webhooks = this.#o.webhooks();
+    const policies = final ? persistentOnly(this.#o.policies()) : this.#o.policies();
+    const ca = this.#caBundle();
+    return buildConfigurations({ name: this.name, policies, webhooks, ...(ca ? { caBundle: ca } : {}), excludeNamespaces: this.#excluded(webhooks) });
+  }
+
+  async #apply(desired: DesiredConfigurations): Promise<[Result, Result]> {
+    // Both kinds are attempted even if one fails (a foreign validating configuration must not
+    // keep the mutating one stale); the first failure is rethrown.
+    const outcomes = await Promise.allSettled([
+      this.#applyOne('ValidatingWebhookConfiguration', desired.validating),
+      this.#applyOne('MutatingWebhookConfiguration', desired.mutating),
+    ]);
+    const failed = outcomes.find((o): o is PromiseRejectedResult => o.status === 'rejected');
+    if (failed) throw failed.reason;
+    return outcomes.map((o) => (o as PromiseFulfilledResult<Result>).value) as [Result, Result];
+  }
+
+  async #applyOne(kind: Kind, desired: AnyConfiguration): Promise<Result> {
+    // A conflict means someone wrote between our read and write: read again, a few times.
+    for (let attempt = 1; ; attempt++) {
+      try {
+        const result = await this.#applyOnce(kind, desired);
+        const fields = { kind, name: this.name, webhooks: (desired.webhooks ?? []).map((w) => w.name) };
+        if (result === 'unchanged' || result === 'absent') this.#log.debug(`webhook configuration ${result}`, fields);
+        else this.#log.info(`webhook configuration ${result}`, fields);
+        return result;
+      } catch (error) {
+        if (statusOf(error) !== 409 || attempt >= 3) throw error;
+      }
+    }
+  }
+
+  async #applyOnce(kind: Kind, desired: AnyConfiguration): Promise<Result> {
+    const ops = this.#operations(kind);
+    if (!this.isLeader) throw new KubeApiError({ verb: 'patch', resource: ops.resource, name: this.name }, undefined, 'not the leader any more; leaving the configurations to the new leader', false);
+    let current: AnyConfiguration | undefined;
+    try {
+      current = await ops.get();
+    } catch (error) {
+      if (statusOf(error) !== 404) throw error;
+    }
+    if (current && current.metadata?.labels?.[MANAGED_BY_LABEL] !== MANAGED_BY_VALUE) throw new ForeignObjectError(kind, this.name, `${MANAGED_BY_LABEL}=${MANAGED_BY_VALUE}`);
+    const resourceVersion = current?.metadata?.resourceVersion ?? '';
+    // An empty configuration is pointless and, for a reader, misleading: none means none.
+    if ((desired.webhooks ?? []).length === 0) {
+      if (!current) return 'absent';
+      await ops.delete(resourceVersion);
+      return 'deleted';
+    }
+    if (!current) {
+      await ops.create(desired);
+      return 'created';
+    }
+    // A merge patch replaces the webhooks list as a whole, which is what removes the webhooks
+    // of deleted policies; the resourceVersion makes it fail (409) if the object changed since
+    // we checked that it is ours.
+    const patched = await ops.patch({ metadata: { resourceVersion, labels: { [MANAGED_BY_LABEL]: MANAGED_BY_VALUE } }, webhooks: desired.webhooks });
+    return patched.metadata?.resourceVersion === resourceVersion ? 'unchanged' : 'updated';
+  }
+
+  #operations(kind: Kind) {
+    const api: AdmissionregistrationV1Api = this.#o.clients.admission;
+    const { server } = this.#o.clients;
+    const name = this.name;
+    const validating = kind === 'ValidatingWebhookConfiguration';
+    const resource: Resource = validating ? 'validatingwebhookconfigurations' : 'mutatingwebhookconfigurations';
+    const options = callOptions(this.#timeoutMs);
+    const patchOptions = mergePatchOptions(this.#timeoutMs);
+    const op = (verb: 'get' | 'create' | 'patch' | 'delete') => ({ verb, resource, name });
+    const preconditions = (resourceVersion: string) => ({ preconditions: { resourceVersion } });
+    return {
+      resource,
+      get: (): Promise<AnyConfiguration> => kubeCall(op('get'), server, () => (validating ? api.readValidatingWebhookConfiguration({ name }, options) : api.readMutatingWebhookConfiguration({ name }, options))),
+      create: (body: AnyConfiguration): Promise<AnyConfiguration> => kubeCall(op('create'), server, () => (validating
+        ? api.createValidatingWebhookConfiguration({ body: body as V1ValidatingWebhookConfiguration }, options)
+        : api.createMutatingWebhookConfiguration({ body: body as V1MutatingWebhookConfiguration }, options))),
+      patch: (body: object): Promise<AnyConfiguration> => kubeCall(op('patch'), server, () => (validating
+        ? api.patchValidatingWebhookConfiguration({ name, body }, patchOptions)
+        : api.patchMutatingWebhookConfiguration({ name, body }, patchOptions))),
+      delete: (resourceVersion: string): Promise<unknown> => kubeCall(op('delete'), server, () => (validating
+        ? api.deleteValidatingWebhookConfiguration({ name, body: preconditions(resourceVersion) }, options)
+        : api.deleteMutatingWebhookConfiguration({ name, body: preconditions(resourceVersion) }, options))),
+    };
+  }
+
+  /** Whether every existing managed webhook already trusts `pem` (a follower's view of rotation). */
+  async #published(pem: string): Promise<boolean> {
+    for (const kind of ['ValidatingWebhookConfiguration', 'MutatingWebhookConfiguration'] as const) {
+      let current: AnyConfiguration;
+      try {
+        current = await this.#operations(kind).get();
+      } catch (error) {
+        if (statusOf(error) === 404) continue;
+        throw error;
+      }
+      for (const hook of current.webhooks ?? []) {
+        const bundle = hook.clientConfig.caBundle ? Buffer.from(hook.clientConfig.caBundle, 'base64').toString('utf8') : '';
+        if (!bundle.includes(pem.trim())) return false;
+      }
+    }
+    return true;
+  }
+
+  /**
+   * Before 1.21 namespaces do not carry kubernetes.io/metadata.name, so the NotIn exclusion
+   * excludes nothing until someone labels them: say so once, where an operator looks.
+   */
+  async #checkVersion(): Promise<void> {
+    try {
+      const info = await this.#o.clients.version.getCode(callOptions(this.#timeoutMs));
+      const major = Number.parseInt(info.major, 10);
+      const minor = Number.parseInt(info.minor, 10);
+      if (major === 1 && minor < 21) {
+        this.#log.warn('Kubernetes before 1.21 does not label namespaces with kubernetes.io/metadata.name: label the excluded namespaces yourself (or with portcullis.dev/ignore=true), or the managed webhooks cover them too', {
+          version: info.gitVersion, excludeNamespaces: this.#excluded(this.#o.webhooks()),
+        });
+      }
+    } catch {
+      // Only advice; the version endpoint being unreachable is reported by the sync itself.
+    }
+  }
+}
+
+export interface AttachOptions {
+  clients?: KubeClients;
+  kubeconfig?: string;
+  identity?: string;
+  env?: NodeJS.ProcessEnv;
+  resyncMs?: number;
+}
+
+/**
+ * Starts managing webhooks for a running server: follows its reloads and certificate
+ * rotations. Throws only for a configuration that can never work (bad name, no credentials).
+ */
+export function startWebhookManager(server: PortcullisServer, options: AttachOptions = {}): WebhookManager {
+  // A name the apiserver would refuse is the more basic mistake: report it before credentials.
+  if (server.config.webhooks.managed) checkManagedName(server.config.webhooks.managed);
+  const clients = options.clients ?? createKubeClients(options.kubeconfig);
+  const manager = new WebhookManager({
+    clients,
+    log: server.log,
+    webhooks: () => server.config.webhooks,
+    policies: () => server.registry.current.entries,
+    ...(server.tls ? { caBundle: server.tls.caBundle } : {}),
+    ...(options.identity ? { identity: options.identity } : {}),
+    ...(options.env ? { env: options.env } : {}),
+    ...(options.resyncMs ? { resyncMs: options.resyncMs } : {}),
+  });
+  server.onReload(() => manager.requestSync('configuration reloaded'));
+  server.onCertificate((tls) => manager.publishCa(tls.caBundle));
+  manager.start();
+  return manager;
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}
