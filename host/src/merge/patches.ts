@@ -8,7 +8,8 @@
 import jsonpatch from 'fast-json-patch';
 import type { JsonValue, PatchOperation } from '@portcullis/sdk';
 
-const { applyPatch, compare, deepClone, getValueByPointer } = jsonpatch;
+const { applyOperation, applyPatch, compare, deepClone, getValueByPointer } = jsonpatch;
+type Operation = jsonpatch.Operation;
 
 export interface PolicyPatch {
   policy: string;
@@ -34,64 +35,90 @@ interface Write {
 }
 
 export function combinePatches(original: JsonValue, patches: PolicyPatch[]): CombinedPatch {
+  const active = patches.filter((p) => p.operations.length > 0);
+  // One patching policy (the common case): nothing to compose, only to check.
+  if (active.length === 1) {
+    const { policy, operations } = active[0]!;
+    const error = checkApplies(original, operations);
+    return error
+      ? { patch: [], rejected: [{ policy, reason: 'invalid', message: `returned a patch that does not apply to the object: ${error.message}` }] }
+      : { patch: operations, rejected: [] };
+  }
+  // Several: one working copy, patched in place. Copies of the whole object are the main
+  // cost of a mutating review, so the per-policy "does it apply alone" check only runs
+  // when applying it to the working copy fails.
   let merged = deepClone(original) as JsonValue;
+  const accepted: PolicyPatch[] = [];
   const writes: Write[] = [];
   const rejected: PatchRejection[] = [];
-  for (const { policy, operations } of patches) {
-    if (operations.length === 0) continue;
-    const alone = tryApply(original, operations);
-    if (alone instanceof Error) {
-      rejected.push({ policy, reason: 'invalid', message: `returned a patch that does not apply to the object: ${alone.message}` });
-      continue;
-    }
+  for (const entry of active) {
+    const { policy, operations } = entry;
     const mine = operations.flatMap((op) => leafWrites(policy, op, original));
     const clash = findConflict(mine, writes);
     if (clash) {
       rejected.push({ policy, reason: 'conflict', other: clash.policy, path: clash.path, message: `its patch conflicts with policy "${clash.policy}" at ${clash.path}` });
       continue;
     }
-    const next = applyOnto(merged, operations, original);
-    if (next instanceof Error) {
-      const other = writes.find((w) => w.policy !== policy)?.policy ?? policy;
-      rejected.push({ policy, reason: 'conflict', other, path: '', message: `its patch cannot apply after the patch of policy "${other}": ${next.message}` });
+    const failure = applyInPlace(merged, operations, original);
+    if (failure) {
+      // The working copy may be half-patched: rebuild it from the patches accepted so far.
+      merged = deepClone(original) as JsonValue;
+      for (const done of accepted) applyInPlace(merged, done.operations, original);
+      const alone = checkApplies(original, operations);
+      if (alone) {
+        rejected.push({ policy, reason: 'invalid', message: `returned a patch that does not apply to the object: ${alone.message}` });
+      } else {
+        const other = writes.find((w) => w.policy !== policy)?.policy ?? policy;
+        rejected.push({ policy, reason: 'conflict', other, path: '', message: `its patch cannot apply after the patch of policy "${other}": ${failure.message}` });
+      }
       continue;
     }
-    merged = next;
+    accepted.push(entry);
     writes.push(...mine);
   }
   const patch = compare(original as object, merged as object) as PatchOperation[];
   // Belt and braces: the combined patch must apply to the original as the apiserver will do it.
-  const check = tryApply(original, patch);
-  if (check instanceof Error) throw new Error(`internal error: combined patch does not apply: ${check.message}`);
+  const check = checkApplies(original, patch);
+  if (check) throw new Error(`internal error: combined patch does not apply: ${check.message}`);
   return { patch, rejected };
 }
 
-function tryApply(document: JsonValue, operations: PatchOperation[]): JsonValue | Error {
+/** Applies operations to a copy of the document; returns why they do not apply, if they do not. */
+function checkApplies(document: JsonValue, operations: PatchOperation[]): Error | undefined {
   try {
-    return applyPatch(deepClone(document), deepClone(operations), true, true).newDocument as JsonValue;
+    applyPatch(deepClone(document), operations as Operation[], true, false);
+    return undefined;
   } catch (error) {
-    return error instanceof Error ? new Error(error.message.split('\n')[0]) : new Error(String(error));
+    return firstLine(error);
   }
 }
 
 /**
- * Applies one policy's operations onto the merged object. An `add` that creates a map the
- * original lacked is applied leaf by leaf, so it fills in a map an earlier policy created
- * instead of replacing it; every other operation applies as written.
+ * Applies one policy's operations to the merged object, in place. An `add` that creates a map
+ * the original lacked is applied leaf by leaf, so it fills in a map an earlier policy created
+ * instead of replacing it; every other operation applies as written. Values are copied in, so
+ * later policies never change the operations a policy returned.
  */
-function applyOnto(merged: JsonValue, operations: PatchOperation[], original: JsonValue): JsonValue | Error {
-  let document = deepClone(merged) as JsonValue;
-  for (const op of operations) {
-    const writes = op.op === 'add' || op.op === 'replace' ? expand('', parsePointer(op.path), op.value, original) : [];
-    if (writes.length > 1 || (writes.length === 1 && writes[0]!.path.length > parsePointer(op.path).length)) {
-      for (const write of writes) document = setDeep(document, write.path, JSON.parse(write.value!) as JsonValue);
-      continue;
+function applyInPlace(merged: JsonValue, operations: PatchOperation[], original: JsonValue): Error | undefined {
+  try {
+    for (const op of operations) {
+      const path = parsePointer(op.path);
+      const writes = op.op === 'add' || op.op === 'replace' ? expand('', path, op.value, original) : [];
+      if (writes.length > 1 || (writes.length === 1 && writes[0]!.path.length > path.length)) {
+        for (const write of writes) setDeep(merged, write.path, JSON.parse(write.value!) as JsonValue);
+        continue;
+      }
+      const copy = 'value' in op ? { ...op, value: deepClone(op.value) as JsonValue } : op;
+      applyOperation(merged, copy as Operation, true, true);
     }
-    const next = tryApply(document, [op]);
-    if (next instanceof Error) return next;
-    document = next;
+    return undefined;
+  } catch (error) {
+    return firstLine(error);
   }
-  return document;
+}
+
+function firstLine(error: unknown): Error {
+  return error instanceof Error ? new Error(error.message.split('\n')[0]) : new Error(String(error));
 }
 
 function setDeep(document: JsonValue, path: string[], value: JsonValue): JsonValue {
