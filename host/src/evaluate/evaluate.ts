@@ -4,24 +4,28 @@
 import type { EvaluationInput, Mode } from '@portcullis/sdk';
 import type { LoadedPolicy } from '../policy/loaded.ts';
 import type { CallResult, SandboxPool } from '../sandbox/pool.ts';
+import { joinInput } from '../sandbox/input.ts';
+import type { SharedInput } from '../sandbox/protocol.ts';
 import { decodeOutput, MalformedOutput, type Outcome } from './outcome.ts';
 
 export async function evaluatePolicy(pool: SandboxPool, policy: LoadedPolicy, mode: Mode, input: EvaluationInput | string): Promise<Outcome> {
-  const payload = typeof input === 'string' ? input : serializeInput(input, policy);
+  const payload = typeof input === 'string' ? input : sharedInput(input, policy);
   const result = await pool.call(policy.key, mode, payload, policy.limits.timeoutMs);
   return toOutcome(policy.name, result);
 }
 
-// A review evaluated by ten policies is serialized once: the envelope without settings is
-// cached per input object, and each policy's settings (serialized once per policy) are
-// spliced in front of it.
-const envelopes = new WeakMap<EvaluationInput, string>();
+// A review evaluated by ten policies is serialized and encoded once: the envelope without
+// settings goes into shared memory, cached per input object; each policy's settings are
+// serialized once per policy and travel beside it.
+const envelopes = new WeakMap<EvaluationInput, Uint8Array>();
 const settingsJson = new WeakMap<LoadedPolicy, string>();
 
-export function serializeInput(input: EvaluationInput, policy: LoadedPolicy): string {
+export function sharedInput(input: EvaluationInput, policy: LoadedPolicy): SharedInput {
   let envelope = envelopes.get(input);
   if (envelope === undefined) {
-    envelope = JSON.stringify({ ...input, settings: undefined });
+    const encoded = new TextEncoder().encode(JSON.stringify({ ...input, settings: undefined }));
+    envelope = new Uint8Array(new SharedArrayBuffer(encoded.length));
+    envelope.set(encoded);
     envelopes.set(input, envelope);
   }
   let settings = settingsJson.get(policy);
@@ -29,7 +33,12 @@ export function serializeInput(input: EvaluationInput, policy: LoadedPolicy): st
     settings = JSON.stringify(policy.settings ?? {});
     settingsJson.set(policy, settings);
   }
-  return envelope === '{}' ? `{"settings":${settings}}` : `{"settings":${settings},${envelope.slice(1)}`;
+  return { envelope, settings };
+}
+
+/** The guest's input as one JSON text (used where bytes will not do, and by tests). */
+export function serializeInput(input: EvaluationInput, policy: LoadedPolicy): string {
+  return joinInput(sharedInput(input, policy));
 }
 
 export function toOutcome(policy: string, result: CallResult): Outcome {

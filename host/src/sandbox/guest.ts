@@ -1,7 +1,8 @@
 // Runs inside a sandbox worker: instantiates one policy and calls its functions. One Guest
 // per policy per worker, each with its own linear memories; nothing is shared between them.
 import createPlugin, { type CallContext, type Plugin } from '@extism/extism';
-import type { FaultKind, GuestFunction, LogEntry, SandboxSpec } from './protocol.ts';
+import { inputBytes, inputText } from './input.ts';
+import type { CallInput, FaultKind, GuestFunction, LogEntry, SandboxSpec } from './protocol.ts';
 
 export class GuestFault extends Error {
   readonly fault: FaultKind;
@@ -15,7 +16,7 @@ const MAX_LOGS_PER_CALL = 64;
 const MAX_LOG_LENGTH = 2048;
 
 export interface Guest {
-  call(fn: GuestFunction, input: string): Promise<string>;
+  call(fn: GuestFunction, input: CallInput): Promise<string>;
   /** Bytes of the largest linear memory of the instance. */
   memoryBytes(): number;
   close(): void;
@@ -76,7 +77,7 @@ async function instantiateComponent(spec: SandboxSpec, logs: LogBuffer): Promise
     mutate: (input) => exports.mutate(input),
   };
   return {
-    call: async (fn, input) => fns[fn](input),
+    call: async (fn, input) => fns[fn](inputText(input)),
     memoryBytes: () => largest(memories),
     close: () => {},
   };
@@ -121,7 +122,7 @@ async function instantiateCore(spec: SandboxSpec, logs: LogBuffer): Promise<Gues
       const name = CORE_EXPORTS[fn];
       if (!exported.has(name)) throw new GuestFault('trap', `the module does not export "${name}"`);
       allocated = 0;
-      const output = await plugin.call(name, input);
+      const output = await plugin.call(name, inputBytes(input));
       if (output === null) return '';
       const size = (output as unknown as DataView).byteLength;
       if (size > spec.maxOutputBytes) throw outputTooLarge(spec, size);

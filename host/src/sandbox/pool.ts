@@ -6,7 +6,7 @@
 import { availableParallelism } from 'node:os';
 import { Worker } from 'node:worker_threads';
 import { PortcullisError } from '../errors.ts';
-import type { FaultKind, FromWorker, GuestFunction, LogEntry, SandboxSpec, ToWorker } from './protocol.ts';
+import type { CallInput, FaultKind, FromWorker, GuestFunction, LogEntry, SandboxSpec, ToWorker } from './protocol.ts';
 
 export type CallFault = FaultKind | 'deadline' | 'worker';
 
@@ -18,7 +18,7 @@ interface Job {
   id: number;
   key: string;
   fn: GuestFunction;
-  input: string;
+  input: CallInput;
   timeoutMs: number;
   started: number;
   resolve: (result: CallResult) => void;
@@ -72,7 +72,7 @@ export class SandboxPool {
     for (const slot of this.#slots) this.#post(slot, { type: 'unload', key });
   }
 
-  call(key: string, fn: GuestFunction, input: string, timeoutMs: number): Promise<CallResult> {
+  call(key: string, fn: GuestFunction, input: CallInput, timeoutMs: number): Promise<CallResult> {
     if (this.#closed) return Promise.reject(new PortcullisError('SANDBOX_CLOSED', 'the sandbox pool is shut down'));
     return new Promise((resolve) => {
       this.#queue.push({ id: this.#nextId++, key, fn, input, timeoutMs, started: performance.now(), resolve });

@@ -19,10 +19,22 @@ export interface SandboxSpec {
   fresh: boolean;
 }
 
+/**
+ * A review's input, shared by every policy that evaluates it: the envelope without settings,
+ * UTF-8 encoded once into a SharedArrayBuffer (posting it to a worker copies nothing), and
+ * the policy's own settings as JSON text. The worker puts them together.
+ */
+export interface SharedInput {
+  envelope: Uint8Array;
+  settings: string;
+}
+
+export type CallInput = string | SharedInput;
+
 export type ToWorker =
   | { type: 'load'; spec: SandboxSpec }
   | { type: 'unload'; key: string }
-  | { type: 'call'; id: number; key: string; fn: GuestFunction; input: string };
+  | { type: 'call'; id: number; key: string; fn: GuestFunction; input: CallInput };
 
 export type LogEntry = [level: string, message: string];
 

@@ -4,7 +4,7 @@
 import './quiet-wasi-warning.ts';
 import { parentPort } from 'node:worker_threads';
 import type { Guest } from './guest.ts';
-import type { FromWorker, SandboxSpec, ToWorker } from './protocol.ts';
+import type { CallInput, FromWorker, GuestFunction, SandboxSpec, ToWorker } from './protocol.ts';
 
 // Imported only now: node:wasi (pulled in by Extism) is linked before any module body runs,
 // so a static import would warn before the filter above is installed.
@@ -41,7 +41,7 @@ function discard(key: string): void {
   guests.delete(key);
 }
 
-async function call(id: number, spec: SandboxSpec, fn: Parameters<Guest['call']>[0], input: string): Promise<void> {
+async function call(id: number, spec: SandboxSpec, fn: GuestFunction, input: CallInput): Promise<void> {
   let guest: Guest;
   try {
     guest = await guestFor(spec);
