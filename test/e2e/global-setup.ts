@@ -4,7 +4,7 @@
 import { execFile } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { mkdtemp, readFile, rm } from 'node:fs/promises';
-import { createServer } from 'node:net';
+import { freePort } from '../helpers/process.ts';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -19,17 +19,6 @@ declare module 'vitest' {
 
 const root = fileURLToPath(new URL('../..', import.meta.url));
 const script = process.env.PORTCULLIS_LOCAL_APISERVER ?? resolve(root, '../shared/tools/local-apiserver.sh');
-
-function freePort(): Promise<number> {
-  return new Promise((ok, fail) => {
-    const server = createServer();
-    server.once('error', fail);
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address() as { port: number };
-      server.close(() => ok(port));
-    });
-  });
-}
 
 function run(args: string[], env: NodeJS.ProcessEnv): Promise<string> {
   return new Promise((ok, fail) => {

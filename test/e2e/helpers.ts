@@ -2,29 +2,21 @@
 // processes with management on, and waiting for the cluster to reach a state.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { inject } from 'vitest';
 import { root } from '../helpers/policies.ts';
+import { freePort, run, type Run } from '../helpers/process.ts';
 
 export { root };
 
 export const kubeconfig = (): string => inject('kubeconfig');
 
-export interface Run { code: number | null; stdout: string; stderr: string }
+export type { Run };
+export { freePort };
 
 export function kubectl(args: string[], options: { input?: string; env?: NodeJS.ProcessEnv } = {}): Promise<Run> {
-  return new Promise((resolve, reject) => {
-    const child = spawn('kubectl', args, { env: { ...process.env, KUBECONFIG: kubeconfig(), ...options.env } });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (d) => (stdout += d));
-    child.stderr.on('data', (d) => (stderr += d));
-    child.on('error', reject);
-    child.on('close', (code) => resolve({ code, stdout, stderr }));
-    child.stdin.end(options.input ?? '');
-  });
+  return run('kubectl', args, { ...options, env: { KUBECONFIG: kubeconfig(), ...options.env } });
 }
 
 /** kubectl that must succeed; returns stdout. */
@@ -61,17 +53,6 @@ export async function waitFor<T>(what: string, probe: () => Promise<T | undefine
     if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}${last ? `: ${String(last)}` : ''}`);
     await new Promise((r) => setTimeout(r, intervalMs));
   }
-}
-
-export function freePort(): Promise<number> {
-  return new Promise((ok, fail) => {
-    const server = createServer();
-    server.once('error', fail);
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address() as { port: number };
-      server.close(() => ok(port));
-    });
-  });
 }
 
 export const HOST_NAMESPACE = 'portcullis-system';
