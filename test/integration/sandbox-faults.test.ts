@@ -93,6 +93,24 @@ describe('crashes and garbage', () => {
   });
 });
 
+describe('long-lived instances', () => {
+  it('keep answering an AssemblyScript policy past 16,384 calls (Extism blocks are freed per call)', async () => {
+    const single = new SandboxPool(1);
+    try {
+      const policy = await load(single, 'no-delete');
+      const payload = JSON.stringify(input({ object: { metadata: { name: 'x' } } }));
+      const failures: string[] = [];
+      for (let i = 0; i < 17_000; i += 100) {
+        const batch = await Promise.all(Array.from({ length: 100 }, () => evaluatePolicy(single, policy, 'validate', payload)));
+        for (const outcome of batch) if (outcome.status !== 'allowed') failures.push(`${outcome.status}: ${'message' in outcome ? outcome.message : ''}`);
+      }
+      expect(failures).toEqual([]);
+    } finally {
+      await single.close();
+    }
+  }, 120_000);
+});
+
 describe('state between requests', () => {
   it('reuses an instance by default, so globals persist', async () => {
     const counter = await load(pool, 'counter');

@@ -122,6 +122,10 @@ async function instantiateCore(spec: SandboxSpec, logs: LogBuffer): Promise<Gues
       const name = CORE_EXPORTS[fn];
       if (!exported.has(name)) throw new GuestFault('trap', `the module does not export "${name}"`);
       allocated = 0;
+      // Extism 1.0 never frees a call's memory blocks: without a reset they pile up (~6 KB a
+      // review) until block 32,768 overflows its address encoding, after 16,384 calls.
+      // Variables (Var) live in those blocks too and do not survive: linear memory does.
+      await plugin.reset();
       const output = await plugin.call(name, inputBytes(input));
       if (output === null) return '';
       const size = (output as unknown as DataView).byteLength;
