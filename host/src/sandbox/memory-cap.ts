@@ -17,9 +17,10 @@ export class MemoryCapError extends Error {
 
 export function capMemory(bytes: Uint8Array, capBytes: number): Uint8Array<ArrayBuffer> {
   const capPages = Math.floor(capBytes / PAGE);
-  const out: number[][] = [Array.from(bytes.subarray(0, 8))];
+  // Only the memory section changes: everything else is spliced in as byte slices, so a
+  // 1.3 MB module costs one copy, not a walk through JS arrays.
+  const parts: Uint8Array[] = [bytes.subarray(0, 8)];
   let offset = 8;
-  let changed = false;
   while (offset < bytes.length) {
     const id = bytes[offset]!;
     const [size, sizeLength] = readLeb(bytes, offset + 1);
@@ -28,17 +29,15 @@ export function capMemory(bytes: Uint8Array, capBytes: number): Uint8Array<Array
     if (end > bytes.length) throw new MemoryCapError('truncated section in module');
     if (id === MEMORY_SECTION) {
       const payload = rewriteMemories(bytes.subarray(start, end), capPages);
-      out.push([id, ...writeLeb(payload.length), ...payload]);
-      changed = true;
+      parts.push(Uint8Array.from([id, ...writeLeb(payload.length), ...payload]));
     } else {
-      out.push(Array.from(bytes.subarray(offset, end)));
+      parts.push(bytes.subarray(offset, end));
     }
     offset = end;
   }
-  if (!changed) return new Uint8Array(bytes);
-  const result = new Uint8Array(out.reduce((n, part) => n + part.length, 0));
+  const result = new Uint8Array(parts.reduce((n, part) => n + part.length, 0));
   let at = 0;
-  for (const part of out) {
+  for (const part of parts) {
     result.set(part, at);
     at += part.length;
   }
