@@ -58,13 +58,16 @@ export async function review(deps: AdmissionDeps, caller: Caller, body: string):
     for (const outcome of outcomes) if (outcome.status === 'failed') {
       deps.log.warn('policy failed', { uid: request.uid, policy: outcome.policy, failure: outcome.failure, message: outcome.message });
     }
-    const fields = {
-      uid: request.uid, endpoint: caller.endpoint, operation: request.operation, kind: request.kind.kind,
-      namespace: request.namespace, name: request.name, decision: label, policies: selected.map((e) => e.config.name),
-      ms: Math.round(seconds * 1e4) / 10,
-    };
-    if (!decision.allowed) deps.log.info('denied', { ...fields, policy: deciding?.policy, code: decision.status?.code, message: decision.status?.message });
-    else deps.log.debug('reviewed', fields);
+    // Allowed reviews are logged at debug only: build their fields only when that is on.
+    if (!decision.allowed || deps.log.enabled('debug')) {
+      const fields = {
+        uid: request.uid, endpoint: caller.endpoint, operation: request.operation, kind: request.kind.kind,
+        namespace: request.namespace, name: request.name, decision: label, policies: selected.map((e) => e.config.name),
+        ms: Math.round(seconds * 1e4) / 10,
+      };
+      if (!decision.allowed) deps.log.info('denied', { ...fields, policy: deciding?.policy, code: decision.status?.code, message: decision.status?.message });
+      else deps.log.debug('reviewed', fields);
+    }
     return respond(parsed.apiVersion, request.uid, decision);
   } finally {
     set.release();
