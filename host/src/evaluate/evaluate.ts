@@ -4,7 +4,6 @@
 import type { EvaluationInput, Mode } from '@portcullis/sdk';
 import type { LoadedPolicy } from '../policy/loaded.ts';
 import type { CallResult, SandboxPool } from '../sandbox/pool.ts';
-import { joinInput } from '../sandbox/input.ts';
 import type { SharedInput } from '../sandbox/protocol.ts';
 import { decodeOutput, MalformedOutput, type Outcome } from './outcome.ts';
 
@@ -34,11 +33,6 @@ export function sharedInput(input: EvaluationInput, policy: LoadedPolicy): Share
     settingsJson.set(policy, settings);
   }
   return { envelope, settings };
-}
-
-/** The guest's input as one JSON text (used where bytes will not do, and by tests). */
-export function serializeInput(input: EvaluationInput, policy: LoadedPolicy): string {
-  return joinInput(sharedInput(input, policy));
 }
 
 export function toOutcome(policy: string, result: CallResult): Outcome {
