@@ -5,6 +5,7 @@ import { loadConfigFile } from '../config/load.ts';
 import type { Config, TlsConfig } from '../config/types.ts';
 import { errorMessage } from '../errors.ts';
 import { PortcullisServer } from '../server/app.ts';
+import { createLogger } from '../server/log.ts';
 import type { WebhookManager } from '../webhooks/manager.ts';
 import { UsageError } from './usage.ts';
 
@@ -14,7 +15,12 @@ export const BUILTIN_CONFIG = fileURLToPath(new URL('../../../policies/portculli
 export default async function serve(args: string[]): Promise<number> {
   const values = parseCli(args);
   const config = applyFlags(await loadConfigFile(values.config ?? BUILTIN_CONFIG), values);
-  const server = await PortcullisServer.start({ config });
+  const log = createLogger(config.logLevel);
+  // tls.mode "secret": the certificate comes from the cluster, before the server can listen.
+  const certificate = config.server.tls.mode === 'secret'
+    ? await (await import('../certs/in-cluster.ts')).openInClusterCertificate(config, log)
+    : undefined;
+  const server = await PortcullisServer.start({ config, log, ...(certificate ? { tls: certificate.material, certificateSource: certificate.source } : {}) });
   if (!values.config) server.log.info('serving the built-in example policies', { config: BUILTIN_CONFIG });
   let manager: WebhookManager | undefined;
   if (config.webhooks.managed) {
@@ -22,6 +28,7 @@ export default async function serve(args: string[]): Promise<number> {
       // Imported only when management is on: the Kubernetes client costs ~1 s and ~80 MiB.
       const { startWebhookManager } = await import('../webhooks/manager.ts');
       manager = startWebhookManager(server);
+      certificate?.follow(server, manager);
     } catch (error) {
       await server.stop();
       throw error;
@@ -33,7 +40,8 @@ export default async function serve(args: string[]): Promise<number> {
       // Webhooks go first, while the server still answers: the apiserver keeps calling a
       // webhook until its removal lands, and with Fail an unanswered call denies the request.
       // The Lease is released last, so a replica taking over finds the cleanup done.
-      (manager ? manager.stop() : Promise.resolve())
+      (certificate ? certificate.stop() : Promise.resolve())
+        .then(() => manager?.stop())
         .catch((error: unknown) => server.log.error('webhook management did not stop cleanly', { message: errorMessage(error) }))
         .then(() => server.stop())
         .then(resolve, resolve);

@@ -83,6 +83,9 @@ function normalize(raw: Raw, source: string): Config {
   });
   const server: Raw = raw.server ?? {};
   const webhooks: Raw = raw.webhooks ?? {};
+  if (server.tls?.mode === 'secret' && !(webhooks.managed && webhooks.service)) {
+    throw new ConfigError(`${source}: /server/tls: mode "secret" keeps the certificate for the in-cluster Service: set webhooks.managed and webhooks.service (its DNS names go in the certificate)`);
+  }
   if (webhooks.managed && !webhooks.url && !webhooks.service) {
     throw new ConfigError(`${source}: /webhooks: with "managed" set, give "url" (https://host:port) or "service" so the apiserver can reach the host`);
   }
@@ -95,6 +98,9 @@ function normalize(raw: Raw, source: string): Config {
       maxBodyBytes: server.maxBodyBytes ?? 3 * 2 ** 20,
       headersTimeoutMs: server.headersTimeoutMs ?? 10_000,
       requestTimeoutMs: server.requestTimeoutMs ?? 30_000,
+      ...(server.metricsPort !== undefined ? { metricsPort: server.metricsPort } : {}),
+      readyWhenAllPoliciesLoaded: server.readyWhenAllPoliciesLoaded ?? false,
+      logAllowedReviews: server.logAllowedReviews ?? false,
     },
     workers: raw.workers ?? 0,
     logLevel: raw.logLevel ?? 'info',
@@ -122,6 +128,12 @@ function normalizeTls(tls: Raw, base: string): TlsConfig {
   const mode = tls.mode ?? (tls.certFile ? 'files' : 'self-signed');
   const client = { ...(tls.clientCA ? { clientCA: resolve(base, tls.clientCA) } : {}), requireClientCert: tls.requireClientCert ?? Boolean(tls.clientCA) };
   if (mode === 'insecure') return { mode };
+  if (mode === 'secret') {
+    return {
+      mode, secretName: tls.secretName ?? 'portcullis-tls', ...(tls.hostnames ? { hostnames: tls.hostnames } : {}),
+      validityDays: tls.validityDays ?? 365, ...client,
+    };
+  }
   if (mode === 'files') {
     if (!tls.certFile || !tls.keyFile) throw new ConfigError('/server/tls: mode "files" needs certFile and keyFile');
     return { mode, certFile: resolve(base, tls.certFile), keyFile: resolve(base, tls.keyFile), ...(tls.caFile ? { caFile: resolve(base, tls.caFile) } : {}), ...client };

@@ -52,6 +52,8 @@ export interface PolicyConfig {
 export type TlsConfig =
   | { mode: 'self-signed'; hostnames: string[]; cadump?: string; clientCA?: string; requireClientCert: boolean }
   | { mode: 'files'; certFile: string; keyFile: string; caFile?: string; clientCA?: string; requireClientCert: boolean }
+  /** A CA and serving certificate the host keeps in a Secret of its namespace (see certs/). */
+  | { mode: 'secret'; secretName: string; hostnames?: string[]; validityDays: number; clientCA?: string; requireClientCert: boolean }
   | { mode: 'insecure' };
 
 export interface ServerConfig {
@@ -61,6 +63,12 @@ export interface ServerConfig {
   maxBodyBytes: number;
   headersTimeoutMs: number;
   requestTimeoutMs: number;
+  /** Plain-HTTP listener for /metrics, /healthz and /readyz only; absent: off. */
+  metricsPort?: number;
+  /** /readyz answers 503 while any policy of the current set failed to load. */
+  readyWhenAllPoliciesLoaded: boolean;
+  /** Log allowed and mutated reviews at info level too (with the requesting user). */
+  logAllowedReviews: boolean;
 }
 
 export interface WebhooksConfig {

@@ -20,6 +20,8 @@ export interface AdmissionDeps {
   metrics: Metrics;
   log: Logger;
   namespaceLabels?: NamespaceLabels;
+  /** Log allowed and mutated reviews at info (server.logAllowedReviews), not only at debug. */
+  logAllowed?: boolean;
 }
 
 export interface Caller {
@@ -58,14 +60,17 @@ export async function review(deps: AdmissionDeps, caller: Caller, body: string):
     for (const outcome of outcomes) if (outcome.status === 'failed') {
       deps.log.warn('policy failed', { uid: request.uid, policy: outcome.policy, failure: outcome.failure, message: outcome.message });
     }
-    // Allowed reviews are logged at debug only: build their fields only when that is on.
-    if (!decision.allowed || deps.log.enabled('debug')) {
+    // Allowed reviews are logged at debug only unless asked for: build their fields only when logged.
+    const logAllowed = deps.logAllowed === true && deps.log.enabled('info');
+    if (!decision.allowed || logAllowed || deps.log.enabled('debug')) {
       const fields = {
         uid: request.uid, endpoint: caller.endpoint, operation: request.operation, kind: request.kind.kind,
-        namespace: request.namespace, name: request.name, decision: label, policies: selected.map((e) => e.config.name),
-        ms: Math.round(seconds * 1e4) / 10,
+        namespace: request.namespace, name: request.name, user: request.userInfo.username ?? null, decision: label,
+        policies: selected.map((e) => e.config.name), ms: Math.round(seconds * 1e4) / 10,
       };
+      const mutated = decision.allowed && (decision.patch?.length ?? 0) > 0;
       if (!decision.allowed) deps.log.info('denied', { ...fields, policy: deciding?.policy, code: decision.status?.code, message: decision.status?.message });
+      else if (logAllowed) deps.log.info(mutated ? 'mutated' : 'allowed', { ...fields, ...(mutated ? { patchOperations: decision.patch!.length } : {}) });
       else deps.log.debug('reviewed', fields);
     }
     return respond(parsed.apiVersion, request.uid, decision);

@@ -15,7 +15,15 @@ import type { NamespaceLabels } from '../select/match.ts';
 import { createServer } from './http.ts';
 import { createLogger, type Logger } from './log.ts';
 import { Metrics } from './metrics.ts';
+import { listenMetrics, metricsUrl } from './metrics-listener.ts';
 import { tlsMaterial, watchCertificates, type TlsMaterial } from './tls.ts';
+
+function certificateSource(config: Config): string {
+  const tls = config.server.tls;
+  if (tls.mode === 'files') return `files ${tls.certFile}, ${tls.keyFile}${tls.caFile ? `, CA ${tls.caFile}` : ''} (reloaded on change)`;
+  if (tls.mode === 'self-signed') return `generated at start for ${tls.hostnames.join(', ')} (development only)`;
+  return tls.mode;
+}
 
 export interface StartOptions {
   config: Config;
@@ -23,6 +31,10 @@ export interface StartOptions {
   /** Watch the config file and reload on change (and on SIGHUP). Default: true when it has a file. */
   watch?: boolean;
   namespaceLabels?: NamespaceLabels;
+  /** TLS material obtained by the caller (tls.mode "secret": from the cluster, see certs/). */
+  tls?: TlsMaterial;
+  /** Where the certificate came from, for the start-up log line. */
+  certificateSource?: string;
 }
 
 type Listener = (set: PolicySet) => void;
@@ -40,6 +52,7 @@ export class PortcullisServer {
   #stopping: Promise<void> | undefined;
   #cleanups: (() => void)[] = [];
   #reloading: Promise<boolean> | undefined;
+  #metricsServer: Server | undefined;
   #listeners: { reload: Listener[]; tls: ((tls: TlsMaterial) => void | Promise<void>)[] } = { reload: [], tls: [] };
 
   private constructor(config: Config, log: Logger, tls: TlsMaterial | undefined, namespaceLabels?: NamespaceLabels) {
@@ -51,10 +64,8 @@ export class PortcullisServer {
     this.metrics = new Metrics(this.pool);
     this.#server = createServer(config.server, tls, {
       registry: this.registry, pool: this.pool, metrics: this.metrics, log, ...(namespaceLabels ? { namespaceLabels } : {}),
-      isReady: () => ({
-        ready: this.#ready,
-        detail: { policies: this.registry.current.entries.length, failed: this.registry.current.failed.map((e) => ({ policy: e.config.name, error: e.error })) },
-      }),
+      ...(config.server.logAllowedReviews ? { logAllowed: true } : {}),
+      isReady: () => this.#readiness(),
     });
     this.#server.on('request', (_req, res) => {
       this.#inflight++;
@@ -66,11 +77,16 @@ export class PortcullisServer {
     const { config } = options;
     const log = options.log ?? createLogger(config.logLevel);
     let tls: TlsMaterial | undefined;
-    if (config.server.tls.mode === 'insecure') {
+    const mode = config.server.tls.mode;
+    if (mode === 'insecure') {
       log.warn('serving plain HTTP (insecure): the apiserver only calls HTTPS webhooks; use this only behind a TLS proxy or for local tests');
+    } else if (mode === 'secret') {
+      if (!options.tls) throw new ConfigError('tls.mode "secret" needs the certificate from the cluster; start it with `portcullis serve`');
+      tls = options.tls;
     } else {
-      tls = await tlsMaterial(config.server.tls);
+      tls = options.tls ?? await tlsMaterial(config.server.tls);
     }
+    log.info('TLS', { mode, source: options.certificateSource ?? certificateSource(config), clientCertificates: tls?.clientCA ? (tls.requireClientCert ? 'required' : 'optional') : 'off' });
     configureRegistries({ ...config.registries, log: (level, message, fields) => log[level](message, fields) });
     const server = new PortcullisServer(config, log, tls, options.namespaceLabels);
     try {
@@ -80,11 +96,25 @@ export class PortcullisServer {
       await server.pool.close();
       throw new ConfigError(`cannot listen on ${config.server.host}:${config.server.port}: ${errorMessage(error)}`);
     }
+    if (config.server.metricsPort !== undefined) {
+      try {
+        server.#metricsServer = await listenMetrics(config.server.host, config.server.metricsPort, { metrics: server.metrics, isReady: () => server.#readiness() });
+        log.info('metrics listening', { url: metricsUrl(server.#metricsServer) });
+      } catch (error) {
+        await server.stop(0);
+        throw new ConfigError(`cannot listen for metrics on ${config.server.host}:${config.server.metricsPort}: ${errorMessage(error)}`);
+      }
+    }
+    const loadStarted = performance.now();
     // Alive (healthz) while loading; ready (readyz) once every policy has been tried.
     const set = await loadPolicySet(server.pool, config);
     server.registry.swap(set);
     server.#reportSet(set);
     server.#ready = true;
+    log.info('ready', {
+      loadMs: Math.round(performance.now() - loadStarted), policies: set.entries.length - set.failed.length, failed: set.failed.map((e) => e.config.name),
+      ...(config.server.readyWhenAllPoliciesLoaded && set.failed.length > 0 ? { readyz: 'failing until every policy loads (server.readyWhenAllPoliciesLoaded)' } : {}),
+    });
     if (options.watch ?? Boolean(config.source)) server.#watchConfig();
     if (config.server.tls.mode === 'files') server.#watchCertificates(config.server.tls);
     return server;
@@ -102,6 +132,29 @@ export class PortcullisServer {
 
   get ready(): boolean {
     return this.#ready;
+  }
+
+  /** The metrics listener's base URL (server.metricsPort), if it runs. */
+  get metricsUrl(): string | undefined {
+    return this.#metricsServer ? metricsUrl(this.#metricsServer) : undefined;
+  }
+
+  #readiness(): { ready: boolean; detail: Record<string, unknown> } {
+    const failed = this.registry.current.failed.map((e) => ({ policy: e.config.name, error: e.error }));
+    // Optional: an operator who would rather have no traffic than a policy that is not enforcing.
+    const ready = this.#ready && !(this.config.server.readyWhenAllPoliciesLoaded && failed.length > 0);
+    return { ready, detail: { policies: this.registry.current.entries.length, failed } };
+  }
+
+  /**
+   * Starts presenting new TLS material: listeners (the webhook manager) publish its CA first,
+   * so the apiserver never sees a certificate it cannot verify. Open connections are kept.
+   */
+  async useCertificate(material: TlsMaterial, source: string): Promise<void> {
+    for (const listener of this.#listeners.tls) await listener(material);
+    (this.#server as HttpsServer).setSecureContext({ key: material.key, cert: material.cert, ...(material.clientCA ? { ca: material.clientCA } : {}) });
+    this.tls = material;
+    this.log.info('TLS certificate reloaded', { source });
   }
 
   onReload(listener: Listener): void {
@@ -158,6 +211,8 @@ export class PortcullisServer {
       this.#ready = false;
       for (const cleanup of this.#cleanups) cleanup();
       const closed = new Promise<void>((resolve) => this.#server.close(() => resolve()));
+      this.#metricsServer?.close();
+      this.#metricsServer?.closeAllConnections();
       this.#server.closeIdleConnections();
       const deadline = Date.now() + graceMs;
       while (this.#inflight > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
@@ -199,14 +254,8 @@ export class PortcullisServer {
   }
 
   #watchCertificates(tls: Extract<Config['server']['tls'], { mode: 'files' }>): void {
-    const stop = watchCertificates(tls, async (material) => {
-      // Listeners (the webhook manager) publish a new caBundle before we present the new
-      // certificate, so the apiserver never sees a certificate it cannot verify.
-      for (const listener of this.#listeners.tls) await listener(material);
-      (this.#server as HttpsServer).setSecureContext({ key: material.key, cert: material.cert, ...(material.clientCA ? { ca: material.clientCA } : {}) });
-      this.tls = material;
-      this.log.info('TLS certificate reloaded', { file: tls.certFile });
-    }, (error) => this.log.error('TLS certificate reload failed; keeping the current one', { message: errorMessage(error) }));
+    const stop = watchCertificates(tls, (material) => this.useCertificate(material, `file ${tls.certFile}`),
+      (error) => this.log.error('TLS certificate reload failed; keeping the current one', { message: errorMessage(error) }));
     this.#cleanups.push(stop);
   }
 }

@@ -18,7 +18,7 @@ export interface TlsMaterial {
   requireClientCert: boolean;
 }
 
-export async function tlsMaterial(tls: Exclude<TlsConfig, { mode: 'insecure' }>): Promise<TlsMaterial> {
+export async function tlsMaterial(tls: Extract<TlsConfig, { mode: 'self-signed' | 'files' }>): Promise<TlsMaterial> {
   const clientCA = tls.clientCA ? await readPem(tls.clientCA, 'client CA') : undefined;
   const client = { ...(clientCA ? { clientCA } : {}), requireClientCert: tls.requireClientCert };
   if (tls.mode === 'self-signed') {

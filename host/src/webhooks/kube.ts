@@ -31,7 +31,7 @@ export class KubeConfigError extends PortcullisError {
 }
 
 export type Verb = 'get' | 'create' | 'patch' | 'update' | 'delete';
-export type Resource = 'validatingwebhookconfigurations' | 'mutatingwebhookconfigurations' | 'leases';
+export type Resource = 'validatingwebhookconfigurations' | 'mutatingwebhookconfigurations' | 'leases' | 'secrets';
 
 export interface Operation {
   verb: Verb;

@@ -158,8 +158,8 @@ export class WebhookManager {
    * sees the leader's update. Gives up after caPublishTimeoutMs: holding on to a certificate
    * that is being replaced (perhaps because it expires) is not safer.
    */
-  async publishCa(pem: string): Promise<void> {
-    if (pem === this.#ca.current) return;
+  async publishCa(pem: string): Promise<boolean> {
+    if (pem === this.#ca.current) return true;
     const overlapMs = this.#o.caOverlapMs ?? 5 * 60_000;
     this.#ca = { current: pem, ...(this.#ca.current ? { previous: this.#ca.current } : {}), overlapUntil: Date.now() + overlapMs };
     clearTimeout(this.#overlapTimer);
@@ -173,9 +173,9 @@ export class WebhookManager {
         if (this.isLeader) {
           await this.syncNow();
           this.#log.info('webhook configurations: published the new serving CA', { name: this.name });
-          return;
+          return true;
         }
-        if (await this.#published(pem)) return;
+        if (await this.#published(pem)) return true;
         lastError = 'the leader has not published it yet';
       } catch (error) {
         lastError = errorMessage(error);
@@ -184,6 +184,7 @@ export class WebhookManager {
       delay = Math.min(delay * 2, 5_000);
     }
     this.#log.error('webhook configurations: the new serving CA could not be published in time; the apiserver may reject the new certificate until it is', { name: this.name, message: lastError });
+    return false;
   }
 
   /**
@@ -424,7 +425,7 @@ export function startWebhookManager(server: PortcullisServer, options: AttachOpt
     ...(options.resyncMs ? { resyncMs: options.resyncMs } : {}),
   });
   server.onReload(() => manager.requestSync('configuration reloaded'));
-  server.onCertificate((tls) => manager.publishCa(tls.caBundle));
+  server.onCertificate(async (tls) => void await manager.publishCa(tls.caBundle));
   manager.start();
   return manager;
 }

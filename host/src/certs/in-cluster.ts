@@ -1,0 +1,57 @@
+// tls.mode "secret" wired into `portcullis serve`: get the first certificate before the server
+// listens, then follow the Secret with the webhook manager's leader check and CA publication.
+import type { Config } from '../config/types.ts';
+import type { Logger } from '../server/log.ts';
+import type { PortcullisServer } from '../server/app.ts';
+import type { TlsMaterial } from '../server/tls.ts';
+import { hostNamespace } from '../webhooks/build.ts';
+import type { WebhookManager } from '../webhooks/manager.ts';
+import { serviceDnsNames, type CheckedBundle } from './issue.ts';
+import { CertificateKeeper } from './keeper.ts';
+import { createCoreApi, secretApi } from './secret-store.ts';
+
+export interface InClusterCertificate {
+  material: TlsMaterial;
+  source: string;
+  keeper: CertificateKeeper;
+  /** Follow the Secret; rotations are written only while `manager` leads. */
+  follow(server: PortcullisServer, manager: WebhookManager): void;
+  stop(): Promise<void>;
+}
+
+export async function openInClusterCertificate(config: Config, log: Logger, options: { kubeconfig?: string; env?: NodeJS.ProcessEnv; pollMs?: number } = {}): Promise<InClusterCertificate> {
+  const tls = config.server.tls;
+  const service = config.webhooks.service;
+  if (tls.mode !== 'secret' || !service) throw new TypeError('openInClusterCertificate needs tls.mode "secret" and webhooks.service');
+  const namespace = hostNamespace(config.webhooks, options.env);
+  const { api, server } = createCoreApi(options.kubeconfig);
+  const secret = secretApi(api, server, namespace, tls.secretName);
+  const dnsNames = tls.hostnames ?? serviceDnsNames(service.name, service.namespace);
+  const env = options.env ?? process.env;
+  const keeper = new CertificateKeeper({
+    secret, dnsNames, validityDays: tls.validityDays, log, ...(options.pollMs ? { pollMs: options.pollMs } : {}),
+    ...(env.POD_NAME ? { identity: env.POD_NAME } : {}),
+  });
+  const client = { ...(tls.clientCA ? { clientCA: await readClientCa(tls.clientCA) } : {}), requireClientCert: tls.requireClientCert };
+  const toMaterial = (bundle: CheckedBundle): TlsMaterial => ({ key: bundle.key, cert: bundle.cert, caBundle: bundle.ca, ...client });
+  const first = await keeper.initial();
+  const source = `Secret ${secret.ref} (certificate for ${dnsNames.join(', ')}; expires ${first.notAfter.toISOString()}; the leader rotates it)`;
+  return {
+    material: toMaterial(first),
+    source,
+    keeper,
+    follow(srv, manager) {
+      keeper.follow({
+        isLeader: () => manager.isLeader,
+        publishCa: (ca) => manager.publishCa(ca),
+        serve: (bundle) => srv.useCertificate(toMaterial(bundle), `Secret ${secret.ref}`),
+      });
+    },
+    stop: () => keeper.stop(),
+  };
+}
+
+async function readClientCa(path: string): Promise<string> {
+  const { readFile } = await import('node:fs/promises');
+  return readFile(path, 'utf8');
+}
