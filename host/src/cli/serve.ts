@@ -28,6 +28,8 @@ export default async function serve(args: string[]): Promise<number> {
       // Imported only when management is on: the Kubernetes client costs ~1 s and ~80 MiB.
       const { startWebhookManager } = await import('../webhooks/manager.ts');
       manager = startWebhookManager(server);
+      const leading = manager;
+      server.metrics.watchLeader(() => leading.isLeader);
       certificate?.follow(server, manager);
     } catch (error) {
       await server.stop();

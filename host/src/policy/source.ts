@@ -12,6 +12,8 @@ export interface RegistryOptions {
   cacheDir?: string;
   /** Where the OCI client reports what it did (e.g. "registry down, starting from cache"). */
   log?: (level: 'info' | 'warn', message: string, fields?: Record<string, string>) => void;
+  /** Told of every oci:// module fetch (served from the cache or pulled), for metrics. */
+  onPull?: (registry: string, result: 'ok' | 'failed') => void;
 }
 
 let registries: RegistryOptions = { insecure: [] };
@@ -25,7 +27,15 @@ export async function readModule(reference: string): Promise<Uint8Array> {
   const scheme = /^([a-z][a-z0-9+.-]*):\/\//i.exec(reference)?.[1]?.toLowerCase();
   if (scheme === 'oci') {
     const { fetchOciModule } = await import('../oci/fetcher.ts');
-    return fetchOciModule(reference, registries);
+    const registry = reference.slice('oci://'.length).split('/')[0] ?? '';
+    try {
+      const bytes = await fetchOciModule(reference, registries);
+      registries.onPull?.(registry, 'ok');
+      return bytes;
+    } catch (error) {
+      registries.onPull?.(registry, 'failed');
+      throw error;
+    }
   }
   if (scheme && scheme !== 'file') throw new Error(`"${scheme}://" is not a supported module location (use a path, file:// or oci://)`);
   const path = scheme === 'file' ? fileURLToPath(reference) : reference;

@@ -87,8 +87,11 @@ export class PortcullisServer {
       tls = options.tls ?? await tlsMaterial(config.server.tls);
     }
     log.info('TLS', { mode, source: options.certificateSource ?? certificateSource(config), clientCertificates: tls?.clientCA ? (tls.requireClientCert ? 'required' : 'optional') : 'off' });
-    configureRegistries({ ...config.registries, log: (level, message, fields) => log[level](message, fields) });
     const server = new PortcullisServer(config, log, tls, options.namespaceLabels);
+    configureRegistries({
+      ...config.registries, log: (level, message, fields) => log[level](message, fields),
+      onPull: (registry, result) => server.metrics.registryPulls.inc({ registry, result }),
+    });
     try {
       await server.#listen();
     } catch (error) {
@@ -238,6 +241,7 @@ export class PortcullisServer {
   #reportSet(set: PolicySet): void {
     this.metrics.policies.set({ state: 'loaded' }, set.entries.length - set.failed.length);
     this.metrics.policies.set({ state: 'failed' }, set.failed.length);
+    this.metrics.recordPolicies(set);
     for (const entry of set.failed) this.log.error('policy not loaded; requests it matches fail per its failurePolicy', { policy: entry.config.name, message: entry.error });
     for (const entry of set.entries) if (entry.loaded) this.log.info('policy loaded', { policy: entry.config.name, kind: entry.loaded.kind, modes: entry.modes, digest: `sha256:${entry.loaded.digest}` });
   }

@@ -1,5 +1,9 @@
-// Prometheus metrics for reviews, evaluations, sandbox faults and pool saturation.
-import { Counter, Gauge, Histogram, Registry } from 'prom-client';
+// Prometheus metrics for reviews, evaluations, sandbox faults and pool saturation, plus what an
+// operator checks first: build, loaded policies (with digest and source), leadership, registry
+// pulls, and prom-client's default process and Node.js metrics.
+import { readFileSync } from 'node:fs';
+import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
+import type { PolicySet } from '../policy/policy-set.ts';
 import type { Outcome } from '../evaluate/outcome.ts';
 import type { SandboxPool } from '../sandbox/pool.ts';
 
@@ -16,13 +20,37 @@ export class Metrics {
   readonly audited = new Counter({ name: 'portcullis_audit_decisions_total', help: 'Decisions of audit-mode policies (not enforced)', labelNames: ['policy', 'outcome'] as const, registers: [this.registry] });
   readonly policies = new Gauge({ name: 'portcullis_policies', help: 'Policies in the current set, by state', labelNames: ['state'] as const, registers: [this.registry] });
   readonly reloads = new Counter({ name: 'portcullis_reloads_total', help: 'Configuration reloads, by result', labelNames: ['result'] as const, registers: [this.registry] });
+  readonly policyInfo = new Gauge({ name: 'portcullis_policy_info', help: 'One series per policy of the current set: 1 if loaded, 0 if it failed to load', labelNames: ['policy', 'digest', 'source', 'state'] as const, registers: [this.registry] });
+  readonly registryPulls = new Counter({ name: 'portcullis_registry_pulls_total', help: 'oci:// module fetches (cache or registry), by registry and result', labelNames: ['registry', 'result'] as const, registers: [this.registry] });
+  #leader: (() => boolean) | undefined;
 
   constructor(pool: SandboxPool) {
     const registers = [this.registry];
+    collectDefaultMetrics({ register: this.registry });
+    const build = new Gauge({ name: 'portcullis_build_info', help: 'Always 1; the labels say which build runs', labelNames: ['version', 'revision', 'node'] as const, registers });
+    build.set({ version: hostVersion(), revision: process.env.PORTCULLIS_REVISION || 'unknown', node: process.version }, 1);
+    const metrics = this;
+    new Gauge({
+      name: 'portcullis_leader', help: '1 while this replica holds the Lease (writes webhook configurations, rotates the certificate); 0 otherwise', registers,
+      collect() { this.set(metrics.#leader?.() ? 1 : 0); },
+    });
     new Gauge({ name: 'portcullis_sandbox_workers', help: 'Sandbox worker threads', registers, collect() { this.set(pool.stats.size); } });
     new Gauge({ name: 'portcullis_sandbox_busy', help: 'Sandbox workers running a policy now', registers, collect() { this.set(pool.stats.busy); } });
     new Gauge({ name: 'portcullis_sandbox_queued', help: 'Evaluations waiting for a free sandbox worker', registers, collect() { this.set(pool.stats.queued); } });
     new Gauge({ name: 'portcullis_sandbox_restarts', help: 'Sandbox workers replaced after a deadline or crash', registers, collect() { this.set(pool.stats.restarts); } });
+  }
+
+  /** Where portcullis_leader reads leadership from (the webhook manager, once started). */
+  watchLeader(isLeader: () => boolean): void {
+    this.#leader = isLeader;
+  }
+
+  recordPolicies(set: PolicySet): void {
+    this.policyInfo.reset();
+    for (const entry of set.entries) {
+      const digest = entry.loaded ? `sha256:${entry.loaded.digest}` : '';
+      this.policyInfo.set({ policy: entry.config.name, digest, source: entry.config.module, state: entry.loaded ? 'loaded' : 'failed' }, entry.loaded ? 1 : 0);
+    }
   }
 
   recordOutcome(outcome: Outcome): void {
@@ -30,5 +58,14 @@ export class Metrics {
     this.evaluations.inc({ policy: outcome.policy, outcome: label });
     if (outcome.totalMicros !== undefined) this.evaluationSeconds.observe({ policy: outcome.policy }, outcome.totalMicros / 1e6);
     if (outcome.status === 'failed') this.faults.inc({ policy: outcome.policy, kind: outcome.failure });
+  }
+}
+
+function hostVersion(): string {
+  try {
+    const pkg = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version?: unknown };
+    return typeof pkg.version === 'string' ? pkg.version : 'unknown';
+  } catch {
+    return 'unknown';
   }
 }

@@ -1,0 +1,89 @@
+// What an operator sees: the metrics port (plain HTTP), /readyz failing while a policy failed
+// to load (server.readyWhenAllPoliciesLoaded), Prometheus default and Portcullis metrics, the
+// start-up TLS and ready lines, and info lines for allowed and mutated reviews with the user.
+import { afterEach, describe, expect, it } from 'vitest';
+import { POLICIES, policyYaml, startServer, type TestServer } from '../helpers/server.ts';
+
+let current: TestServer | undefined;
+afterEach(async () => {
+  await current?.close();
+  current = undefined;
+});
+
+const review = (object: Record<string, unknown>, kind = 'ConfigMap') => ({
+  apiVersion: 'admission.k8s.io/v1', kind: 'AdmissionReview',
+  request: {
+    uid: 'uid-obs-1', kind: { group: '', version: 'v1', kind }, resource: { group: '', version: 'v1', resource: 'configmaps' },
+    operation: 'CREATE', namespace: 'team-a', name: 'x', userInfo: { username: 'alice@example.com' }, object,
+  },
+});
+const rule = 'rules:\n  - { operations: [CREATE], apiGroups: [""], apiVersions: [v1], resources: [configmaps] }';
+
+async function get(url: string): Promise<{ status: number; text: string }> {
+  const res = await fetch(url);
+  return { status: res.status, text: await res.text() };
+}
+
+describe('observability', () => {
+  it('serves /metrics, /healthz and /readyz on the metrics port; readyz fails while a policy failed to load', async () => {
+    current = await startServer(`server:
+  metricsPort: 0
+  readyWhenAllPoliciesLoaded: true
+  tls: { mode: self-signed, hostnames: [127.0.0.1] }
+policies:
+${policyYaml('added-by', `settings: { value: t }\n${rule}`)}  - name: broken
+    module: ${POLICIES}/does-not-exist.wasm
+    ${rule.replace('\n', '\n    ')}
+`);
+    const base = current.server.metricsUrl!;
+    expect(base).toMatch(/^http:\/\/127\.0\.0\.1:\d+$/);
+    const ready = await get(`${base}/readyz`);
+    expect(ready.status).toBe(503);
+    expect(JSON.parse(ready.text)).toMatchObject({ status: 'not ready', failed: [{ policy: 'broken' }] });
+    expect((await current.get('/readyz')).status).toBe(503);
+    expect((await get(`${base}/healthz`)).status).toBe(200);
+    expect((await get(`${base}/validate`)).status).toBe(404);
+    const metrics = (await get(`${base}/metrics`)).text;
+    expect(metrics).toMatch(/^portcullis_build_info\{version="0\.1\.0",revision="[^"]+",node="v24\.[^"]+"\} 1$/m);
+    expect(metrics).toMatch(/^process_cpu_user_seconds_total \d/m);
+    expect(metrics).toMatch(/^nodejs_heap_size_total_bytes \d/m);
+    expect(metrics).toMatch(new RegExp(`^portcullis_policy_info\\{policy="added-by",digest="sha256:[0-9a-f]{64}",source="${POLICIES}/added-by/added-by.wasm",state="loaded"\\} 1$`, 'm'));
+    expect(metrics).toMatch(/^portcullis_policy_info\{policy="broken",digest="",source="[^"]*does-not-exist.wasm",state="failed"\} 0$/m);
+    expect(metrics).toMatch(/^portcullis_leader 0$/m);
+    const lines = current.logs.map((l) => JSON.parse(l) as Record<string, unknown>);
+    expect(lines.find((l) => l.msg === 'TLS')).toMatchObject({ mode: 'self-signed', source: expect.stringContaining('generated at start') });
+    expect(lines.find((l) => l.msg === 'ready')).toMatchObject({ loadMs: expect.any(Number), policies: 1, failed: ['broken'] });
+  });
+
+  it('without the option, /readyz is ready once every policy was tried, failed or not', async () => {
+    current = await startServer(`server: { metricsPort: 0, tls: { mode: self-signed, hostnames: [127.0.0.1] } }
+policies:
+  - name: broken
+    module: ${POLICIES}/does-not-exist.wasm
+`);
+    expect((await get(`${current.server.metricsUrl!}/readyz`)).status).toBe(200);
+  });
+
+  it('logAllowedReviews logs allowed and mutated reviews at info with the requesting user', async () => {
+    const { createLogger } = await import('../../host/src/server/log.ts');
+    const logs: string[] = [];
+    current = await startServer(`server: { logAllowedReviews: true, tls: { mode: self-signed, hostnames: [127.0.0.1] } }
+policies:
+${policyYaml('added-by', `settings: { value: t }\n${rule}`)}`, { log: createLogger('info', (l) => logs.push(l)) });
+    expect((await current.post('/mutate', review({ metadata: { name: 'x' } }))).status).toBe(200);
+    expect((await current.post('/validate', review({ metadata: { name: 'x' } }))).status).toBe(200);
+    const lines = logs.map((l) => JSON.parse(l) as Record<string, unknown>);
+    expect(lines.find((l) => l.msg === 'mutated')).toMatchObject({ level: 'info', uid: 'uid-obs-1', user: 'alice@example.com', endpoint: '/mutate', patchOperations: expect.any(Number) });
+    expect(lines.find((l) => l.msg === 'allowed')).toMatchObject({ level: 'info', user: 'alice@example.com', endpoint: '/validate' });
+  });
+
+  it('allowed reviews stay out of the info log by default', async () => {
+    const { createLogger } = await import('../../host/src/server/log.ts');
+    const logs: string[] = [];
+    current = await startServer(`server: { tls: { mode: self-signed, hostnames: [127.0.0.1] } }
+policies:
+${policyYaml('added-by', `settings: { value: t }\n${rule}`)}`, { log: createLogger('info', (l) => logs.push(l)) });
+    expect((await current.post('/mutate', review({ metadata: { name: 'x' } }))).status).toBe(200);
+    expect(logs.some((l) => /"msg":"(mutated|allowed|reviewed)"/.test(l))).toBe(false);
+  });
+});
