@@ -1,4 +1,4 @@
-// The host's access to the cluster: deploy/rbac.yaml is enough (run as that ServiceAccount,
+// The host's access to the cluster: deploy/10-rbac.yaml is enough (run as that ServiceAccount,
 // with a real token), a missing grant is reported with the verb and resource to grant, an
 // unreachable apiserver never stops reviews, and certificate rotation publishes the new CA
 // before the new certificate is presented.
@@ -59,11 +59,11 @@ async function review(host: Host, ca: string): Promise<{ allowed: boolean; messa
   }
 }
 
-describe('RBAC: deploy/rbac.yaml, as a real ServiceAccount', () => {
+describe('RBAC: deploy/10-rbac.yaml, as a real ServiceAccount', () => {
   let saKubeconfig: string;
 
   beforeAll(async () => {
-    await kubectlOk(['apply', '-f', `${root}deploy/rbac.yaml`]);
+    await kubectlOk(['apply', '-f', `${root}deploy/00-namespace.yaml`, '-f', `${root}deploy/10-rbac.yaml`]);
     // A bound token for portcullis/portcullis: the apiserver authenticates and authorizes the
     // host exactly as it would in the Pod.
     const token = (await kubectlOk(['create', 'token', 'portcullis', '-n', 'portcullis', '--duration', '1h'])).trim();
@@ -87,7 +87,7 @@ describe('RBAC: deploy/rbac.yaml, as a real ServiceAccount', () => {
   it('reports a missing grant with the verb and resource to grant, and keeps serving reviews', async () => {
     // Another name: resourceNames in the ClusterRole and Role do not cover it.
     const host = await startHost({ managed: 'other.e2e.dev', policies: [requireLabels], webhooks: { namespace: 'portcullis', leaderElection: false }, env: { KUBECONFIG: saKubeconfig } });
-    await host.waitForLog(/403 Forbidden: cannot get validatingwebhookconfigurations \\"other\.e2e\.dev\\".*?grant the host's ServiceAccount 'get' on validatingwebhookconfigurations \(deploy\/rbac.yaml has the exact rules\)/);
+    await host.waitForLog(/403 Forbidden: cannot get validatingwebhookconfigurations \\"other\.e2e\.dev\\".*?grant the host's ServiceAccount 'get' on validatingwebhookconfigurations \(deploy\/10-rbac.yaml has the exact rules\)/);
     expect(host.output()).toMatch(/"retryInSeconds":1/);
     expect(await review(host, await readFile(host.caFile, 'utf8'))).toEqual({ allowed: false, message: 'policy "require-labels": missing required label: team' });
     const elected = await startHost({ managed: 'other.e2e.dev', policies: [requireLabels], webhooks: { namespace: 'portcullis' }, env: { KUBECONFIG: saKubeconfig } });

@@ -135,7 +135,7 @@ export function describeKubeError(error: unknown, op: Operation, server: string)
     case 401:
       return new KubeApiError(op, status, `401 Unauthorized: the apiserver at ${server} rejected the host's credentials to ${op.verb} ${target}${detail}; check KUBECONFIG or the Pod's ServiceAccount token`, true, { cause: error });
     case 403:
-      return new KubeApiError(op, status, `403 Forbidden: cannot ${op.verb} ${target}${detail}; grant the host's ServiceAccount '${op.verb}' on ${where} (deploy/rbac.yaml has the exact rules)`, true, { cause: error });
+      return new KubeApiError(op, status, `403 Forbidden: cannot ${op.verb} ${target}${detail}; grant the host's ServiceAccount '${op.verb}' on ${where} (deploy/10-rbac.yaml has the exact rules)`, true, { cause: error });
     case 404:
       return new KubeApiError(op, status, `404 Not Found: ${target} does not exist${detail}`, false, { cause: error });
     case 409:
