@@ -192,6 +192,26 @@ describe('CertificateKeeper', () => {
     expect(secret.writes).toBe(2);
   });
 
+  it('a rotation that loses a write race publishes the served CA again and serves on', async () => {
+    const secret = new FakeSecret();
+    const keeper = new CertificateKeeper({ secret, dnsNames: names, validityDays: 30, log: quiet(), pollMs: 10 });
+    const first = await keeper.initial();
+    const h = hooks(secret, { value: true });
+    // Someone changes the Secret between the leader's read and its write (409), once.
+    secret.beforeWrite = () => {
+      secret.version++;
+    };
+    keeper.follow(h);
+    secret.rotateRequested = true;
+    await waitFor('the retried rotation', () => h.served.length === 1);
+    await keeper.stop();
+    // publish new CA -> write refused -> publish the served CA again -> next round rotates.
+    expect(h.published[0]).not.toBe(first.ca);
+    expect(h.published[1]).toBe(first.ca);
+    expect(h.published[2]).toBe(secret.bundle!.ca);
+    expect(h.served[0]!.fingerprint).toBe(fingerprint(secret.bundle!.cert));
+  });
+
   it('does not write a new certificate whose CA could not be published', async () => {
     const secret = new FakeSecret();
     const keeper = new CertificateKeeper({ secret, dnsNames: names, validityDays: 30, log: quiet(), pollMs: 10 });
@@ -199,8 +219,11 @@ describe('CertificateKeeper', () => {
     const h = hooks(secret, { value: true }, false);
     keeper.follow(h);
     secret.rotateRequested = true;
-    await waitFor('a publication attempt', () => h.published.length >= 2);
+    await waitFor('a publication attempt', () => h.published.length >= 4);
     await keeper.stop();
+    // Every failed attempt is followed by publishing the served CA again.
+    expect(h.published.filter((_, i) => i % 2 === 1).every((ca) => ca === first.ca)).toBe(true);
+    expect(h.published[0]).not.toBe(first.ca);
     expect(secret.writes).toBe(1);
     expect(h.served).toEqual([]);
     expect(fingerprint(secret.bundle!.cert)).toBe(first.fingerprint);

@@ -141,13 +141,33 @@ export class CertificateKeeper {
     if (!(await hooks.publishCa(next.ca))) {
       // Writing anyway would make replicas present a certificate the apiserver cannot verify.
       this.#o.log.error('TLS: rotation postponed: the new CA could not be published in the webhook configurations', { secret: this.#o.secret.ref });
+      await this.#republishServed(hooks);
       return;
     }
-    if (!hooks.isLeader()) return;
-    const written = await this.#write(resourceVersion, next);
+    if (!hooks.isLeader()) return this.#republishServed(hooks);
+    let written: CheckedBundle;
+    try {
+      written = await this.#write(resourceVersion, next);
+    } catch (error) {
+      await this.#republishServed(hooks);
+      throw error;
+    }
     this.#o.log.info('TLS: rotated the serving certificate', { secret: this.#o.secret.ref, fingerprint: written.fingerprint, notAfter: written.notAfter.toISOString() });
     await hooks.serve(written);
     this.#current = written;
+  }
+
+  /**
+   * After a rotation that did not happen: make the served CA the manager's current one again.
+   * Otherwise the next rotation would keep the unused CA as "previous" and drop the served one.
+   */
+  async #republishServed(hooks: CertificateHooks): Promise<void> {
+    if (!this.#current) return;
+    try {
+      await hooks.publishCa(this.#current.ca);
+    } catch (error) {
+      this.#o.log.error('TLS: could not publish the served CA again after a failed rotation', { secret: this.#o.secret.ref, message: errorMessage(error) });
+    }
   }
 
   async #issueAndWrite(resourceVersion: string, reason: string): Promise<CheckedBundle> {
