@@ -210,6 +210,10 @@ describe('deploy/ in a cluster', () => {
       expect(hook.clientConfig.service).toMatchObject({ name: 'portcullis', namespace: NS, port: 443 });
       expect(decode(hook.clientConfig.caBundle)).toContain(ca.trim());
     }
+    // Re-applying the manifests (an upgrade) keeps the certificate the host wrote into the Secret.
+    await kubectlOk(['apply', '-k', `${root}deploy-overlays/kubernetes-1.20`]);
+    const reapplied = (await getJson<Secret>(['get', 'secret', 'portcullis-tls', '-n', NS]))!;
+    expect(new X509Certificate(decode(reapplied.data?.['tls.crt'])).fingerprint256).toBe(fingerprint);
     const leaders = await Promise.all([a, b].map(async (r) => /^portcullis_leader (\d)$/m.exec(await (await fetch(`http://${ip}:${r.metricsPort}/metrics`)).text())?.[1]));
     expect(leaders.sort()).toEqual(['0', '1']);
   });
