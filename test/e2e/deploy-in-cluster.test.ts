@@ -273,6 +273,23 @@ describe('deploy/ in a cluster', () => {
     expect(apiserverLog).not.toMatch(/failed calling webhook|x509: /);
   });
 
+  it('the overlays build with kubectl\'s kustomize and change what they say', async () => {
+    const build = async (overlay: string) => (await kubectlOk(['kustomize', `${root}deploy-overlays/${overlay}`])).split(/^---$/m).map((d) => parse(d) as Record<string, any>); // eslint-disable-line @typescript-eslint/no-explicit-any
+    const certManager = await build('cert-manager');
+    const kinds = certManager.map((o) => `${o.kind}/${o.metadata.name}`);
+    expect(kinds).toEqual(expect.arrayContaining(['Issuer/portcullis-selfsigned', 'Certificate/portcullis-ca', 'Issuer/portcullis-ca', 'Certificate/portcullis-serving']));
+    expect(kinds).not.toContain('Secret/portcullis-tls');
+    const pod = certManager.find((o) => o.kind === 'Deployment')!.spec.template.spec;
+    expect(pod.volumes).toContainEqual({ name: 'tls', secret: { secretName: 'portcullis-serving-cert' } });
+    expect(pod.containers[0].volumeMounts).toContainEqual({ name: 'tls', mountPath: '/etc/portcullis/tls', readOnly: true });
+    expect(JSON.stringify(certManager.find((o) => o.kind === 'Role')!.rules)).not.toContain('secrets');
+    expect(parse(certManager.find((o) => o.kind === 'ConfigMap')!.data['portcullis.yaml'])).toMatchObject({ server: { tls: { mode: 'files' } } });
+    const single = await build('single-webhook');
+    expect(parse(single.find((o) => o.kind === 'ConfigMap')!.data['portcullis.yaml'])).toMatchObject({ webhooks: { singleWebhook: true } });
+    const monitor = (await build('servicemonitor')).find((o) => o.kind === 'ServiceMonitor')!;
+    expect(monitor.spec.endpoints).toEqual([{ port: 'metrics', path: '/metrics', scheme: 'http', interval: '30s' }]);
+  });
+
   it('uninstalling leaves no webhook configuration behind', async () => {
     await kubectlOk(['-n', NS, 'delete', 'deployment', 'portcullis']);
     // What the kubelet does to the Deployment's pods: SIGTERM, then wait for the exit.
