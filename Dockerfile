@@ -59,6 +59,8 @@ COPY --from=deps /app/node_modules node_modules
 COPY package.json ./
 COPY sdk/package.json sdk/
 COPY host/package.json host/config.schema.json host/
+# Node 24 runs the host's TypeScript sources (type stripping). When the host compiles to
+# JavaScript (npm packaging), copy the compiled output from the build stage here instead.
 COPY host/bin host/bin
 COPY host/src host/src
 COPY --from=build /app/policies/portcullis.yaml policies/
