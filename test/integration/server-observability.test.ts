@@ -1,7 +1,14 @@
 // What an operator sees: the metrics port (plain HTTP), /readyz failing while a policy failed
 // to load (server.readyWhenAllPoliciesLoaded), Prometheus default and Portcullis metrics, the
 // start-up TLS and ready lines, and info lines for allowed and mutated reviews with the user.
+import { mkdtemp, readFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
+import { openClient, resolveOptions } from '../../host/src/oci/options.ts';
+import { pushPolicy } from '../../host/src/oci/push.ts';
+import { parseReference } from '../../host/src/oci/reference.ts';
+import { startRegistry } from '../helpers/registry.ts';
 import { POLICIES, policyYaml, startServer, type TestServer } from '../helpers/server.ts';
 
 let current: TestServer | undefined;
@@ -85,5 +92,39 @@ policies:
 ${policyYaml('added-by', `settings: { value: t }\n${rule}`)}`, { log: createLogger('info', (l) => logs.push(l)) });
     expect((await current.post('/mutate', review({ metadata: { name: 'x' } }))).status).toBe(200);
     expect(logs.some((l) => /"msg":"(mutated|allowed|reviewed)"/.test(l))).toBe(false);
+  });
+});
+
+describe('registry pull metrics', () => {
+  it('counts oci:// fetches per registry, ok and failed', async () => {
+    const registry = await startRegistry();
+    try {
+      const reference = `oci://${registry.host}/policies/metrics-added-by:v1`;
+      const client = await openClient(parseReference(reference), await resolveOptions({ insecure: [registry.host] }), 'pull,push');
+      try {
+        await pushPolicy(client, parseReference(reference), await readFile(`${POLICIES}/added-by/added-by.wasm`), 'added-by.wasm');
+      } finally {
+        await client.close();
+      }
+      const cache = await mkdtemp(join(tmpdir(), 'portcullis-obs-cache-'));
+      current = await startServer(`server: { metricsPort: 0, tls: { mode: self-signed, hostnames: [127.0.0.1] } }
+registries: { insecure: ["${registry.host}"], cacheDir: ${cache} }
+policies:
+  - name: pulled
+    module: ${reference}
+    settings: { value: t }
+  - name: missing
+    module: oci://${registry.host}/policies/does-not-exist:v1
+`);
+      const metrics = (await get(`${current.server.metricsUrl!}/metrics`)).text;
+      const host = registry.host.replace(/[.]/g, '\\.');
+      expect(metrics).toMatch(new RegExp(`^portcullis_registry_pulls_total\\{registry="${host}",result="ok"\\} 1$`, 'm'));
+      expect(metrics).toMatch(new RegExp(`^portcullis_registry_pulls_total\\{registry="${host}",result="failed"\\} 1$`, 'm'));
+      expect(metrics).toMatch(new RegExp(`^portcullis_policy_info\\{policy="pulled",digest="sha256:[0-9a-f]{64}",source="oci://${host}/policies/metrics-added-by:v1",state="loaded"\\} 1$`, 'm'));
+    } finally {
+      await current?.close();
+      current = undefined;
+      await registry.stop();
+    }
   });
 });
