@@ -19,7 +19,13 @@ export interface InClusterCertificate {
   stop(): Promise<void>;
 }
 
-export async function openInClusterCertificate(config: Config, log: Logger, options: { kubeconfig?: string; env?: NodeJS.ProcessEnv; pollMs?: number } = {}): Promise<InClusterCertificate> {
+export interface InClusterOptions {
+  kubeconfig?: string;
+  env?: NodeJS.ProcessEnv;
+  pollMs?: number;
+}
+
+export async function openInClusterCertificate(config: Config, log: Logger, options: InClusterOptions = {}): Promise<InClusterCertificate> {
   const tls = config.server.tls;
   const service = config.webhooks.service;
   if (tls.mode !== 'secret' || !service) throw new TypeError('openInClusterCertificate needs tls.mode "secret" and webhooks.service');
@@ -35,7 +41,8 @@ export async function openInClusterCertificate(config: Config, log: Logger, opti
   const client = { ...(tls.clientCA ? { clientCA: await readClientCa(tls.clientCA) } : {}), requireClientCert: tls.requireClientCert };
   const toMaterial = (bundle: CheckedBundle): TlsMaterial => ({ key: bundle.key, cert: bundle.cert, caBundle: bundle.ca, ...client });
   const first = await keeper.initial();
-  const source = `Secret ${secret.ref} (certificate for ${dnsNames.join(', ')}; expires ${first.notAfter.toISOString()}; the leader rotates it)`;
+  const expires = first.notAfter.toISOString();
+  const source = `Secret ${secret.ref} (certificate for ${dnsNames.join(', ')}; expires ${expires}; the leader rotates it)`;
   return {
     material: toMaterial(first),
     source,

@@ -41,7 +41,8 @@ export async function issueBundle(dnsNames: string[], validityDays: number, now 
   const notBeforeDate = new Date(now.getTime() - BACKDATE_MS);
   const notAfterDate = new Date(now.getTime() + validityDays * 24 * 3600_000);
   // The CA outlives its certificate by a day so that a late rotation never finds it expired first.
-  const ca = await generate([{ name: 'commonName', value: `portcullis-ca-${now.toISOString()}` }, { name: 'organizationName', value: 'Portcullis' }], {
+  const caSubject = [{ name: 'commonName', value: `portcullis-ca-${now.toISOString()}` }, { name: 'organizationName', value: 'Portcullis' }];
+  const ca = await generate(caSubject, {
     keyType: 'ec', curve: 'P-256', algorithm: 'sha256', notBeforeDate, notAfterDate: new Date(notAfterDate.getTime() + 24 * 3600_000),
     extensions: [
       { name: 'basicConstraints', cA: true, critical: true },

@@ -53,6 +53,10 @@ export class CertificateKeeper {
     this.#now = options.now ?? (() => new Date());
   }
 
+  get #ref(): string {
+    return this.#o.secret.ref;
+  }
+
   get current(): CheckedBundle | undefined {
     return this.#current;
   }
@@ -78,8 +82,10 @@ export class CertificateKeeper {
         return written;
       } catch (error) {
         const message = describe(error, this.#o.secret.ref);
-        if (statusOf(error) !== 409) this.#o.log.error('TLS: cannot get a serving certificate from the Secret yet; retrying', { secret: this.#o.secret.ref, message });
-        if (Date.now() + delay > deadline) throw new CertificateSecretError(`no serving certificate after ${Math.round(deadlineMs / 1000)} s: ${message}`, { cause: error });
+        if (statusOf(error) !== 409) this.#o.log.error('TLS: cannot get a serving certificate from the Secret yet; retrying', { secret: this.#ref, message });
+        if (Date.now() + delay > deadline) {
+          throw new CertificateSecretError(`no serving certificate after ${Math.round(deadlineMs / 1000)} s: ${message}`, { cause: error });
+        }
         await sleep(delay);
       }
     }
@@ -113,7 +119,9 @@ export class CertificateKeeper {
       const stored = await this.#o.secret.read();
       const usable = this.#usable(stored);
       if (usable && usable.fingerprint !== this.#current?.fingerprint) {
-        this.#o.log.info('TLS: the Secret holds a new certificate; switching to it', { secret: this.#o.secret.ref, fingerprint: usable.fingerprint, notAfter: usable.notAfter.toISOString() });
+        this.#o.log.info('TLS: the Secret holds a new certificate; switching to it', {
+          secret: this.#ref, fingerprint: usable.fingerprint, notAfter: usable.notAfter.toISOString(),
+        });
         await hooks.serve(usable);
         this.#current = usable;
       }
@@ -123,7 +131,9 @@ export class CertificateKeeper {
     } catch (error) {
       const message = describe(error, this.#o.secret.ref);
       // One line per distinct problem: a Secret that stays unreadable must not flood the log.
-      if (message !== this.#lastError && statusOf(error) !== 409) this.#o.log.error('TLS: certificate Secret check failed; serving the current certificate', { secret: this.#o.secret.ref, message });
+      if (message !== this.#lastError && statusOf(error) !== 409) {
+        this.#o.log.error('TLS: certificate Secret check failed; serving the current certificate', { secret: this.#ref, message });
+      }
       this.#lastError = message;
     }
   }
@@ -137,10 +147,10 @@ export class CertificateKeeper {
 
   async #rotate(resourceVersion: string, reason: string, hooks: CertificateHooks): Promise<void> {
     const next = checkBundle(await issueBundle(this.#o.dnsNames, this.#o.validityDays, this.#now()), this.#o.dnsNames, this.#now());
-    this.#o.log.info('TLS: rotating the serving certificate; publishing the new CA first', { secret: this.#o.secret.ref, reason });
+    this.#o.log.info('TLS: rotating the serving certificate; publishing the new CA first', { secret: this.#ref, reason });
     if (!(await hooks.publishCa(next.ca))) {
       // Writing anyway would make replicas present a certificate the apiserver cannot verify.
-      this.#o.log.error('TLS: rotation postponed: the new CA could not be published in the webhook configurations', { secret: this.#o.secret.ref });
+      this.#o.log.error('TLS: rotation postponed: the new CA could not be published in the webhook configurations', { secret: this.#ref });
       await this.#republishServed(hooks);
       return;
     }
@@ -152,7 +162,7 @@ export class CertificateKeeper {
       await this.#republishServed(hooks);
       throw error;
     }
-    this.#o.log.info('TLS: rotated the serving certificate', { secret: this.#o.secret.ref, fingerprint: written.fingerprint, notAfter: written.notAfter.toISOString() });
+    this.#o.log.info('TLS: rotated the serving certificate', { secret: this.#ref, fingerprint: written.fingerprint, notAfter: written.notAfter.toISOString() });
     await hooks.serve(written);
     this.#current = written;
   }
@@ -166,14 +176,16 @@ export class CertificateKeeper {
     try {
       await hooks.publishCa(this.#current.ca);
     } catch (error) {
-      this.#o.log.error('TLS: could not publish the served CA again after a failed rotation', { secret: this.#o.secret.ref, message: errorMessage(error) });
+      this.#o.log.error('TLS: could not publish the served CA again after a failed rotation', { secret: this.#ref, message: errorMessage(error) });
     }
   }
 
   async #issueAndWrite(resourceVersion: string, reason: string): Promise<CheckedBundle> {
     const bundle = checkBundle(await issueBundle(this.#o.dnsNames, this.#o.validityDays, this.#now()), this.#o.dnsNames, this.#now());
     const written = await this.#write(resourceVersion, bundle);
-    this.#o.log.info('TLS: issued a CA and serving certificate into the Secret', { secret: this.#o.secret.ref, reason, dnsNames: this.#o.dnsNames, notAfter: written.notAfter.toISOString() });
+    this.#o.log.info('TLS: issued a CA and serving certificate into the Secret', {
+      secret: this.#ref, reason, dnsNames: this.#o.dnsNames, notAfter: written.notAfter.toISOString(),
+    });
     return written;
   }
 
@@ -192,7 +204,7 @@ export class CertificateKeeper {
     } catch (error) {
       if (!(error instanceof CertificateInvalidError)) throw error;
       const message = `the certificate in the Secret cannot be served: ${error.message}`;
-      if (message !== this.#lastError) this.#o.log.warn(`TLS: ${message}; a new one will be issued`, { secret: this.#o.secret.ref });
+      if (message !== this.#lastError) this.#o.log.warn(`TLS: ${message}; a new one will be issued`, { secret: this.#ref });
       this.#lastError = message;
       return undefined;
     }
@@ -201,7 +213,9 @@ export class CertificateKeeper {
 
 function describe(error: unknown, ref: string): string {
   if (error instanceof KubeApiError && error.status === 404) {
-    return `the Secret ${ref} does not exist; the host only reads and updates it (RBAC cannot limit "create" by name): apply deploy/10-rbac.yaml, or create it empty with kubectl -n ${ref.split('/')[0]} create secret generic ${ref.split('/')[1]}`;
+    const [namespace, name] = ref.split('/');
+    return `the Secret ${ref} does not exist; the host only reads and updates it (RBAC cannot limit "create" by name): `
+      + `apply deploy/10-rbac.yaml, or create it empty with kubectl -n ${namespace} create secret generic ${name}`;
   }
   return errorMessage(error);
 }

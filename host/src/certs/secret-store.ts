@@ -37,7 +37,9 @@ export function createCoreApi(kubeconfig?: string): { api: CoreV1Api; server: st
     throw new KubeConfigError(`cannot load Kubernetes credentials for the certificate Secret: ${errorMessage(error)}`, { cause: error });
   }
   const cluster = kc.getCurrentCluster();
-  if (!cluster) throw new KubeConfigError('no current cluster in the Kubernetes configuration: set KUBECONFIG, or run in a Pod with a ServiceAccount');
+  if (!cluster) {
+    throw new KubeConfigError('no current cluster in the Kubernetes configuration: set KUBECONFIG, or run in a Pod with a ServiceAccount');
+  }
   return { api: kc.makeApiClient(CoreV1Api), server: cluster.server };
 }
 
