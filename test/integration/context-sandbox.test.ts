@@ -57,8 +57,8 @@ describe('context reads in the sandbox', () => {
     const outcome = await reading({ reads: [{ verb: 'list', ...ING }] }, narrow);
     expect(outcome).toMatchObject({ status: 'failed', failure: 'permanent' });
     expect(outcome.status === 'failed' && outcome.message).toBe(
-      'policy "narrow" may not read Ingress (networking.k8s.io/v1): its grants are { apiVersion: v1, kind: Namespace }; ' +
-      'add context: [{ apiVersion: networking.k8s.io/v1, kind: Ingress }] to the policy in the configuration');
+      'may not read Ingress (networking.k8s.io/v1): its grants are { apiVersion: v1, kind: Namespace }; ' +
+      'add context: [{ apiVersion: networking.k8s.io/v1, kind: Ingress }] to policy "narrow" in the configuration');
     const none = await load(pool, 'none', { file: 'context-probe' });
     expect(await reading({ reads: [{ verb: 'get', ...NS, name: 'shop' }] }, none)).toMatchObject({ status: 'failed', failure: 'permanent' });
   });

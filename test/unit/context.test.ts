@@ -47,8 +47,8 @@ describe('context grants', () => {
     const answer = read(store, { verb: 'list', ...ING }, scope([NS]));
     expect(answer.error).toEqual({
       kind: 'permanent', code: 'CONTEXT_NOT_GRANTED',
-      message: 'policy "p" may not read Ingress (networking.k8s.io/v1): its grants are { apiVersion: v1, kind: Namespace }; ' +
-        'add context: [{ apiVersion: networking.k8s.io/v1, kind: Ingress }] to the policy in the configuration',
+      message: 'may not read Ingress (networking.k8s.io/v1): its grants are { apiVersion: v1, kind: Namespace }; ' +
+        'add context: [{ apiVersion: networking.k8s.io/v1, kind: Ingress }] to policy "p" in the configuration',
     });
     expect(read(store, { verb: 'get', ...NS, name: 'shop' }, scope([])).error?.message).toContain('it has no context grants');
   });

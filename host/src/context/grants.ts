@@ -47,7 +47,8 @@ export function notGranted(policy: string, grants: readonly Grant[], apiVersion:
   const has = grants.length === 0 ? 'it has no context grants' : `its grants are ${grants.map(describeGrant).join(', ')}`;
   return new ContextError(
     'CONTEXT_NOT_GRANTED',
-    `policy "${policy}" may not read ${kind} (${apiVersion}): ${has}; ` +
-    `add context: [${describeGrant({ apiVersion, kind })}] to the policy in the configuration`,
+    // The merge prefixes the outcome with the policy's name; the name here says where to fix it.
+    `may not read ${kind} (${apiVersion}): ${has}; ` +
+    `add context: [${describeGrant({ apiVersion, kind })}] to policy "${policy}" in the configuration`,
   );
 }
