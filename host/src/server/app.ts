@@ -58,6 +58,7 @@ export class PortcullisServer {
     this.#server = createServer(config.server, tls, {
       registry: this.registry, pool: this.pool, metrics: this.metrics, log,
       namespaceLabels: namespaceLabels ?? ((namespace) => this.context.namespaceLabels(namespace)),
+      acceptsReviews: () => this.#ready,
       isReady: () => ({
         // Issue 15: not ready until every cached kind has synced (reads before that fail as temporary).
         ready: this.#ready && this.context.waiting().length === 0,
