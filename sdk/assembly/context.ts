@@ -75,9 +75,11 @@ function call(request: string): ContextRead {
   read.object = objectAt(answer, 'object');
   const items = answer.get('items');
   if (items != null && items.type == JSON.Types.Array) {
-    const values = items.get<JSON.Value[]>();
+    // json-as keeps parsed arrays as JSON.Arr (not JSON.Value[]).
+    const values = items.get<JSON.Arr>();
     for (let i = 0; i < values.length; i++) {
-      if (values[i].type == JSON.Types.Object) read.items.push(values[i].get<JSON.Obj>());
+      const value = values.at(i);
+      if (value.type == JSON.Types.Object) read.items.push(value.get<JSON.Obj>());
     }
   }
   return read;

@@ -96,3 +96,27 @@ describe('context reads in the sandbox', () => {
     for (const o of outcomes) expect(o).toMatchObject({ status: 'denied', message: JSON.stringify(['blog']) });
   });
 });
+
+describe('context reads from an AssemblyScript guest (Extism host function)', () => {
+  const asReading = (policy: LoadedPolicy, spec: Record<string, unknown>) => evaluatePolicy(pool, policy, 'validate', input({ object: { spec } }));
+
+  it('get and list answer from the replica; a read outside the grants fails permanently', async () => {
+    const as = await load(pool, 'as-context-probe', { context: [NS] });
+    expect(await asReading(as, { get: 'shop', times: 3 })).toMatchObject({ status: 'allowed' });
+    expect(await asReading(as, { list: 'owner' })).toMatchObject({ status: 'denied', code: 418, message: 'shop,blog' });
+    const ungranted = await load(pool, 'as-ungranted', { file: 'as-context-probe' });
+    const outcome = await asReading(ungranted, { get: 'shop' });
+    expect(outcome).toMatchObject({ status: 'failed', failure: 'permanent' });
+    expect(outcome.status === 'failed' && outcome.message).toContain('add context: [{ apiVersion: v1, kind: Namespace }] to policy "as-ungranted"');
+  });
+
+  it('a read before sync is a temporary failure', async () => {
+    const as = await load(pool, 'as-context-probe', { context: [NS] });
+    hub.apply({ type: 'context', op: 'synced', kind: 'v1 Namespace', synced: false });
+    try {
+      expect(await asReading(as, { get: 'shop' })).toMatchObject({ status: 'failed', failure: 'temporary' });
+    } finally {
+      hub.apply({ type: 'context', op: 'synced', kind: 'v1 Namespace', synced: true });
+    }
+  });
+});
