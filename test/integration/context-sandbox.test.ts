@@ -98,7 +98,7 @@ describe('context reads in the sandbox', () => {
 });
 
 describe('context reads from an AssemblyScript guest (Extism host function)', () => {
-  const asReading = (policy: LoadedPolicy, spec: Record<string, unknown>) => evaluatePolicy(pool, policy, 'validate', input({ object: { spec } }));
+  const asReading = (policy: LoadedPolicy, spec: JsonObject) => evaluatePolicy(pool, policy, 'validate', input({ object: { spec } }));
 
   it('get and list answer from the replica; a read outside the grants fails permanently', async () => {
     const as = await load(pool, 'as-context-probe', { context: [NS] });
