@@ -3,7 +3,7 @@
 // from the Namespace cache.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
-  configMap, getValidating, hookNames, kubectl, kubectlOk, policy, prepareNamespaces, removeWebhookConfigurations,
+  configMap, getValidating, HOST_NAMESPACE, hookNames, kubectl, kubectlOk, policy, prepareNamespaces, removeWebhookConfigurations,
   startHost, stopAllHosts, waitFor, type Host,
 } from './helpers.ts';
 import { run } from '../helpers/process.ts';
@@ -106,6 +106,27 @@ describe('context-aware policies against a real apiserver', () => {
     const labelledAt = Date.now();
     await waitFor('the labelled namespace to reach the cache', async () => (await kubectl(['create', '-f', '-'], { input: pod('ctx-unowned', 'p1') })).code === 0, FRESHNESS_MS, 100);
     expect(Date.now() - labelledAt).toBeLessThan(FRESHNESS_MS);
+  });
+
+  it('the generated RBAC lets a ServiceAccount list and watch exactly the cached kinds', async () => {
+    const { contextRbacYaml } = await import('../../host/src/context/rbac.ts');
+    const sa = 'ctx-reader';
+    await kubectl(['create', 'serviceaccount', sa, '-n', HOST_NAMESPACE]);
+    const kinds = [{ apiVersion: 'networking.k8s.io/v1', kind: 'Ingress' }, { apiVersion: 'v1', kind: 'Namespace' }];
+    await kubectlOk(['apply', '-f', '-'], { input: contextRbacYaml(kinds, { name: 'ctx-e2e-reader', serviceAccount: sa, namespace: HOST_NAMESPACE }) });
+    try {
+      const can = async (verb: string, resource: string) =>
+        (await kubectl(['auth', 'can-i', verb, resource, '--all-namespaces', `--as=system:serviceaccount:${HOST_NAMESPACE}:${sa}`])).stdout.trim();
+      expect(await can('list', 'ingresses.networking.k8s.io')).toBe('yes');
+      expect(await can('watch', 'ingresses.networking.k8s.io')).toBe('yes');
+      expect(await can('watch', 'namespaces')).toBe('yes');
+      expect(await can('list', 'pods')).toBe('no');
+      expect(await can('list', 'secrets')).toBe('no');
+      expect(await can('create', 'ingresses.networking.k8s.io')).toBe('no');
+    } finally {
+      await kubectl(['delete', 'clusterrole,clusterrolebinding', 'ctx-e2e-reader']);
+      await kubectl(['delete', 'serviceaccount', sa, '-n', HOST_NAMESPACE]);
+    }
   });
 
   it('the single webhook skips a policy whose namespaceSelector does not match the namespace', async () => {

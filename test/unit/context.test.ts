@@ -191,3 +191,15 @@ describe('context grants in the configuration', () => {
     expect(() => parseConfig(yaml, 'c.yaml')).toThrow(message);
   });
 });
+
+describe('context RBAC', () => {
+  it('grants list and watch on exactly the cached kinds, grouped by API group', async () => {
+    const { contextRbacYaml, guessResource } = await import('../../host/src/context/rbac.ts');
+    expect(['Ingress', 'Namespace', 'NetworkPolicy', 'Endpoints', 'ConfigMap', 'Gateway'].map(guessResource))
+      .toEqual(['ingresses', 'namespaces', 'networkpolicies', 'endpoints', 'configmaps', 'gateways']);
+    const yaml = contextRbacYaml([ING, NS, { apiVersion: 'networking.k8s.io/v1', kind: 'NetworkPolicy' }], { name: 'r', serviceAccount: 'sa', namespace: 'n' });
+    expect(yaml).toContain('rules:\n  - apiGroups: [""]\n    resources: [namespaces]\n    verbs: [list, watch]\n' +
+      '  - apiGroups: ["networking.k8s.io"]\n    resources: [ingresses, networkpolicies]\n    verbs: [list, watch]\n---');
+    expect(yaml).toContain('subjects:\n  - kind: ServiceAccount\n    name: sa\n    namespace: n');
+  });
+});
