@@ -45,3 +45,28 @@ describe('a server with context grants before its caches sync', () => {
     expect(server.logs.some((line) => line.includes('context: cannot discover a granted kind; retrying'))).toBe(true);
   });
 });
+
+describe('a server with context grants and no cluster credentials', () => {
+  it('refuses to start, saying what to set', async () => {
+    const saved = process.env.KUBECONFIG;
+    process.env.KUBECONFIG = '/nonexistent/portcullis-kubeconfig';
+    try {
+      await expect(startServer(`policies:\n${policyYaml('namespace-owner', 'context: [{ apiVersion: v1, kind: Namespace }]')}`))
+        .rejects.toThrow(/cannot load Kubernetes credentials for context grants: .*no such file.*; set KUBECONFIG or run in a Pod/);
+    } finally {
+      process.env.KUBECONFIG = saved;
+    }
+  });
+
+  it('a server without grants needs no cluster at all', async () => {
+    const saved = process.env.KUBECONFIG;
+    process.env.KUBECONFIG = '/nonexistent/portcullis-kubeconfig';
+    try {
+      const plain = await startServer(`policies:\n${policyYaml('numbers')}`);
+      expect((await plain.get('/readyz')).status).toBe(200);
+      await plain.close();
+    } finally {
+      process.env.KUBECONFIG = saved;
+    }
+  });
+});
