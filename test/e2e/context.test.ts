@@ -137,4 +137,16 @@ describe('context-aware policies against a real apiserver', () => {
     expect(relaxed.stderr).toBe('');
     expect(relaxed.code).toBe(0);
   });
+
+  it('a reload that grants a new kind starts its informer', async () => {
+    await host.rewrite((config) => {
+      (config.policies as Record<string, unknown>[]).push(policy('namespace-owner', {
+        name: 'configmap-reader', match: [{ namespace: 'ctx-none' }],
+        rules: [{ operations: ['CREATE'], apiGroups: [''], apiVersions: ['v1'], resources: ['configmaps'] }],
+        context: [{ apiVersion: 'v1', kind: 'Namespace' }, { apiVersion: 'v1', kind: 'ConfigMap' }],
+      }));
+    });
+    await host.waitForLog(/"msg":"configuration reloaded"/, 30_000);
+    await host.waitForLog(/"msg":"context: cache synced"[^\n]*ConfigMap/, 30_000);
+  });
 });

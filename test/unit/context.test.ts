@@ -121,6 +121,8 @@ describe('context list selectors', () => {
     [{ labelSelector: 'team notin (web)' }, ['two', 'four']],
     [{ fieldSelector: 'metadata.name=two' }, ['two']],
     [{ fieldSelector: 'metadata.namespace!=a', labelSelector: 'team' }, ['three']],
+    [{ fieldSelector: 'spec.rules=[{"host":"two.example.com"}]' }, ['two']],
+    [{ fieldSelector: 'kind==Ingress,metadata.name!=one' }, ['two', 'three', 'four']],
   ])('list %j', (options, expected) => {
     expect(names(read(store, { verb: 'list', ...ING, ...options }).items).sort()).toEqual([...expected].sort());
   });

@@ -6,7 +6,10 @@
 // the apiserver by the watch latency (milliseconds in a healthy cluster). If the watch breaks,
 // the cache keeps serving the last state it saw while the informer re-lists and re-watches
 // (client-node backs off up to 30 s; we restart a failed list after RETRY_MS).
-import { KubeConfig, KubernetesObjectApi, ListWatch, Watch, type KubernetesObject } from '@kubernetes/client-node';
+import {
+  HttpMethod, KubeConfig, KubernetesObjectApi, ListWatch, RequestContext, Watch, type KubernetesListObject, type KubernetesObject,
+} from '@kubernetes/client-node';
+import { fetch } from 'undici';
 import type { JsonObject } from '@portcullis/sdk';
 import { errorMessage, PortcullisError } from '../errors.ts';
 import type { Fields } from '../server/log.ts';
@@ -100,7 +103,7 @@ export class ClusterContext {
       return { ...copy, apiVersion, kind };
     };
     // ListWatch rather than makeInformer: it exposes latestResourceVersion, which tells a real sync from a failed list.
-    const informer = new ListWatch(path, new Watch(this.#kc), () => this.#api.list(apiVersion, kind), false);
+    const informer = new ListWatch(path, new Watch(this.#kc), () => this.#rawList(path), false);
     const upsert = (object: KubernetesObject) => {
       const entry = toEntry(stamp(object));
       if (entry) this.#hub.apply({ type: 'context', op: 'upsert', kind: key, entry });
@@ -113,7 +116,7 @@ export class ClusterContext {
     });
     informer.on('error', (error: unknown) => {
       if (this.#stopped) return;
-      this.#log('warn', 'context: watch failed; serving the last known state and re-listing', { grant: describeGrant(grant), message: errorMessage(error) });
+      this.#log('warn', 'context: list or watch failed; retrying (reads answer from the last state seen, or fail as temporary before the first sync)', { grant: describeGrant(grant), message: errorMessage(error) });
       setTimeout(() => {
         if (!this.#stopped) void informer.start().then(() => this.#markSynced(informer.latestResourceVersion(), key, grant));
       }, RETRY_MS).unref();
@@ -122,6 +125,22 @@ export class ClusterContext {
     if (this.#stopped) return;
     await informer.start();
     this.#markSynced(informer.latestResourceVersion(), key, grant);
+  }
+
+  /**
+   * The informer's list, as the apiserver sent it. KubernetesObjectApi.list would deserialize
+   * built-in kinds into client-node's models (timestamps become Dates, unknown fields are
+   * dropped), so listed objects would differ from the raw objects the watch delivers.
+   */
+  async #rawList(path: string): Promise<KubernetesListObject<KubernetesObject>> {
+    const context = new RequestContext(`${this.#kc.getCurrentCluster()!.server}${path}`, HttpMethod.GET);
+    await this.#kc.applySecurityAuthentication(context);
+    const response = await fetch(context.getUrl(), { method: 'GET', headers: context.getHeaders(), dispatcher: context.getDispatcher() });
+    if (response.status !== 200) {
+      const body = (await response.text()).slice(0, 300);
+      throw new ContextCacheError(`listing ${path} answered HTTP ${response.status}${response.status === 403 ? ' (RBAC: see scripts/context-rbac.ts)' : ''}: ${body}`);
+    }
+    return (await response.json()) as KubernetesListObject<KubernetesObject>;
   }
 
   #markSynced(resourceVersion: string, key: string, grant: Grant): void {

@@ -50,25 +50,34 @@ function read(store: ContextStore, scope: ReadScope, request: ContextRequest): s
   }
   if (request.verb === 'get') {
     const entry = store.get(apiVersion, kind, request.namespace, request.name);
-    if (entry && entry.json.length > scope.maxBytes) throw tooLarge(scope, request, entry.json.length);
+    if (entry && entry.bytes > scope.maxBytes) throw tooLarge(scope, request, entry.bytes);
     return entry ? `{"object":${entry.json}}` : '{"object":null}';
   }
   const labels: LabelSelector | undefined = request.labelSelector ? parseLabelSelector(request.labelSelector) : undefined;
+  const fieldsOf = request.fieldSelector && onlyMetadataFields(request.fieldSelector) ? metadataOnly : parsed;
   const parts: string[] = [];
   let size = 12;
   for (const entry of store.entries(apiVersion, kind, request.namespace)) {
     if (labels && !labelSelectorMatches(labels, entry.labels)) continue;
-    if (request.fieldSelector && !fieldSelectorMatches(request.fieldSelector, withMetadata(entry))) continue;
+    if (request.fieldSelector && !fieldSelectorMatches(request.fieldSelector, fieldsOf(entry))) continue;
     // Counted before the answer grows: the host never builds more than the limit.
-    size += entry.json.length + 1;
+    size += entry.bytes + 1;
     if (size > scope.maxBytes) throw tooLarge(scope, request, size);
     parts.push(entry.json);
   }
   return `{"items":[${parts.join(',')}]}`;
 }
 
-/** Field selectors on metadata.name/namespace need no parsing; anything else reads the object. */
-function withMetadata(entry: ContextEntry): JsonObject {
+/** Field selectors on metadata.name/namespace need no parsing of the object; anything else does. */
+function onlyMetadataFields(selector: string): boolean {
+  return selector.split(',').every((term) => term.trim() === '' || /^\s*metadata\.(name|namespace)\s*(==|!=|=)/.test(term));
+}
+
+function metadataOnly(entry: ContextEntry): JsonObject {
+  return { metadata: { name: entry.name, namespace: entry.namespace } };
+}
+
+function parsed(entry: ContextEntry): JsonObject {
   return JSON.parse(entry.json) as JsonObject;
 }
 

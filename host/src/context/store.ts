@@ -11,6 +11,8 @@ export interface ContextEntry {
   name: string;
   labels: Record<string, string>;
   json: string;
+  /** UTF-8 size of `json`, counted once here, for the read limit. */
+  bytes: number;
 }
 
 /** The changes a store takes; also the message a worker receives (`type: 'context'`). */
@@ -107,5 +109,6 @@ export function toEntry(object: JsonObject): ContextEntry | undefined {
   if (typeof raw === 'object' && raw !== null && !Array.isArray(raw)) {
     for (const [key, value] of Object.entries(raw)) if (typeof value === 'string') labels[key] = value;
   }
-  return { namespace, name, labels, json: JSON.stringify(object) };
+  const json = JSON.stringify(object);
+  return { namespace, name, labels, json, bytes: Buffer.byteLength(json) };
 }
