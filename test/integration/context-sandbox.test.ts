@@ -119,4 +119,13 @@ describe('context reads from an AssemblyScript guest (Extism host function)', ()
       hub.apply({ type: 'context', op: 'synced', kind: 'v1 Namespace', synced: true });
     }
   });
+
+  it('answers count against the memory cap: reading a large object in a loop is stopped', async () => {
+    const as = await load(pool, 'as-context-probe', { context: [NS], limits: { ...DEFAULT_LIMITS, memoryMiB: 16 } });
+    const big = { ...namespace('big'), metadata: { name: 'big', annotations: { blob: 'x'.repeat(512 * 1024) } } };
+    hub.apply({ type: 'context', op: 'upsert', kind: 'v1 Namespace', entry: toEntry(big)! });
+    expect(await asReading(as, { get: 'big', times: 2 })).toMatchObject({ status: 'allowed' });
+    const outcome = await asReading(as, { get: 'big', times: 100 });
+    expect(outcome).toMatchObject({ status: 'failed', failure: 'temporary', message: 'exceeded its 16 MiB memory cap (context read answers)' });
+  });
 });

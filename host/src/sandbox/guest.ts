@@ -115,9 +115,17 @@ async function instantiateCore(spec: SandboxSpec, logs: LogBuffer): Promise<Gues
   };
   // Issue 15: context reads for AssemblyScript policies (sdk/assembly/context.ts), JSON in and out.
   const readContext = contextReader(spec.policy, spec.context ?? [], spec.memoryCapBytes);
+  // Answers are stored in kernel memory like `alloc`s, so they count against the same cap: a
+  // guest that reads in a loop without freeing cannot grow the worker past it.
   const portcullis_context_read = (context: CallContext, offset: bigint): bigint => {
     const request = context.read(offset);
-    return context.store(readContext(request === null ? '' : request.text()));
+    // A fresh Uint8Array: Extism copies from its buffer, and Buffer.from may share a pooled one.
+    const answer = new TextEncoder().encode(readContext(request === null ? '' : request.text()));
+    allocated += answer.length;
+    if (allocated > spec.memoryCapBytes) {
+      throw new GuestFault('memory', `exceeded its ${Math.round(spec.memoryCapBytes / 2 ** 20)} MiB memory cap (context read answers)`);
+    }
+    return context.store(answer);
   };
   const plugin: Plugin = await createPlugin({ wasm: [{ module }] }, {
     useWasi: false, runInWorker: false, logger, allowedHosts: [],
