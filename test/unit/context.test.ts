@@ -205,3 +205,34 @@ describe('context RBAC', () => {
     expect(yaml).toContain('subjects:\n  - kind: ServiceAccount\n    name: sa\n    namespace: n');
   });
 });
+
+describe('single-webhook namespaceSelector from the Namespace cache', () => {
+  it('skips a policy for a namespace that does not match, and evaluates it while the cache is unsynced', async () => {
+    const { policyMatches } = await import('../../host/src/select/match.ts');
+    const { request } = await import('@portcullis/sdk/testing');
+    const config = parseConfig('policies: [{ name: a, module: a.wasm, namespaceSelector: { matchLabels: { strict: "true" } } }]', 'c.yaml');
+    const selectable = { config: config.policies[0]!, modes: ['validate' as const] };
+    const hub = new ContextHub();
+    hub.apply({ type: 'context', op: 'reset', kind: 'v1 Namespace', synced: false, entries: [toEntry(namespace('relaxed'))!, toEntry(namespace('strict', { strict: 'true' }))!] });
+    const lookup = (ns: string) => hub.namespaceLabels(ns);
+    const inNamespace = (ns: string) => request({ namespace: ns });
+    expect(policyMatches(selectable, 'validate', inNamespace('relaxed'), lookup)).toBe(true); // unsynced: evaluate
+    hub.apply({ type: 'context', op: 'synced', kind: 'v1 Namespace', synced: true });
+    expect(policyMatches(selectable, 'validate', inNamespace('relaxed'), lookup)).toBe(false);
+    expect(policyMatches(selectable, 'validate', inNamespace('strict'), lookup)).toBe(true);
+    expect(policyMatches(selectable, 'validate', inNamespace('unknown'), lookup)).toBe(true); // newer than the cache: evaluate
+  });
+});
+
+describe('the shipped context example files', () => {
+  it('policies/context.yaml is valid, and deploy/rbac-context.yaml is what the generator prints for it', async () => {
+    const { readFile } = await import('node:fs/promises');
+    const { loadConfigFile } = await import('../../host/src/config/load.ts');
+    const { contextRbacYaml } = await import('../../host/src/context/rbac.ts');
+    const root = new URL('../../', import.meta.url).pathname;
+    const config = await loadConfigFile(`${root}policies/context.yaml`);
+    expect(config.policies.map((p) => p.name)).toEqual(['unique-ingress-host', 'namespace-owner']);
+    const generated = contextRbacYaml(kindsToCache(config), { name: 'portcullis-context', serviceAccount: 'portcullis', namespace: 'portcullis' }, 'policies/context.yaml');
+    expect(await readFile(`${root}deploy/rbac-context.yaml`, 'utf8')).toBe(generated);
+  });
+});
