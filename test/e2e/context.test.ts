@@ -105,7 +105,10 @@ describe('context-aware policies against a real apiserver', () => {
     await kubectlOk(['label', 'namespace', 'ctx-unowned', 'owner=late-team']);
     const labelledAt = Date.now();
     await waitFor('the labelled namespace to reach the cache', async () => (await kubectl(['create', '-f', '-'], { input: pod('ctx-unowned', 'p1') })).code === 0, FRESHNESS_MS, 100);
-    expect(Date.now() - labelledAt).toBeLessThan(FRESHNESS_MS);
+    const elapsed = Date.now() - labelledAt;
+    expect(elapsed).toBeLessThan(FRESHNESS_MS);
+    // Reported for docs/policy-contract.md (includes kubectl's own latency of each attempt).
+    process.stdout.write(`namespace label reached the policy after ${elapsed} ms\n`);
   });
 
   it('the generated RBAC lets a ServiceAccount list and watch exactly the cached kinds', async () => {
