@@ -46,4 +46,5 @@ const result = await new Promise<{ roundTrip: number; replica: number }>((resolv
   });
 });
 await worker.terminate();
-process.stdout.write(`${JSON.stringify({ reads: N, medianMicros: { atomicsRoundTrip: +result.roundTrip.toFixed(2), workerReplica: +result.replica.toFixed(2) } })}\n`);
+const medianMicros = { atomicsRoundTrip: +result.roundTrip.toFixed(2), workerReplica: +result.replica.toFixed(2) };
+process.stdout.write(`${JSON.stringify({ reads: N, medianMicros })}\n`);

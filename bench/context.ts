@@ -33,7 +33,8 @@ export interface ContextBenchResult {
 const pool = new SandboxPool(1);
 const hub = new ContextHub();
 const objects: JsonObject[] = Array.from({ length: 1000 }, (_, i) => ({
-  apiVersion: 'v1', kind: 'Namespace', metadata: { name: `ns-${i}`, labels: { owner: `team-${i % 10}`, 'kubernetes.io/metadata.name': `ns-${i}` } },
+  apiVersion: 'v1', kind: 'Namespace',
+  metadata: { name: `ns-${i}`, labels: { owner: `team-${i % 10}`, 'kubernetes.io/metadata.name': `ns-${i}` } },
 }));
 loadOffline(hub, objects, [NS]);
 hub.attach(pool);
@@ -71,7 +72,8 @@ try {
     as: await perGet(as, (times) => ({ get: 'ns-500', times })),
   };
   process.stdout.write(`${JSON.stringify(result, null, 2)}\n`);
-  process.stderr.write(`context get inside a guest: TypeScript p50 ${result.ts.p50} µs (p90 ${result.ts.p90}), AssemblyScript p50 ${result.as.p50} µs (p90 ${result.as.p90})\n`);
+  const { ts: t, as: a } = result;
+  process.stderr.write(`context get inside a guest: TypeScript p50 ${t.p50} µs (p90 ${t.p90}), AssemblyScript p50 ${a.p50} µs (p90 ${a.p90})\n`);
 } finally {
   await pool.close();
 }

@@ -18,7 +18,10 @@ import { UsageError } from './usage.ts';
 
 export default async function run(args: string[]): Promise<number> {
   const values = parseCli(args);
-  if (!values.policy || !values.request) throw new UsageError('usage: portcullis run --policy FILE.wasm --request REVIEW.json [--settings JSON|FILE] [--mode validate|mutate] [--context OBJECTS.yaml [--grant apiVersion/Kind ...]]');
+  if (!values.policy || !values.request) {
+    throw new UsageError('usage: portcullis run --policy FILE.wasm --request REVIEW.json [--settings JSON|FILE] [--mode validate|mutate] ' +
+      '[--context OBJECTS.yaml [--grant apiVersion/Kind ...]]');
+  }
   if (values.mode !== undefined && values.mode !== 'validate' && values.mode !== 'mutate') throw new UsageError(`--mode must be validate or mutate, not "${values.mode}"`);
   const reviewText = await readInput(values.request, 'review');
   const review = (() => {

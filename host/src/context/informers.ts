@@ -55,10 +55,13 @@ export class ClusterContext {
       if (kubeconfig) this.#kc.loadFromFile(kubeconfig);
       else this.#kc.loadFromDefault();
     } catch (error) {
-      throw new ContextCacheError(`cannot load Kubernetes credentials for context grants: ${errorMessage(error)}; set KUBECONFIG or run in a Pod`, { cause: error });
+      const why = errorMessage(error);
+      throw new ContextCacheError(`cannot load Kubernetes credentials for context grants: ${why}; set KUBECONFIG or run in a Pod`, { cause: error });
     }
     if (!this.#kc.getCurrentCluster()) {
-      throw new ContextCacheError('policies have context grants but no Kubernetes cluster is configured: set KUBECONFIG, or run in a Pod with a ServiceAccount');
+      throw new ContextCacheError(
+        'policies have context grants but no Kubernetes cluster is configured: set KUBECONFIG, or run in a Pod with a ServiceAccount',
+      );
     }
     this.#api = this.#kc.makeApiClient(Discovery);
   }
@@ -91,7 +94,8 @@ export class ClusterContext {
       return this.#retry(grant, key, running);
     }
     if (!resource) {
-      this.#log('error', 'context: the cluster does not serve a granted kind; reads of it fail with a temporary error until it does', { grant: describeGrant(grant) });
+      const message = 'context: the cluster does not serve a granted kind; reads of it fail with a temporary error until it does';
+      this.#log('error', message, { grant: describeGrant(grant) });
       return this.#retry(grant, key, running);
     }
     const path = `${apiVersion.includes('/') ? '/apis' : '/api'}/${apiVersion}/${resource.name}`;
@@ -116,7 +120,8 @@ export class ClusterContext {
     });
     informer.on('error', (error: unknown) => {
       if (this.#stopped) return;
-      this.#log('warn', 'context: list or watch failed; retrying (reads answer from the last state seen, or fail as temporary before the first sync)', { grant: describeGrant(grant), message: errorMessage(error) });
+      const message = 'context: list or watch failed; retrying (reads answer from the last state seen, or fail as temporary before the first sync)';
+      this.#log('warn', message, { grant: describeGrant(grant), message: errorMessage(error) });
       setTimeout(() => {
         if (!this.#stopped) void informer.start().then(() => this.#markSynced(informer.latestResourceVersion(), key, grant));
       }, RETRY_MS).unref();
@@ -138,7 +143,8 @@ export class ClusterContext {
     const response = await fetch(context.getUrl(), { method: 'GET', headers: context.getHeaders(), dispatcher: context.getDispatcher() });
     if (response.status !== 200) {
       const body = (await response.text()).slice(0, 300);
-      throw new ContextCacheError(`listing ${path} answered HTTP ${response.status}${response.status === 403 ? ' (RBAC: see scripts/context-rbac.ts)' : ''}: ${body}`);
+      const hint = response.status === 403 ? ' (RBAC: see scripts/context-rbac.ts)' : '';
+      throw new ContextCacheError(`listing ${path} answered HTTP ${response.status}${hint}: ${body}`);
     }
     return (await response.json()) as KubernetesListObject<KubernetesObject>;
   }
@@ -148,7 +154,8 @@ export class ClusterContext {
     // that produced a resourceVersion makes the cache usable.
     if (resourceVersion === '' || this.#hub.store.synced(grant.apiVersion, grant.kind) === true) return;
     this.#hub.apply({ type: 'context', op: 'synced', kind: key, synced: true });
-    this.#log('info', 'context: cache synced', { grant: describeGrant(grant), objects: [...this.#hub.store.entries(grant.apiVersion, grant.kind)].length });
+    const objects = [...this.#hub.store.entries(grant.apiVersion, grant.kind)].length;
+    this.#log('info', 'context: cache synced', { grant: describeGrant(grant), objects });
   }
 
   #retry(grant: Grant, key: string, running: Running): void {

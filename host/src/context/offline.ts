@@ -23,7 +23,9 @@ export function parseContextObjects(text: string, source: string): JsonObject[] 
   const objects: JsonObject[] = [];
   const documents = parseAllDocuments(text);
   for (const [d, document] of documents.entries()) {
-    if (document.errors.length > 0) throw new ConfigError(`${source}: document ${d + 1} is not valid YAML: ${document.errors[0]!.message.split('\n')[0]}`);
+    if (document.errors.length > 0) {
+      throw new ConfigError(`${source}: document ${d + 1} is not valid YAML: ${document.errors[0]!.message.split('\n')[0]}`);
+    }
     const value: unknown = document.toJS();
     if (value === null || value === undefined) continue;
     const items = Array.isArray(value) ? value : isObject(value) && value.kind === 'List' && Array.isArray(value.items) ? value.items : [value];
@@ -37,7 +39,9 @@ function checkObject(item: unknown, where: string): JsonObject {
   if (typeof item.apiVersion !== 'string' || !item.apiVersion) throw new ConfigError(`${where} has no apiVersion`);
   if (typeof item.kind !== 'string' || !item.kind) throw new ConfigError(`${where} has no kind`);
   const metadata = item.metadata;
-  if (!isObject(metadata) || typeof metadata.name !== 'string' || !metadata.name) throw new ConfigError(`${where} (${item.kind}) has no metadata.name`);
+  if (!isObject(metadata) || typeof metadata.name !== 'string' || !metadata.name) {
+    throw new ConfigError(`${where} (${item.kind}) has no metadata.name`);
+  }
   return item as JsonObject;
 }
 
