@@ -1,10 +1,12 @@
 // Context-aware policies against a real apiserver: the host's informers cache the granted
 // kinds, policies read them synchronously, and the single webhook evaluates namespaceSelectors
 // from the Namespace cache.
+import { readFile, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
-  configMap, getValidating, HOST_NAMESPACE, hookNames, kubectl, kubectlOk, policy, prepareNamespaces, removeWebhookConfigurations,
-  startHost, stopAllHosts, waitFor, type Host,
+  configMap, getValidating, HOST_NAMESPACE, hookNames, kubeconfig, kubectl, kubectlOk, policy, prepareNamespaces, removeWebhookConfigurations,
+  root, startHost, stopAllHosts, tempDir, waitFor, type Host,
 } from './helpers.ts';
 import { run } from '../helpers/process.ts';
 
@@ -151,5 +153,45 @@ describe('context-aware policies against a real apiserver', () => {
     });
     await host.waitForLog(/"msg":"configuration reloaded"/, 30_000);
     await host.waitForLog(/"msg":"context: cache synced"[^\n]*ConfigMap/, 30_000);
+  });
+});
+
+describe('context RBAC as a real ServiceAccount', () => {
+  it('without deploy/rbac-context.yaml the informer says what to grant; once applied, the caches sync', async () => {
+    await kubectlOk(['apply', '-f', `${root}deploy/rbac.yaml`]);
+    await kubectl(['delete', '-f', `${root}deploy/rbac-context.yaml`, '--ignore-not-found']);
+    const token = (await kubectlOk(['create', 'token', 'portcullis', '-n', 'portcullis', '--duration', '1h'])).trim();
+    const admin = await readFile(kubeconfig(), 'utf8');
+    const server = /server: "?([^"\s}]+)"?/.exec(admin)![1]!;
+    const dir = await tempDir('portcullis-e2e-context-sa-');
+    const saKubeconfig = join(dir, 'kubeconfig');
+    await writeFile(saKubeconfig, JSON.stringify({
+      apiVersion: 'v1', kind: 'Config', 'current-context': 'c',
+      clusters: [{ name: 'c', cluster: { server, 'insecure-skip-tls-verify': true } }],
+      users: [{ name: 'u', user: { token } }], contexts: [{ name: 'c', context: { cluster: 'c', user: 'u' } }],
+    }));
+    // The kinds of policies/context.yaml, which deploy/rbac-context.yaml is generated from.
+    const sa = await startHost({
+      managed: 'portcullis.dev', webhooks: { namespace: 'portcullis' }, env: { KUBECONFIG: saKubeconfig },
+      policies: [
+        policy('unique-ingress-host', { rules: [INGRESS_RULE], failurePolicy: 'Ignore', match: [{ namespace: 'ctx-none' }],
+          context: [{ apiVersion: 'networking.k8s.io/v1', kind: 'Ingress' }] }),
+        policy('namespace-owner', { failurePolicy: 'Ignore', match: [{ namespace: 'ctx-none' }],
+          rules: [{ operations: ['CREATE'], apiGroups: [''], apiVersions: ['v1'], resources: ['pods'] }],
+          context: [{ apiVersion: 'v1', kind: 'Namespace' }] }),
+      ],
+    });
+    try {
+      await sa.waitForLog(/listing \/apis\/networking.k8s.io\/v1\/ingresses answered HTTP 403 \(RBAC: see scripts\/context-rbac.ts\)/, 30_000);
+      await kubectlOk(['apply', '-f', `${root}deploy/rbac-context.yaml`]);
+      // The informers retry every 5 s; RBAC changes take effect at once.
+      await sa.waitForLog(/"msg":"context: cache synced"[^\n]*Ingress/, 30_000);
+      await sa.waitForLog(/"msg":"context: cache synced"[^\n]*Namespace/, 30_000);
+      expect(await sa.stop('SIGTERM')).toBe(0);
+    } finally {
+      await sa.stop('SIGKILL');
+      await kubectl(['delete', '-f', `${root}deploy/rbac-context.yaml`, '--ignore-not-found']);
+      await kubectl(['delete', 'validatingwebhookconfigurations,mutatingwebhookconfigurations', 'portcullis.dev', '--ignore-not-found']);
+    }
   });
 });
