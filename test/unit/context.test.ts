@@ -73,6 +73,8 @@ describe('context sync states', () => {
   it('follows upserts, deletes and resync, and the hub reports what /readyz waits for', () => {
     const hub = new ContextHub();
     hub.apply({ type: 'context', op: 'reset', kind: 'v1 Namespace', entries: [], synced: false });
+    expect(hub.waiting()).toEqual([]); // cached for selectors only: readiness does not wait
+    hub.require([NS]);
     expect(hub.waiting()).toEqual(['v1 Namespace']);
     expect(hub.namespaceLabels('shop')).toBeUndefined();
     hub.apply({ type: 'context', op: 'upsert', kind: 'v1 Namespace', entry: toEntry(namespace('shop', { a: '1' }))! });

@@ -31,9 +31,16 @@ export class ContextHub {
     return this.store.get('v1', 'Namespace', '', namespace)?.labels;
   }
 
-  /** Kinds not synced yet: /readyz waits for this to be empty. */
+  /** Kinds some policy is granted: /readyz waits for these (not for Namespaces cached only for selectors). */
+  #required = new Set<string>();
+
+  require(kinds: readonly { apiVersion: string; kind: string }[]): void {
+    for (const k of kinds) this.#required.add(kindKey(k.apiVersion, k.kind));
+  }
+
+  /** Required kinds not synced yet: /readyz waits for this to be empty. */
   waiting(): string[] {
-    return this.store.kinds().filter((k) => !k.synced).map((k) => k.kind);
+    return this.store.kinds().filter((k) => !k.synced && this.#required.has(k.kind)).map((k) => k.kind);
   }
 
   has(apiVersion: string, kind: string): boolean {

@@ -8,6 +8,7 @@ import type { Server as HttpsServer } from 'node:https';
 import { loadConfigFile } from '../config/load.ts';
 import { ContextHub } from '../context/hub.ts';
 import type { ClusterContext } from '../context/informers.ts';
+import { grantedKinds } from '../context/grants.ts';
 import { kindsToCache } from '../context/needs.ts';
 import type { Config } from '../config/types.ts';
 import { ConfigError, errorMessage } from '../errors.ts';
@@ -201,6 +202,9 @@ export class PortcullisServer {
   async #ensureContext(config: Config): Promise<void> {
     const kinds = kindsToCache(config);
     if (kinds.length === 0) return;
+    // Readiness waits for granted kinds only: without a synced Namespace cache, a namespaceSelector
+    // is still safe (the policy is evaluated), so missing namespace RBAC must not keep the host unready.
+    this.context.require(grantedKinds(config.policies.map((p) => p.context ?? [])));
     if (!this.#cluster) {
       const { ClusterContext } = await import('../context/informers.ts');
       this.#cluster = new ClusterContext(this.context, (level, message, fields) => this.log[level](message, fields));
