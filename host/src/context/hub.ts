@@ -13,6 +13,8 @@ export interface ContextSink {
 export class ContextHub {
   readonly store = new ContextStore();
   #sinks: ContextSink[] = [];
+  /** Kinds some policy is granted: /readyz waits for these (not for Namespaces cached only for selectors). */
+  #required = new Set<string>();
 
   apply(change: ContextChange): void {
     this.store.apply(change);
@@ -31,9 +33,7 @@ export class ContextHub {
     return this.store.get('v1', 'Namespace', '', namespace)?.labels;
   }
 
-  /** Kinds some policy is granted: /readyz waits for these (not for Namespaces cached only for selectors). */
-  #required = new Set<string>();
-
+  /** Kinds some policy is granted; readiness waits for these to sync. */
   require(kinds: readonly { apiVersion: string; kind: string }[]): void {
     for (const k of kinds) this.#required.add(kindKey(k.apiVersion, k.kind));
   }
@@ -42,10 +42,4 @@ export class ContextHub {
   waiting(): string[] {
     return this.store.kinds().filter((k) => !k.synced && this.#required.has(k.kind)).map((k) => k.kind);
   }
-
-  has(apiVersion: string, kind: string): boolean {
-    return this.store.synced(apiVersion, kind) !== undefined;
-  }
 }
-
-export { kindKey };
