@@ -28,16 +28,19 @@ export function bindContextReader(read: Reader): void {
   reader = read;
 }
 
-/** One object, or null when it does not exist. `namespace` is "" for cluster-scoped kinds. */
-export function get(apiVersion: string, kind: string, namespace: string, name: string): JsonObject | null {
+/**
+ * One object, or null when it does not exist. `namespace` is "" for cluster-scoped kinds.
+ * `T` only types the answer (e.g. a k8s model); the host does not check it.
+ */
+export function get<T extends object = JsonObject>(apiVersion: string, kind: string, namespace: string, name: string): T | null {
   const answer = call({ verb: 'get', apiVersion, kind, namespace, name });
-  return (answer.object ?? null) as JsonObject | null;
+  return (answer.object ?? null) as T | null;
 }
 
 /** Every object of a kind that matches the options. */
-export function list(apiVersion: string, kind: string, options: ListOptions = {}): JsonObject[] {
+export function list<T extends object = JsonObject>(apiVersion: string, kind: string, options: ListOptions = {}): T[] {
   const answer = call({ verb: 'list', apiVersion, kind, ...options });
-  return (answer.items ?? []) as JsonObject[];
+  return (answer.items ?? []) as T[];
 }
 
 function call(request: Record<string, string | undefined>): Record<string, unknown> {
