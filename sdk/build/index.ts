@@ -51,9 +51,11 @@ async function buildTypeScript(source: string, stubWasi: boolean): Promise<Uint8
   // interface name the WIT world expects; authors only write `export default definePolicy(...)`.
   const entry = [
     `import { log } from 'portcullis:policy/host@0.1.0';`,
-    `import { bindHostLog } from '@portcullis/sdk/runtime';`,
+    `import { read } from 'portcullis:policy/context@0.1.0';`, // issue 15: context reads
+    `import { bindContextReader, bindHostLog } from '@portcullis/sdk/runtime';`,
     `import definition from ${JSON.stringify(source)};`,
     `bindHostLog((level, message) => log(level, message));`,
+    `bindContextReader((request) => read(request));`,
     `export const policy = definition;`,
   ].join('\n');
   let bundled;

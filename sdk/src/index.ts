@@ -6,6 +6,8 @@ export type {
 export { AdmissionError, PermanentError, TemporaryError } from './errors.ts';
 export { Patch, PatchError } from './patch.ts';
 export type { PathLike } from './patch.ts';
+export { get, list } from './context.ts';
+export type { ListOptions } from './context.ts';
 export { definePolicy } from './policy.ts';
 export type { Context, LogLevel, MutationContext, PolicyDefinition, PolicyExports } from './policy.ts';
 export { formatQuantity, parseQuantity, scaleQuantity } from './quantity.ts';

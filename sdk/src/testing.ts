@@ -9,6 +9,13 @@ import { applyOperation } from './patch.ts';
 
 export interface TestOptions {
   settings?: JsonValue;
+  /**
+   * Cluster objects the policy can read with get/list, as if from the host's cache (a parsed
+   * YAML list). Without `grants`, every kind present here is granted.
+   */
+  context?: JsonObject[];
+  /** The policy's context grants; give them to test what an ungranted read does. */
+  grants?: { apiVersion: string; kind: string }[];
   timeoutMs?: number;
   memoryMiB?: number;
 }
@@ -44,12 +51,18 @@ type HostApi = typeof import('@portcullis/host');
 export async function testPolicy(path: string, options: TestOptions = {}): Promise<TestPolicy> {
   const host: HostApi = await import('@portcullis/host');
   const pool = new host.SandboxPool(1);
+  const grants = options.grants ?? (options.context ? kindsOf(options.context) : []);
+  if (options.context || options.grants) {
+    const hub = new host.ContextHub();
+    host.loadOffline(hub, options.context ?? [], grants);
+    hub.attach(pool);
+  }
   const name = path.replace(/^.*[\\/]/, '').replace(/\.wasm$/, '');
   const limits = { ...host.DEFAULT_LIMITS, ...(options.timeoutMs ? { timeoutMs: options.timeoutMs } : {}), ...(options.memoryMiB ? { memoryMiB: options.memoryMiB } : {}) };
   let policy;
   try {
     policy = await host.loadPolicy(pool, {
-      name, module: path, settings: options.settings ?? {}, limits, failurePolicy: 'Fail', enforcement: 'enforce', isolation: 'reuse',
+      name, module: path, settings: options.settings ?? {}, limits, failurePolicy: 'Fail', enforcement: 'enforce', isolation: 'reuse', context: grants,
     });
   } catch (error) {
     await pool.close();
@@ -78,6 +91,12 @@ export async function testPolicy(path: string, options: TestOptions = {}): Promi
     mutate: (request, o) => call('mutate', request, o),
     close: () => pool.close(),
   };
+}
+
+function kindsOf(objects: JsonObject[]): { apiVersion: string; kind: string }[] {
+  const kinds = new Map<string, { apiVersion: string; kind: string }>();
+  for (const o of objects) kinds.set(`${String(o.apiVersion)} ${String(o.kind)}`, { apiVersion: String(o.apiVersion), kind: String(o.kind) });
+  return [...kinds.values()];
 }
 
 /** An AdmissionRequest with sensible defaults (a Pod CREATE in "default"); override any field. */

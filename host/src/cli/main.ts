@@ -7,7 +7,9 @@ const USAGE = `usage: portcullis <command> [options]
 
 commands:
   run    --policy FILE.wasm --request REVIEW.json [--settings JSON|FILE] [--mode validate|mutate]
+         [--context OBJECTS.yaml [--grant apiVersion/Kind ...]]
          evaluate one policy against one AdmissionReview; prints the response review
+         (--context: cluster objects a context-aware policy reads, instead of a cluster)
   build  SOURCE.ts -o OUT.wasm [--lang typescript|assemblyscript]
          compile a policy (TypeScript -> component, AssemblyScript -> core module)
   serve  [--config portcullis.yaml] [--host H] [--port P] [--tls-self-signed | --cert F --key F | --insecure]

@@ -5,6 +5,7 @@ import { readFile } from 'node:fs/promises';
 import { basename } from 'node:path';
 import { parseArgs } from 'node:util';
 import type { JsonValue, Mode } from '@portcullis/sdk';
+import { loadContext } from '../context/cli.ts';
 import { evaluatePolicy } from '../evaluate/evaluate.ts';
 import { ConfigError, errorMessage } from '../errors.ts';
 import { merge } from '../merge/merge.ts';
@@ -17,7 +18,10 @@ import { UsageError } from './usage.ts';
 
 export default async function run(args: string[]): Promise<number> {
   const values = parseCli(args);
-  if (!values.policy || !values.request) throw new UsageError('usage: portcullis run --policy FILE.wasm --request REVIEW.json [--settings JSON|FILE] [--mode validate|mutate]');
+  if (!values.policy || !values.request) {
+    throw new UsageError('usage: portcullis run --policy FILE.wasm --request REVIEW.json [--settings JSON|FILE] [--mode validate|mutate] ' +
+      '[--context OBJECTS.yaml [--grant apiVersion/Kind ...]]');
+  }
   if (values.mode !== undefined && values.mode !== 'validate' && values.mode !== 'mutate') throw new UsageError(`--mode must be validate or mutate, not "${values.mode}"`);
   const reviewText = await readInput(values.request, 'review');
   const review = (() => {
@@ -34,10 +38,14 @@ export default async function run(args: string[]): Promise<number> {
     ...(values['timeout-ms'] ? { timeoutMs: positive(values['timeout-ms'], '--timeout-ms') } : {}),
     ...(values['memory-mib'] ? { memoryMiB: positive(values['memory-mib'], '--memory-mib') } : {}),
   };
+  // Issue 15: cluster objects the policy may read, from a file instead of a cluster.
+  const context = values.context === undefined ? undefined : await loadContext(values.context, values.grant ?? []);
   const pool = new SandboxPool(1);
   try {
+    context?.hub.attach(pool);
     const policy = await loadPolicy(pool, {
       name, module: values.policy, settings, limits, failurePolicy: 'Fail', enforcement: 'enforce', isolation: 'reuse',
+      ...(context ? { context: context.grants } : {}),
     });
     const mode: Mode = (values.mode as Mode | undefined) ?? (policy.modes.includes('validate') ? 'validate' : 'mutate');
     if (!policy.modes.includes(mode)) throw new ConfigError(`policy "${name}" (${values.policy}) does not ${mode}; it supports: ${policy.modes.join(', ')}`);
@@ -63,6 +71,7 @@ function parseCli(args: string[]) {
       options: {
         policy: { type: 'string' }, request: { type: 'string' }, settings: { type: 'string' }, mode: { type: 'string' },
         'timeout-ms': { type: 'string' }, 'memory-mib': { type: 'string' },
+        context: { type: 'string' }, grant: { type: 'string', multiple: true },
       },
     }).values;
   } catch (error) {

@@ -8,6 +8,7 @@ import { parse as parseYaml } from 'yaml';
 import schema from '../../config.schema.json' with { type: 'json' };
 import { ConfigError, errorMessage } from '../errors.ts';
 import { DEFAULT_LIMITS } from '../sandbox/prepare.ts';
+import type { Grant } from '../context/grants.ts';
 import type { Config, PolicyConfig, TlsConfig } from './types.ts';
 
 const ajv = new Ajv({ allErrors: false, strict: false });
@@ -79,6 +80,7 @@ function normalize(raw: Raw, source: string): Config {
       match: p.match ?? [],
       sideEffects: p.sideEffects ?? 'None',
       reinvocationPolicy: p.reinvocationPolicy ?? 'Never',
+      context: uniqueGrants(p.context ?? [], source, index),
     };
   });
   const server: Raw = raw.server ?? {};
@@ -139,6 +141,17 @@ function normalizeTls(tls: Raw, base: string): TlsConfig {
     return { mode, certFile: resolve(base, tls.certFile), keyFile: resolve(base, tls.keyFile), ...(tls.caFile ? { caFile: resolve(base, tls.caFile) } : {}), ...client };
   }
   return { mode: 'self-signed', hostnames: tls.hostnames ?? ['localhost', '127.0.0.1'], ...(tls.cadump ? { cadump: resolve(base, tls.cadump) } : {}), ...client };
+}
+
+/** A grant listed twice is harmless but almost always a typo for another kind: say so. */
+function uniqueGrants(grants: Grant[], source: string, index: number): Grant[] {
+  const seen = new Set<string>();
+  for (const [i, g] of grants.entries()) {
+    const key = `${g.apiVersion} ${g.kind}`;
+    if (seen.has(key)) throw new ConfigError(`${source}: /policies/${index}/context/${i}: ${g.kind} (${g.apiVersion}) is granted twice`);
+    seen.add(key);
+  }
+  return grants.map((g) => ({ apiVersion: g.apiVersion, kind: g.kind }));
 }
 
 /** Module paths in the file are relative to the file; oci:// and absolute ones stay as they are. */

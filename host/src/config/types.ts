@@ -1,6 +1,7 @@
 // The configuration, as the rest of the host sees it: validated, defaults filled in, module
 // paths resolved. The file format is described by schema.ts and docs/configuration.md.
 import type { JsonValue, Mode } from '@portcullis/sdk';
+import type { Grant } from '../context/grants.ts';
 import type { Enforcement, FailurePolicy, Isolation } from '../policy/loaded.ts';
 import type { SandboxLimits } from '../sandbox/prepare.ts';
 
@@ -47,6 +48,8 @@ export interface PolicyConfig {
   match: ResourceSelector[];
   sideEffects: 'None' | 'NoneOnDryRun';
   reinvocationPolicy: 'Never' | 'IfNeeded';
+  /** Kinds of cluster object the policy may read (docs/policy-contract.md, "Context"); none by default. */
+  context?: Grant[];
 }
 
 export type TlsConfig =

@@ -24,7 +24,9 @@ export async function loadPolicy(pool: SandboxPool, options: PolicyOptions, byte
   }
   let spec;
   try {
-    spec = await prepareSandbox(options.name, moduleBytes!, options.limits, options.isolation === 'fresh');
+    const prepared = await prepareSandbox(options.name, moduleBytes!, options.limits, options.isolation === 'fresh');
+    // The grants travel with the spec: each worker's guest gets a reader limited to them.
+    spec = { ...prepared, context: options.context ?? [] };
   } catch (error) {
     fail(errorMessage(error), error);
   }

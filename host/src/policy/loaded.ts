@@ -1,5 +1,6 @@
 // What the host knows about a policy once it is loaded and ready to evaluate.
 import type { JsonValue, Mode } from '@portcullis/sdk';
+import type { Grant } from '../context/grants.ts';
 import type { SandboxLimits } from '../sandbox/prepare.ts';
 import type { ModuleKind } from './module-kind.ts';
 
@@ -17,6 +18,8 @@ export interface PolicyOptions {
   failurePolicy: FailurePolicy;
   enforcement: Enforcement;
   isolation: Isolation;
+  /** Kinds of cluster object it may read; absent or empty: none. */
+  context?: Grant[];
 }
 
 export interface LoadedPolicy extends PolicyOptions {

@@ -1,6 +1,7 @@
 // Runs inside a sandbox worker: instantiates one policy and calls its functions. One Guest
 // per policy per worker, each with its own linear memories; nothing is shared between them.
 import createPlugin, { type CallContext, type Plugin } from '@extism/extism';
+import { contextReader } from '../context/replica.ts';
 import { inputBytes, inputText } from './input.ts';
 import type { CallInput, FaultKind, GuestFunction, LogEntry, SandboxSpec } from './protocol.ts';
 
@@ -60,8 +61,12 @@ async function instantiateComponent(spec: SandboxSpec, logs: LogBuffer): Promise
       if (!module) throw new Error(`component glue asked for unknown core module ${name}`);
       return module;
     },
-    // The only import a policy component may have (checked at load): the host log.
-    { 'portcullis:policy/host': { log: (level: string, message: string) => logs.push(level, message) } },
+    // The only imports a policy component may have (checked at load): the host log, and (issue 15)
+    // context reads, which refuse every kind the policy has no grant for.
+    {
+      'portcullis:policy/host': { log: (level: string, message: string) => logs.push(level, message) },
+      'portcullis:policy/context': { read: contextReader(spec.policy, spec.context ?? [], spec.memoryCapBytes) },
+    },
     async (module, imports) => {
       const core = await WebAssembly.instantiate(module, imports);
       for (const value of Object.values(core.exports)) if (value instanceof WebAssembly.Memory) memories.push(value);
@@ -108,8 +113,23 @@ async function instantiateCore(spec: SandboxSpec, logs: LogBuffer): Promise<Gues
     }
     return context.alloc(length);
   };
+  // Issue 15: context reads for AssemblyScript policies (sdk/assembly/context.ts), JSON in and out.
+  const readContext = contextReader(spec.policy, spec.context ?? [], spec.memoryCapBytes);
+  // Answers are stored in kernel memory like `alloc`s, so they count against the same cap: a
+  // guest that reads in a loop without freeing cannot grow the worker past it.
+  const portcullis_context_read = (context: CallContext, offset: bigint): bigint => {
+    const request = context.read(offset);
+    // A fresh Uint8Array: Extism copies from its buffer, and Buffer.from may share a pooled one.
+    const answer = new TextEncoder().encode(readContext(request === null ? '' : request.text()));
+    allocated += answer.length;
+    if (allocated > spec.memoryCapBytes) {
+      throw new GuestFault('memory', `exceeded its ${Math.round(spec.memoryCapBytes / 2 ** 20)} MiB memory cap (context read answers)`);
+    }
+    return context.store(answer);
+  };
   const plugin: Plugin = await createPlugin({ wasm: [{ module }] }, {
-    useWasi: false, runInWorker: false, logger, allowedHosts: [], functions: { 'extism:host/env': { alloc } },
+    useWasi: false, runInWorker: false, logger, allowedHosts: [],
+    functions: { 'extism:host/env': { alloc }, 'extism:host/user': { portcullis_context_read } },
   });
   const instance = await plugin.getInstance();
   const memories = Object.values(instance.exports).filter((v): v is WebAssembly.Memory => v instanceof WebAssembly.Memory);

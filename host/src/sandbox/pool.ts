@@ -6,6 +6,7 @@
 import { availableParallelism } from 'node:os';
 import { Worker } from 'node:worker_threads';
 import { PortcullisError } from '../errors.ts';
+import type { ContextChange } from '../context/store.ts';
 import type { CallInput, FaultKind, FromWorker, GuestFunction, LogEntry, SandboxSpec, ToWorker } from './protocol.ts';
 
 export type CallFault = FaultKind | 'deadline' | 'worker';
@@ -46,6 +47,8 @@ export class SandboxPool {
   #nextId = 1;
   #restarts = 0;
   #closed = false;
+  /** Issue 15: the context cache's current state, sent to every worker before anything else. */
+  #contextSnapshot: (() => ContextChange[]) | undefined;
 
   constructor(size = Math.max(2, availableParallelism())) {
     this.size = size;
@@ -65,6 +68,17 @@ export class SandboxPool {
       this.unload(spec.key);
       throw new PortcullisError('SANDBOX_LOAD_FAILED', error);
     }
+  }
+
+  /** Issue 15: workers keep a replica of the context cache; this sends its state to each, now and on every restart. */
+  attachContext(snapshot: () => ContextChange[]): void {
+    this.#contextSnapshot = snapshot;
+    for (const slot of this.#slots) for (const change of snapshot()) this.#post(slot, change);
+  }
+
+  /** Issue 15: one change to the context cache, for every worker's replica. */
+  broadcastContext(change: ContextChange): void {
+    for (const slot of this.#slots) this.#post(slot, change);
   }
 
   unload(key: string): void {
@@ -94,6 +108,7 @@ export class SandboxPool {
     // strings lifted out of guests) so a runaway there kills this worker, not the host.
     const worker = new Worker(new URL('./worker.ts', import.meta.url), { stdout: false, stderr: false, resourceLimits: { maxOldGenerationSizeMb: 512 } });
     const slot: Slot = { worker, job: undefined, timer: undefined, loads: new Map() };
+    for (const change of this.#contextSnapshot?.() ?? []) worker.postMessage(change); // issue 15: before any call
     worker.on('message', (message: FromWorker) => this.#onMessage(slot, message));
     worker.on('error', (error) => this.#replace(slot, `its sandbox worker failed: ${error.message}`));
     worker.on('exit', () => {

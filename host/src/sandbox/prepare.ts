@@ -20,7 +20,8 @@ export interface SandboxLimits {
 export const DEFAULT_LIMITS: SandboxLimits = { timeoutMs: 2000, memoryMiB: 64, maxOutputBytes: 1 << 20 };
 
 /** The one interface a component may import. Anything else (WASI files, sockets, clocks...) is refused. */
-const COMPONENT_IMPORTS = new Set(['portcullis:policy/host']);
+// Issue 15: portcullis:policy/context is safe to link for every policy: it refuses kinds not granted.
+const COMPONENT_IMPORTS = new Set(['portcullis:policy/host', 'portcullis:policy/context']);
 
 /**
  * The Extism kernel functions a core module may import. Left out on purpose: http_request and
@@ -90,6 +91,7 @@ async function compile(bytes: Uint8Array<ArrayBuffer>): Promise<WebAssembly.Modu
 function checkCoreImports(module: WebAssembly.Module): void {
   for (const { module: namespace, name } of WebAssembly.Module.imports(module)) {
     if (namespace === 'extism:host/env' && EXTISM_IMPORTS.has(name)) continue;
+    if (namespace === 'extism:host/user' && name === 'portcullis_context_read') continue; // issue 15: grant-checked reads
     throw new PrepareError(
       `it imports ${namespace}.${name}, which Portcullis does not grant to policies ` +
       '(no files, network, clock, random or environment); build it without that import',

@@ -1,4 +1,6 @@
 // Messages between the sandbox pool (main thread) and its workers.
+import type { Grant } from '../context/grants.ts';
+import type { ContextChange } from '../context/store.ts';
 import type { ModuleKind } from '../policy/module-kind.ts';
 
 /** The guest functions a sandbox can call. Names are the contract's (wit/policy.wit). */
@@ -17,6 +19,8 @@ export interface SandboxSpec {
   maxOutputBytes: number;
   /** true: a new instance for every call (no state survives between calls). */
   fresh: boolean;
+  /** Issue 15: the kinds this policy may read through portcullis:policy/context (none: every read is refused). */
+  context?: Grant[];
 }
 
 /**
@@ -34,7 +38,9 @@ export type CallInput = string | SharedInput;
 export type ToWorker =
   | { type: 'load'; spec: SandboxSpec }
   | { type: 'unload'; key: string }
-  | { type: 'call'; id: number; key: string; fn: GuestFunction; input: CallInput };
+  | { type: 'call'; id: number; key: string; fn: GuestFunction; input: CallInput }
+  // Issue 15: changes to the worker's read-only replica of the context cache.
+  | ContextChange;
 
 export type LogEntry = [level: string, message: string];
 

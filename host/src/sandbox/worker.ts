@@ -9,6 +9,8 @@ import type { CallInput, FromWorker, GuestFunction, SandboxSpec, ToWorker } from
 // Imported only now: node:wasi (pulled in by Extism) is linked before any module body runs,
 // so a static import would warn before the filter above is installed.
 const { GuestFault, instantiateGuest, LogBuffer, outputTooLarge } = await import('./guest.ts');
+// Issue 15: context reads are answered from this worker's replica.
+const { applyContextChange } = await import('../context/replica.ts');
 
 if (!parentPort) throw new Error('sandbox worker started outside a worker thread');
 const port = parentPort;
@@ -127,5 +129,8 @@ port.on('message', (message: ToWorker) => {
       else void call(message.id, spec, message.fn, message.input);
       break;
     }
+    case 'context': // Issue 15
+      applyContextChange(message);
+      break;
   }
 });

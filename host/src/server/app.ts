@@ -6,6 +6,10 @@ import type { Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Server as HttpsServer } from 'node:https';
 import { loadConfigFile } from '../config/load.ts';
+import { ContextHub } from '../context/hub.ts';
+import type { ClusterContext } from '../context/informers.ts';
+import { grantedKinds } from '../context/grants.ts';
+import { kindsToCache } from '../context/needs.ts';
 import type { Config } from '../config/types.ts';
 import { ConfigError, errorMessage } from '../errors.ts';
 import { loadPolicySet, PolicyRegistry, PolicySet } from '../policy/policy-set.ts';
@@ -44,6 +48,9 @@ export class PortcullisServer {
   readonly pool: SandboxPool;
   readonly registry: PolicyRegistry;
   readonly metrics: Metrics;
+  /** Issue 15: the cluster objects policies may read (and namespace labels for the single webhook). */
+  readonly context = new ContextHub();
+  #cluster: ClusterContext | undefined;
   config: Config;
   tls: TlsMaterial | undefined;
   #server: Server;
@@ -63,8 +70,10 @@ export class PortcullisServer {
     this.registry = new PolicyRegistry(this.pool, new PolicySet([]));
     this.metrics = new Metrics(this.pool);
     this.#server = createServer(config.server, tls, {
-      registry: this.registry, pool: this.pool, metrics: this.metrics, log, ...(namespaceLabels ? { namespaceLabels } : {}),
+      registry: this.registry, pool: this.pool, metrics: this.metrics, log,
+      namespaceLabels: namespaceLabels ?? ((namespace) => this.context.namespaceLabels(namespace)),
       ...(config.server.logAllowedReviews ? { logAllowed: true } : {}),
+      acceptsReviews: () => this.#ready,
       isReady: () => this.#readiness(),
     });
     this.#server.on('request', (_req, res) => {
@@ -98,6 +107,12 @@ export class PortcullisServer {
       // Without this the sandbox workers would keep the process alive after a failed start.
       await server.pool.close();
       throw new ConfigError(`cannot listen on ${config.server.host}:${config.server.port}: ${errorMessage(error)}`);
+    }
+    try {
+      await server.#ensureContext(config);
+    } catch (error) {
+      await server.pool.close();
+      throw error;
     }
     if (config.server.metricsPort !== undefined) {
       try {
@@ -145,8 +160,9 @@ export class PortcullisServer {
   #readiness(): { ready: boolean; detail: Record<string, unknown> } {
     const failed = this.registry.current.failed.map((e) => ({ policy: e.config.name, error: e.error }));
     // Optional: an operator who would rather have no traffic than a policy that is not enforcing.
-    const ready = this.#ready && !(this.config.server.readyWhenAllPoliciesLoaded && failed.length > 0);
-    return { ready, detail: { policies: this.registry.current.entries.length, failed } };
+    // Not ready until every cached context kind has synced (reads before that fail as temporary).
+    const ready = this.#ready && this.context.waiting().length === 0 && !(this.config.server.readyWhenAllPoliciesLoaded && failed.length > 0);
+    return { ready, detail: { policies: this.registry.current.entries.length, failed, ...(this.#cluster ? { context: this.context.store.kinds() } : {}) } };
   }
 
   /**
@@ -189,6 +205,13 @@ export class PortcullisServer {
       this.log.error('configuration reload refused; the current policies keep serving', { file: source, message: errorMessage(error) });
       return false;
     }
+    try {
+      await this.#ensureContext(config); // issue 15: informers for newly granted kinds
+    } catch (error) {
+      this.metrics.reloads.inc({ result: 'invalid' });
+      this.log.error('configuration reload refused; the current policies keep serving', { file: source, message: errorMessage(error) });
+      return false;
+    }
     const set = await loadPolicySet(this.pool, config);
     if (set.failed.length > 0) {
       this.registry.discard(set);
@@ -221,9 +244,28 @@ export class PortcullisServer {
       while (this.#inflight > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
       this.#server.closeAllConnections();
       await closed;
+      await this.#cluster?.stop();
       await this.pool.close();
     })();
     return this.#stopping;
+  }
+
+  /**
+   * Issue 15: starts informers for the kinds the configuration needs. The Kubernetes client is
+   * imported only here, when some kind is needed: it costs about 1 s and 80 MiB.
+   */
+  async #ensureContext(config: Config): Promise<void> {
+    const kinds = kindsToCache(config);
+    if (kinds.length === 0) return;
+    // Readiness waits for granted kinds only: without a synced Namespace cache, a namespaceSelector
+    // is still safe (the policy is evaluated), so missing namespace RBAC must not keep the host unready.
+    this.context.require(grantedKinds(config.policies.map((p) => p.context ?? [])));
+    if (!this.#cluster) {
+      const { ClusterContext } = await import('../context/informers.ts');
+      this.#cluster = new ClusterContext(this.context, (level, message, fields) => this.log[level](message, fields));
+      this.context.attach(this.pool);
+    }
+    this.#cluster.ensure(kinds);
   }
 
   #listen(): Promise<void> {

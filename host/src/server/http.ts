@@ -11,6 +11,11 @@ import type { TlsMaterial } from './tls.ts';
 
 export interface HttpDeps extends AdmissionDeps {
   isReady(): { ready: boolean; detail: Record<string, unknown> };
+  /**
+   * Issue 15: whether reviews are served; default: isReady(). Reviews are served before the
+   * context caches sync: only the policies reading an unsynced kind fail (temporary), not all.
+   */
+  acceptsReviews?(): boolean;
 }
 
 const ROUTE = /^\/(validate|mutate)(?:\/([^/?#]+))?\/?$/;
@@ -72,7 +77,7 @@ async function handle(config: ServerConfig, deps: HttpDeps, req: IncomingMessage
     res.setHeader('allow', 'POST');
     return refuse(deps, res, 405, 'METHOD_NOT_ALLOWED', `${path} takes POST with an AdmissionReview, not ${req.method}`);
   }
-  if (!deps.isReady().ready) {
+  if (!(deps.acceptsReviews ? deps.acceptsReviews() : deps.isReady().ready)) {
     // Until the first policy set is loaded an empty set would allow everything: say 503 and
     // let the apiserver apply the webhook's failurePolicy instead.
     res.setHeader('retry-after', '1');

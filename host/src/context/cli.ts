@@ -1,0 +1,28 @@
+// `portcullis run --context OBJECTS.yaml [--grant apiVersion/Kind ...]`: a hub filled from a
+// file. Without --grant every kind in the file is granted; with it, exactly the kinds given,
+// so a missing grant can be tried offline too.
+import { UsageError } from '../cli/usage.ts';
+import { grantedKinds, type Grant } from './grants.ts';
+import { ContextHub } from './hub.ts';
+import { loadContextFile, loadOffline } from './offline.ts';
+
+export async function loadContext(file: string, grantFlags: string[]): Promise<{ hub: ContextHub; grants: Grant[] }> {
+  const objects = await loadContextFile(file);
+  const grants = grantFlags.length > 0
+    ? grantFlags.map(parseGrantFlag)
+    : grantedKinds([objects.map((o) => ({ apiVersion: String(o.apiVersion), kind: String(o.kind) }))]);
+  const hub = new ContextHub();
+  loadOffline(hub, objects, grants);
+  return { hub, grants };
+}
+
+/** "v1/Namespace" or "networking.k8s.io/v1/Ingress": the kind is the last segment. */
+export function parseGrantFlag(flag: string): Grant {
+  const slash = flag.lastIndexOf('/');
+  const apiVersion = flag.slice(0, slash);
+  const kind = flag.slice(slash + 1);
+  if (slash <= 0 || !/^[A-Z][A-Za-z0-9]*$/.test(kind) || !/^([a-z0-9.-]+\/)?v[0-9]+[a-z0-9]*$/.test(apiVersion)) {
+    throw new UsageError(`--grant takes apiVersion/Kind, like v1/Namespace or networking.k8s.io/v1/Ingress; not "${flag}"`);
+  }
+  return { apiVersion, kind };
+}

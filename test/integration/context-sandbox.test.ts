@@ -1,0 +1,131 @@
+// Context reads from inside real sandboxes: a component guest reads the workers' replicas,
+// sees changes, is refused outside its grants, gets a temporary error before sync, cannot
+// take the host down with a huge list or a read loop, and a replaced worker gets the state.
+import type { JsonObject } from '@portcullis/sdk';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { ContextHub } from '../../host/src/context/hub.ts';
+import { loadOffline } from '../../host/src/context/offline.ts';
+import { toEntry } from '../../host/src/context/store.ts';
+import { evaluatePolicy } from '../../host/src/evaluate/evaluate.ts';
+import type { LoadedPolicy } from '../../host/src/policy/loaded.ts';
+import { SandboxPool } from '../../host/src/sandbox/pool.ts';
+import { DEFAULT_LIMITS } from '../../host/src/sandbox/prepare.ts';
+import { input, load } from '../helpers/policies.ts';
+
+const NS = { apiVersion: 'v1', kind: 'Namespace' };
+const ING = { apiVersion: 'networking.k8s.io/v1', kind: 'Ingress' };
+const namespace = (name: string, labels: Record<string, string> = {}): JsonObject => ({ apiVersion: 'v1', kind: 'Namespace', metadata: { name, labels } });
+const ingress = (ns: string, name: string): JsonObject => ({
+  apiVersion: 'networking.k8s.io/v1', kind: 'Ingress', metadata: { namespace: ns, name }, spec: { rules: [{ host: `${name}.example.com` }] },
+});
+
+type Read = { verb: 'get' | 'list'; apiVersion: string; kind: string; namespace?: string; name?: string; labelSelector?: string };
+
+let pool: SandboxPool;
+let hub: ContextHub;
+let probe: LoadedPolicy;
+beforeAll(async () => {
+  pool = new SandboxPool(2);
+  hub = new ContextHub();
+  loadOffline(hub, [namespace('shop', { owner: 'ann' }), namespace('blog'), ingress('shop', 'web')], [NS]);
+  hub.attach(pool);
+  probe = await load(pool, 'context-probe', { context: [NS, ING], limits: { ...DEFAULT_LIMITS, timeoutMs: 1500 } });
+});
+afterAll(() => pool.close());
+
+const reading = (spec: { reads?: Read[]; spin?: Read }, policy = probe) => evaluatePolicy(pool, policy, 'validate', input({ object: { spec } }));
+
+describe('context reads in the sandbox', () => {
+  it('get and list answer from the replica, with selectors', async () => {
+    const outcome = await reading({ reads: [
+      { verb: 'get', ...NS, name: 'shop' }, { verb: 'get', ...NS, name: 'nope' },
+      { verb: 'list', ...NS, labelSelector: 'owner' }, { verb: 'list', ...ING },
+    ] });
+    expect(outcome).toMatchObject({ status: 'denied', code: 418, message: JSON.stringify(['shop', 'null', 'shop', 'shop/web']) });
+  });
+
+  it('every worker sees a change before the next call', async () => {
+    hub.apply({ type: 'context', op: 'upsert', kind: 'v1 Namespace', entry: toEntry(namespace('blog', { owner: 'bob' }))! });
+    hub.apply({ type: 'context', op: 'delete', kind: 'networking.k8s.io/v1 Ingress', namespace: 'shop', name: 'web' });
+    // Two workers, two calls at once: both must answer from the updated replica.
+    const outcomes = await Promise.all([0, 1].map(() => reading({ reads: [{ verb: 'list', ...NS, labelSelector: 'owner' }, { verb: 'list', ...ING }] })));
+    for (const outcome of outcomes) expect(outcome).toMatchObject({ message: JSON.stringify(['shop,blog', '']) });
+  });
+
+  it('a read outside the grants is a permanent failure naming the missing grant', async () => {
+    const narrow = await load(pool, 'narrow', { file: 'context-probe', context: [NS] });
+    const outcome = await reading({ reads: [{ verb: 'list', ...ING }] }, narrow);
+    expect(outcome).toMatchObject({ status: 'failed', failure: 'permanent' });
+    expect(outcome.status === 'failed' && outcome.message).toBe(
+      'may not read Ingress (networking.k8s.io/v1): its grants are { apiVersion: v1, kind: Namespace }; ' +
+      'add context: [{ apiVersion: networking.k8s.io/v1, kind: Ingress }] to policy "narrow" in the configuration');
+    const none = await load(pool, 'none', { file: 'context-probe' });
+    expect(await reading({ reads: [{ verb: 'get', ...NS, name: 'shop' }] }, none)).toMatchObject({ status: 'failed', failure: 'permanent' });
+  });
+
+  it('a read before the cache has synced is a temporary failure', async () => {
+    hub.apply({ type: 'context', op: 'synced', kind: 'v1 Namespace', synced: false });
+    try {
+      const outcome = await reading({ reads: [{ verb: 'get', ...NS, name: 'shop' }] });
+      expect(outcome).toMatchObject({ status: 'failed', failure: 'temporary' });
+      expect(outcome.status === 'failed' && outcome.message).toContain('has not synced with the cluster yet; retry shortly');
+    } finally {
+      hub.apply({ type: 'context', op: 'synced', kind: 'v1 Namespace', synced: true });
+    }
+  });
+
+  it('a list of 10,000 objects fails with a clear error and leaves the worker serving', async () => {
+    const many = Array.from({ length: 10_000 }, (_, i) => toEntry({ ...ingress(`ns-${i % 100}`, `ing-${i}`), spec: { rules: [{ host: 'x'.repeat(400) }] } })!);
+    hub.apply({ type: 'context', op: 'reset', kind: 'networking.k8s.io/v1 Ingress', entries: many, synced: true });
+    const restarts = pool.stats.restarts;
+    const outcome = await reading({ reads: [{ verb: 'list', ...ING }] });
+    expect(outcome).toMatchObject({ status: 'failed', failure: 'permanent' });
+    expect(outcome.status === 'failed' && outcome.message).toMatch(/exceeds the 4194304-byte limit of one context read/);
+    // Narrowed, it works, in the same workers.
+    expect(await reading({ reads: [{ verb: 'list', ...ING, namespace: 'ns-3' }] })).toMatchObject({ status: 'denied' });
+    expect(pool.stats.restarts).toBe(restarts);
+  });
+
+  it('a guest that reads in a loop is stopped by the CPU deadline; the replacement worker has the cache', async () => {
+    const restarts = pool.stats.restarts;
+    const outcome = await reading({ spin: { verb: 'get', ...NS, name: 'shop' } });
+    expect(outcome).toMatchObject({ status: 'failed', failure: 'temporary', message: 'exceeded its 1.5s CPU deadline' });
+    expect(pool.stats.restarts).toBe(restarts + 1);
+    // Both workers, including the new one, answer from the cache.
+    const outcomes = await Promise.all([0, 1].map(() => reading({ reads: [{ verb: 'get', ...NS, name: 'blog' }] })));
+    for (const o of outcomes) expect(o).toMatchObject({ status: 'denied', message: JSON.stringify(['blog']) });
+  });
+});
+
+describe('context reads from an AssemblyScript guest (Extism host function)', () => {
+  const asReading = (policy: LoadedPolicy, spec: JsonObject) => evaluatePolicy(pool, policy, 'validate', input({ object: { spec } }));
+
+  it('get and list answer from the replica; a read outside the grants fails permanently', async () => {
+    const as = await load(pool, 'as-context-probe', { context: [NS] });
+    expect(await asReading(as, { get: 'shop', times: 3 })).toMatchObject({ status: 'allowed' });
+    expect(await asReading(as, { list: 'owner' })).toMatchObject({ status: 'denied', code: 418, message: 'shop,blog' });
+    const ungranted = await load(pool, 'as-ungranted', { file: 'as-context-probe' });
+    const outcome = await asReading(ungranted, { get: 'shop' });
+    expect(outcome).toMatchObject({ status: 'failed', failure: 'permanent' });
+    expect(outcome.status === 'failed' && outcome.message).toContain('add context: [{ apiVersion: v1, kind: Namespace }] to policy "as-ungranted"');
+  });
+
+  it('a read before sync is a temporary failure', async () => {
+    const as = await load(pool, 'as-context-probe', { context: [NS] });
+    hub.apply({ type: 'context', op: 'synced', kind: 'v1 Namespace', synced: false });
+    try {
+      expect(await asReading(as, { get: 'shop' })).toMatchObject({ status: 'failed', failure: 'temporary' });
+    } finally {
+      hub.apply({ type: 'context', op: 'synced', kind: 'v1 Namespace', synced: true });
+    }
+  });
+
+  it('answers count against the memory cap: reading a large object in a loop is stopped', async () => {
+    const as = await load(pool, 'as-context-probe', { context: [NS], limits: { ...DEFAULT_LIMITS, memoryMiB: 16 } });
+    const big = { ...namespace('big'), metadata: { name: 'big', annotations: { blob: 'x'.repeat(512 * 1024) } } };
+    hub.apply({ type: 'context', op: 'upsert', kind: 'v1 Namespace', entry: toEntry(big)! });
+    expect(await asReading(as, { get: 'big', times: 2 })).toMatchObject({ status: 'allowed' });
+    const outcome = await asReading(as, { get: 'big', times: 100 });
+    expect(outcome).toMatchObject({ status: 'failed', failure: 'temporary', message: 'exceeded its 16 MiB memory cap (context read answers)' });
+  });
+});
