@@ -1,6 +1,6 @@
 // Prints the ClusterRole (and binding) that the context caches of a configuration need:
 //   npx node scripts/context-rbac.ts --config portcullis.yaml [--name portcullis-context]
-//     [--service-account portcullis] [--namespace portcullis] > deploy/rbac-context.yaml
+//     [--service-account portcullis] [--namespace portcullis] > deploy-overlays/context/rbac-context.yaml
 import { parseArgs } from 'node:util';
 import { loadConfigFile } from '../host/src/config/load.ts';
 import { kindsToCache } from '../host/src/context/needs.ts';

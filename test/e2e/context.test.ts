@@ -157,9 +157,9 @@ describe('context-aware policies against a real apiserver', () => {
 });
 
 describe('context RBAC as a real ServiceAccount', () => {
-  it('without deploy/rbac-context.yaml the informer says what to grant; once applied, the caches sync', async () => {
+  it('without deploy-overlays/context/rbac-context.yaml the informer says what to grant; once applied, the caches sync', async () => {
     await kubectlOk(['apply', '-f', `${root}deploy/rbac.yaml`]);
-    await kubectl(['delete', '-f', `${root}deploy/rbac-context.yaml`, '--ignore-not-found']);
+    await kubectl(['delete', '-f', `${root}deploy-overlays/context/rbac-context.yaml`, '--ignore-not-found']);
     const token = (await kubectlOk(['create', 'token', 'portcullis', '-n', 'portcullis', '--duration', '1h'])).trim();
     const admin = await readFile(kubeconfig(), 'utf8');
     const server = /server: "?([^"\s}]+)"?/.exec(admin)![1]!;
@@ -170,7 +170,7 @@ describe('context RBAC as a real ServiceAccount', () => {
       clusters: [{ name: 'c', cluster: { server, 'insecure-skip-tls-verify': true } }],
       users: [{ name: 'u', user: { token } }], contexts: [{ name: 'c', context: { cluster: 'c', user: 'u' } }],
     }));
-    // The kinds of policies/context.yaml, which deploy/rbac-context.yaml is generated from.
+    // The kinds of policies/context.yaml, which deploy-overlays/context/rbac-context.yaml is generated from.
     const sa = await startHost({
       managed: 'portcullis.dev', webhooks: { namespace: 'portcullis' }, env: { KUBECONFIG: saKubeconfig },
       policies: [
@@ -183,14 +183,14 @@ describe('context RBAC as a real ServiceAccount', () => {
     });
     try {
       await sa.waitForLog(/listing \/apis\/networking.k8s.io\/v1\/ingresses answered HTTP 403 \(RBAC: see scripts\/context-rbac.ts\)/, 30_000);
-      await kubectlOk(['apply', '-f', `${root}deploy/rbac-context.yaml`]);
+      await kubectlOk(['apply', '-f', `${root}deploy-overlays/context/rbac-context.yaml`]);
       // The informers retry every 5 s; RBAC changes take effect at once.
       await sa.waitForLog(/"msg":"context: cache synced"[^\n]*Ingress/, 30_000);
       await sa.waitForLog(/"msg":"context: cache synced"[^\n]*Namespace/, 30_000);
       expect(await sa.stop('SIGTERM')).toBe(0);
     } finally {
       await sa.stop('SIGKILL');
-      await kubectl(['delete', '-f', `${root}deploy/rbac-context.yaml`, '--ignore-not-found']);
+      await kubectl(['delete', '-f', `${root}deploy-overlays/context/rbac-context.yaml`, '--ignore-not-found']);
       await kubectl(['delete', 'validatingwebhookconfigurations,mutatingwebhookconfigurations', 'portcullis.dev', '--ignore-not-found']);
     }
   });

@@ -227,7 +227,7 @@ describe('single-webhook namespaceSelector from the Namespace cache', () => {
 });
 
 describe('the shipped context example files', () => {
-  it('policies/context.yaml is valid, and deploy/rbac-context.yaml is what the generator prints for it', async () => {
+  it('policies/context.yaml is valid, and deploy-overlays/context/rbac-context.yaml is what the generator prints for it', async () => {
     const { readFile } = await import('node:fs/promises');
     const { loadConfigFile } = await import('../../host/src/config/load.ts');
     const { contextRbacYaml } = await import('../../host/src/context/rbac.ts');
@@ -235,6 +235,6 @@ describe('the shipped context example files', () => {
     const config = await loadConfigFile(`${root}policies/context.yaml`);
     expect(config.policies.map((p) => p.name)).toEqual(['unique-ingress-host', 'namespace-owner']);
     const generated = contextRbacYaml(kindsToCache(config), { name: 'portcullis-context', serviceAccount: 'portcullis', namespace: 'portcullis' }, 'policies/context.yaml');
-    expect(await readFile(`${root}deploy/rbac-context.yaml`, 'utf8')).toBe(generated);
+    expect(await readFile(`${root}deploy-overlays/context/rbac-context.yaml`, 'utf8')).toBe(generated);
   });
 });
