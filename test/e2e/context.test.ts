@@ -158,7 +158,7 @@ describe('context-aware policies against a real apiserver', () => {
 
 describe('context RBAC as a real ServiceAccount', () => {
   it('without deploy-overlays/context/rbac-context.yaml the informer says what to grant; once applied, the caches sync', async () => {
-    await kubectlOk(['apply', '-f', `${root}deploy/rbac.yaml`]);
+    await kubectlOk(['apply', '-f', `${root}deploy/00-namespace.yaml`, '-f', `${root}deploy/10-rbac.yaml`]);
     await kubectl(['delete', '-f', `${root}deploy-overlays/context/rbac-context.yaml`, '--ignore-not-found']);
     const token = (await kubectlOk(['create', 'token', 'portcullis', '-n', 'portcullis', '--duration', '1h'])).trim();
     const admin = await readFile(kubeconfig(), 'utf8');
