@@ -12,6 +12,9 @@ commands:
          (--context: cluster objects a context-aware policy reads, instead of a cluster)
   build  SOURCE.ts -o OUT.wasm [--lang typescript|assemblyscript]
          compile a policy (TypeScript -> component, AssemblyScript -> core module)
+  test   [SUITE.yaml|DIR ...]
+         run declarative test suites (*.test.yaml): each case's merged answer against what it expects;
+         one line per case, then "N passed, N failed"; exit 1 on any failure
   serve  [--config portcullis.yaml] [--host H] [--port P] [--tls-self-signed | --cert F --key F | --insecure]
          run the admission webhook (without --config: the built-in example policies)
   push   POLICY.wasm oci://REGISTRY/REPO:TAG      publish a policy to an OCI registry
@@ -21,6 +24,7 @@ commands:
 const commands: Record<string, () => Promise<{ default: (args: string[]) => Promise<number> }>> = {
   run: () => import('./run.ts'),
   build: () => import('./build.ts'),
+  test: () => import('./test.ts'),
   serve: () => import('./serve.ts'),
   push: () => import('./oci.ts').then((m) => ({ default: m.push })),
   pull: () => import('./oci.ts').then((m) => ({ default: m.pull })),

@@ -1,0 +1,303 @@
+// `portcullis test [FILE|DIR ...]`: declarative policy tests, the way `kyverno test` and
+// `gator verify` work, so a policy repository's CI needs no test code of its own. A suite is a
+// YAML file naming one or more built policies and a list of cases: an object (or a whole
+// AdmissionRequest) and what the merged answer must be. Every case runs in the real sandbox
+// with the server's merge, prints one line, and the run ends with `N passed, N failed`.
+// Exit 1 when any case fails or a suite file cannot be used (one clear line for each).
+import { readdir, readFile, stat } from 'node:fs/promises';
+import { dirname, isAbsolute, join, relative, resolve } from 'node:path';
+import { parseArgs } from 'node:util';
+import type { AdmissionRequest, JsonObject, JsonValue, Mode, Operation } from '@portcullis/sdk';
+import fastJsonPatch from 'fast-json-patch';
+import { parse as parseYaml } from 'yaml';
+import { evaluatePolicy } from '../evaluate/evaluate.ts';
+import { errorMessage } from '../errors.ts';
+import { merge } from '../merge/merge.ts';
+import { loadPolicy } from '../policy/load.ts';
+import type { LoadedPolicy } from '../policy/loaded.ts';
+import { parseReview } from '../review/parse.ts';
+import type { Decision } from '../review/respond.ts';
+import type { RuleWithOperations } from '../config/types.ts';
+import { ruleMatches } from '../select/match.ts';
+import { SandboxPool } from '../sandbox/pool.ts';
+import { DEFAULT_LIMITS } from '../sandbox/prepare.ts';
+import { UsageError } from './usage.ts';
+
+const USAGE = 'usage: portcullis test [FILE.yaml|DIR ...]   (default: the current folder; a folder is searched for *.test.yaml and portcullis-test.yaml)';
+const OPERATIONS = new Set(['CREATE', 'UPDATE', 'DELETE', 'CONNECT']);
+const CASE_KEYS = new Set(['name', 'mode', 'object', 'oldObject', 'operation', 'namespace', 'user', 'groups', 'dryRun', 'request', 'expect']);
+const EXPECT_KEYS = new Set(['allowed', 'code', 'message', 'warnings', 'patched']);
+
+/** A suite file that cannot be used: its path and what is wrong, on one line. */
+export class SuiteError extends Error {}
+
+interface PolicyRef { name: string; module: string; settings: JsonValue; rules: RuleWithOperations[] }
+interface Expectation { allowed?: boolean; code?: number; message?: string; warnings?: string[]; patched?: JsonValue }
+interface Case { name: string; mode: Mode | undefined; request: AdmissionRequest; expect: Expectation }
+interface Suite { file: string; policies: PolicyRef[]; cases: Case[] }
+
+export default async function test(args: string[]): Promise<number> {
+  let targets: string[];
+  try {
+    targets = parseArgs({ args, allowPositionals: true, options: {} }).positionals;
+  } catch (error) {
+    throw new UsageError(`${errorMessage(error)}\n${USAGE}`);
+  }
+  const files = await suiteFiles(targets.length > 0 ? targets : ['.']);
+  if (files.length === 0) throw new UsageError(`no test suites found in ${targets.join(', ') || 'the current folder'}\n${USAGE}`);
+  let passed = 0;
+  let failed = 0;
+  for (const file of files) {
+    const shown = relative(process.cwd(), file) || file;
+    let suite: Suite;
+    try {
+      suite = parseSuite(file, await readFile(file, 'utf8'));
+    } catch (error) {
+      process.stdout.write(`ERROR ${shown}: ${errorMessage(error)}\n`);
+      failed++;
+      continue;
+    }
+    const results = await runSuite(suite).catch((error: unknown) => {
+      process.stdout.write(`ERROR ${shown}: ${errorMessage(error)}\n`);
+      return undefined;
+    });
+    if (!results) {
+      failed++;
+      continue;
+    }
+    for (const { name, problems } of results) {
+      if (problems.length === 0) passed++;
+      else failed++;
+      process.stdout.write(problems.length === 0 ? `PASS ${shown} › ${name}\n` : `FAIL ${shown} › ${name}: ${problems.join('; ')}\n`);
+    }
+  }
+  process.stdout.write(`${passed} passed, ${failed} failed\n`);
+  return failed === 0 ? 0 : 1;
+}
+
+async function suiteFiles(targets: string[]): Promise<string[]> {
+  const found: string[] = [];
+  for (const target of targets) {
+    const path = resolve(target);
+    const info = await stat(path).catch(() => undefined);
+    if (!info) throw new UsageError(`${target} does not exist`);
+    if (info.isFile()) found.push(path);
+    else found.push(...(await walk(path)));
+  }
+  return found;
+}
+
+async function walk(dir: string): Promise<string[]> {
+  const out: string[] = [];
+  for (const entry of await readdir(dir, { withFileTypes: true })) {
+    if (entry.name === 'node_modules' || entry.name.startsWith('.')) continue;
+    const path = join(dir, entry.name);
+    if (entry.isDirectory()) out.push(...(await walk(path)));
+    else if (entry.name.endsWith('.test.yaml') || entry.name === 'portcullis-test.yaml') out.push(path);
+  }
+  return out.sort();
+}
+
+// ---- parsing: untrusted YAML in, typed suite out; every error names the field ----
+
+export function parseSuite(file: string, text: string): Suite {
+  let doc: unknown;
+  try {
+    doc = parseYaml(text);
+  } catch (error) {
+    throw new SuiteError(`not valid YAML: ${errorMessage(error).split('\n')[0]}`);
+  }
+  if (!isObject(doc)) throw new SuiteError('must be a YAML mapping with "policy" (or "policies") and "cases"');
+  const base = dirname(file);
+  const policies = parsePolicies(doc, base);
+  if (!Array.isArray(doc.cases) || doc.cases.length === 0) throw new SuiteError('"cases" must be a non-empty list');
+  const cases = doc.cases.map((c, i) => parseCase(c, i));
+  const names = new Set<string>();
+  for (const c of cases) {
+    if (names.has(c.name)) throw new SuiteError(`two cases are named "${c.name}"; names must be unique`);
+    names.add(c.name);
+  }
+  return { file, policies, cases };
+}
+
+function parsePolicies(doc: Record<string, unknown>, base: string): PolicyRef[] {
+  if (doc.policy !== undefined && doc.policies !== undefined) throw new SuiteError('give "policy" or "policies", not both');
+  const list: unknown[] = doc.policies !== undefined
+    ? (Array.isArray(doc.policies) ? doc.policies : [null])
+    : [{ module: doc.policy, settings: doc.settings }];
+  if (list.length === 0) throw new SuiteError('"policies" must be a non-empty list');
+  const refs = list.map((p, i): PolicyRef => {
+    const where = doc.policies !== undefined ? `policies[${i}]` : 'policy';
+    const entry = typeof p === 'string' ? { module: p } : p;
+    if (!isObject(entry) || typeof entry.module !== 'string' || entry.module === '') {
+      throw new SuiteError(`${where} must be the path of a built .wasm (or {module, settings, name})`);
+    }
+    const module = /^[a-z]+:\/\//i.test(entry.module) || isAbsolute(entry.module) ? entry.module : join(base, entry.module);
+    const name = typeof entry.name === 'string' ? entry.name : entry.module.replace(/^.*[\\/]/, '').replace(/\.wasm$/, '');
+    return { name, module, settings: (entry.settings ?? {}) as JsonValue, rules: parseRules(entry.rules, where) };
+  });
+  if (new Set(refs.map((r) => r.name)).size !== refs.length) throw new SuiteError('two policies have the same name; give each a "name"');
+  return refs;
+}
+
+/** Webhook rules, as in the configuration: a policy with rules runs only for the cases they match. */
+function parseRules(value: unknown, where: string): RuleWithOperations[] {
+  if (value === undefined) return [];
+  const strings = (v: unknown) => Array.isArray(v) && v.length > 0 && v.every((x) => typeof x === 'string');
+  if (!Array.isArray(value) || !value.every((r) => isObject(r) && strings(r.operations) && strings(r.apiGroups) && strings(r.apiVersions) && strings(r.resources))) {
+    throw new SuiteError(`${where}.rules must be a list of {operations, apiGroups, apiVersions, resources} lists of strings`);
+  }
+  return value as RuleWithOperations[];
+}
+
+function parseCase(value: unknown, index: number): Case {
+  const where = `cases[${index}]`;
+  if (!isObject(value)) throw new SuiteError(`${where} must be a mapping`);
+  const unknown = Object.keys(value).filter((k) => !CASE_KEYS.has(k));
+  if (unknown.length > 0) throw new SuiteError(`${where} has unknown field(s) ${unknown.join(', ')} (known: ${[...CASE_KEYS].join(', ')})`);
+  const name = typeof value.name === 'string' && value.name !== '' ? value.name : `case ${index + 1}`;
+  const at = `${where} ("${name}")`;
+  if (value.mode !== undefined && value.mode !== 'validate' && value.mode !== 'mutate') throw new SuiteError(`${at}: mode must be validate or mutate`);
+  if (!isObject(value.expect)) throw new SuiteError(`${at}: "expect" must be a mapping with at least one of ${[...EXPECT_KEYS].join(', ')}`);
+  return { name, mode: value.mode as Mode | undefined, request: caseRequest(value, at), expect: parseExpect(value.expect, at) };
+}
+
+function parseExpect(value: Record<string, unknown>, at: string): Expectation {
+  const keys = Object.keys(value);
+  const unknown = keys.filter((k) => !EXPECT_KEYS.has(k));
+  if (unknown.length > 0 || keys.length === 0) throw new SuiteError(`${at}: expect takes ${[...EXPECT_KEYS].join(', ')}${unknown.length ? `, not ${unknown.join(', ')}` : ''}`);
+  if (value.allowed !== undefined && typeof value.allowed !== 'boolean') throw new SuiteError(`${at}: expect.allowed must be true or false`);
+  if (value.code !== undefined && !Number.isInteger(value.code)) throw new SuiteError(`${at}: expect.code must be an integer`);
+  if (value.message !== undefined && typeof value.message !== 'string') throw new SuiteError(`${at}: expect.message must be a string`);
+  const warnings = value.warnings;
+  if (warnings !== undefined && !(Array.isArray(warnings) && warnings.every((w) => typeof w === 'string'))) {
+    throw new SuiteError(`${at}: expect.warnings must be a list of strings`);
+  }
+  return value as Expectation;
+}
+
+/** A case gives either a whole request (an AdmissionRequest or AdmissionReview) or an object to build one around. */
+function caseRequest(value: Record<string, unknown>, at: string): AdmissionRequest {
+  if (value.request !== undefined) {
+    if (value.object !== undefined || value.oldObject !== undefined) throw new SuiteError(`${at}: give "request" or "object"/"oldObject", not both`);
+    const review = isObject(value.request) && value.request.kind === 'AdmissionReview'
+      ? value.request
+      : { apiVersion: 'admission.k8s.io/v1', kind: 'AdmissionReview', request: value.request };
+    try {
+      return parseReview(review).request;
+    } catch (error) {
+      throw new SuiteError(`${at}: request: ${errorMessage(error)}`);
+    }
+  }
+  const operation = value.operation ?? (value.object === undefined && value.oldObject !== undefined ? 'DELETE' : value.oldObject ? 'UPDATE' : 'CREATE');
+  if (typeof operation !== 'string' || !OPERATIONS.has(operation)) throw new SuiteError(`${at}: operation must be CREATE, UPDATE, DELETE or CONNECT`);
+  const object = optionalObject(value.object, `${at}: object`);
+  const oldObject = optionalObject(value.oldObject, `${at}: oldObject`);
+  const subject = object ?? oldObject;
+  if (!subject) throw new SuiteError(`${at}: give an "object" (a manifest), an "oldObject" (for DELETE) or a whole "request"`);
+  if (typeof subject.apiVersion !== 'string' || typeof subject.kind !== 'string') throw new SuiteError(`${at}: the object needs apiVersion and kind`);
+  const [group, version] = subject.apiVersion.includes('/') ? subject.apiVersion.split('/', 2) as [string, string] : ['', subject.apiVersion];
+  const metadata = isObject(subject.metadata) ? subject.metadata : {};
+  const namespace = typeof value.namespace === 'string' ? value.namespace : typeof metadata.namespace === 'string' ? metadata.namespace : undefined;
+  const groups = value.groups ?? ['system:authenticated'];
+  if (!Array.isArray(groups) || !groups.every((g) => typeof g === 'string')) throw new SuiteError(`${at}: groups must be a list of strings`);
+  return {
+    uid: `portcullis-test-${at.replace(/\W+/g, '-')}`,
+    kind: { group, version, kind: subject.kind },
+    resource: { group, version, resource: plural(subject.kind) },
+    name: typeof metadata.name === 'string' ? metadata.name : '',
+    ...(namespace !== undefined ? { namespace } : {}),
+    operation: operation as Operation,
+    userInfo: { username: typeof value.user === 'string' ? value.user : 'portcullis-test', groups: groups as string[] },
+    object: object ?? null,
+    oldObject: oldObject ?? null,
+    dryRun: value.dryRun === true,
+  };
+}
+
+function optionalObject(value: unknown, at: string): JsonObject | undefined {
+  if (value === undefined || value === null) return undefined;
+  if (!isObject(value)) throw new SuiteError(`${at} must be a mapping (a Kubernetes manifest)`);
+  return value as JsonObject;
+}
+
+/** The resource name the apiserver would use for the common kinds; a request can say it exactly. */
+function plural(kind: string): string {
+  const lower = kind.toLowerCase();
+  if (/(s|x|z|ch|sh)$/.test(lower)) return `${lower}es`;
+  if (/[^aeiou]y$/.test(lower)) return `${lower.slice(0, -1)}ies`;
+  return `${lower}s`;
+}
+
+// ---- running: the same sandbox, evaluation and merge as `serve` ----
+
+async function runSuite(suite: Suite): Promise<{ name: string; problems: string[] }[]> {
+  const pool = new SandboxPool(Math.min(2, suite.policies.length));
+  try {
+    const loaded: (LoadedPolicy & { rules: RuleWithOperations[] })[] = [];
+    for (const ref of suite.policies) {
+      const policy = await loadPolicy(pool, {
+        name: ref.name, module: ref.module, settings: ref.settings, limits: DEFAULT_LIMITS,
+        failurePolicy: 'Fail', enforcement: 'enforce', isolation: 'reuse',
+      });
+      loaded.push({ ...policy, rules: ref.rules });
+    }
+    const results = [];
+    for (const c of suite.cases) results.push({ name: c.name, problems: check(c, await evaluateCase(pool, loaded, c)) });
+    return results;
+  } finally {
+    await pool.close();
+  }
+}
+
+async function evaluateCase(pool: SandboxPool, all: (LoadedPolicy & { rules: RuleWithOperations[] })[], c: Case): Promise<Decision> {
+  const policies = all.filter((p) => p.rules.length === 0 || p.rules.some((rule) => ruleMatches(rule, c.request)));
+  // Without a mode, a policy runs as a validating webhook if it can, else as a mutating one.
+  const runs = policies.map((policy) => ({ policy, mode: c.mode ?? (policy.modes.includes('validate') ? 'validate' : 'mutate') as Mode }))
+    .filter(({ policy, mode }) => policy.modes.includes(mode));
+  const evaluated = await Promise.all(runs.map(async ({ policy, mode }) => ({
+    policy,
+    outcome: await evaluatePolicy(pool, policy, mode, {
+      request: c.request, settings: policy.settings, headers: {}, sslpeer: null, dryRun: c.request.dryRun === true, webhook: `/${mode}/${policy.name}`,
+    }),
+  })));
+  return merge(evaluated, c.request.operation, c.request.object).decision;
+}
+
+function check(c: Case, decision: Decision): string[] {
+  const problems: string[] = [];
+  const { expect } = c;
+  const said = decision.status ? ` (${decision.status.code}: ${decision.status.message})` : '';
+  if (expect.allowed !== undefined && decision.allowed !== expect.allowed) problems.push(`expected ${expect.allowed ? 'allowed' : 'denied'}, got ${decision.allowed ? 'allowed' : 'denied'}${said}`);
+  if (expect.code !== undefined && decision.status?.code !== expect.code) problems.push(`expected code ${expect.code}, got ${decision.status?.code ?? 'none'}`);
+  if (expect.message !== undefined && !decision.status?.message.includes(expect.message)) {
+    problems.push(`expected a message containing "${expect.message}", got ${decision.status ? `"${decision.status.message}"` : 'none'}`);
+  }
+  for (const wanted of expect.warnings ?? []) {
+    if (!decision.warnings.some((w) => w.includes(wanted))) problems.push(`expected a warning containing "${wanted}", got ${JSON.stringify(decision.warnings)}`);
+  }
+  if (expect.patched !== undefined) {
+    const patched = applyPatch(c.request.object, decision);
+    if (JSON.stringify(canonical(patched)) !== JSON.stringify(canonical(expect.patched))) {
+      problems.push(`the patched object differs: expected ${JSON.stringify(expect.patched)}, got ${JSON.stringify(patched)}`);
+    }
+  }
+  return problems;
+}
+
+function applyPatch(object: JsonValue | null | undefined, decision: Decision): JsonValue | null {
+  if (object === null || object === undefined || decision.patch.length === 0) return object ?? null;
+  const copy = structuredClone(object) as JsonObject;
+  return fastJsonPatch.applyPatch(copy, decision.patch as fastJsonPatch.Operation[], false, true).newDocument as JsonValue;
+}
+
+/** Key order does not matter when comparing objects. */
+function canonical(value: unknown): unknown {
+  if (Array.isArray(value)) return value.map(canonical);
+  if (!isObject(value)) return value;
+  return Object.fromEntries(Object.keys(value).sort().map((k) => [k, canonical(value[k])]));
+}
+
+function isObject(value: unknown): value is Record<string, unknown> {
+  return typeof value === 'object' && value !== null && !Array.isArray(value);
+}

@@ -1,0 +1,162 @@
+// `portcullis test`: declarative suites run through the real CLI, against built example policies.
+import { mkdtemp, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { cli } from '../helpers/cli.ts';
+import { root } from '../helpers/policies.ts';
+import { parseSuite, SuiteError } from '../../host/src/cli/test.ts';
+
+let dir: string;
+const policy = (name: string) => `${root}policies/${name}/${name}.wasm`;
+
+async function suite(name: string, text: string): Promise<string> {
+  const path = join(dir, name);
+  await writeFile(path, text);
+  return path;
+}
+
+beforeAll(async () => {
+  dir = await mkdtemp(join(tmpdir(), 'portcullis-cli-test-'));
+});
+
+const GOOD = (numbers: string, requireLabels: string) => `
+policies:
+  - module: ${numbers}
+    rules: [{ operations: [CREATE, UPDATE], apiGroups: [kopf.dev], apiVersions: ["*"], resources: [kopfexamples] }]
+  - module: ${requireLabels}
+    settings: { labels: { team: unowned } }
+    rules: [{ operations: [CREATE, UPDATE], apiGroups: [""], apiVersions: [v1], resources: [pods] }]
+cases:
+  - name: numbers in range are allowed
+    object: { apiVersion: kopf.dev/v1, kind: KopfExample, metadata: { name: a, namespace: default }, spec: { numbers: [1, 2] } }
+    expect: { allowed: true }
+  - name: a number out of range is denied with the policy's code, and a string only warns
+    object: { apiVersion: kopf.dev/v1, kind: KopfExample, metadata: { name: a }, spec: { numbers: ["7", 500] } }
+    expect:
+      allowed: false
+      code: 499
+      message: "Numbers must be within 0..100"
+      warnings: ['is a string ("7")']
+  - name: a pod without the team label is denied
+    object: { apiVersion: v1, kind: Pod, metadata: { name: p, namespace: default }, spec: {} }
+    expect: { allowed: false, message: "missing required label: team" }
+  - name: in mutate mode the missing label is added
+    mode: mutate
+    object: { apiVersion: v1, kind: Pod, metadata: { name: p, namespace: default }, spec: {} }
+    expect:
+      allowed: true
+      patched: { apiVersion: v1, kind: Pod, metadata: { name: p, namespace: default, labels: { team: unowned } }, spec: {} }
+  - name: a whole AdmissionRequest works too
+    mode: mutate
+    request:
+      uid: r-1
+      kind: { group: "", version: v1, kind: ConfigMap }
+      resource: { group: "", version: v1, resource: configmaps }
+      namespace: default
+      operation: CREATE
+      userInfo: { username: alice }
+      object: { apiVersion: v1, kind: ConfigMap, metadata: { name: c } }
+    expect: { allowed: true }
+`;
+
+describe('portcullis test', () => {
+  it('runs every case of a suite through the sandbox and the merge, one line each, then the summary', async () => {
+    const file = await suite('good.test.yaml', GOOD(policy('numbers'), policy('require-labels')));
+    const result = await cli(['test', file]);
+    expect(result.stderr).toBe('');
+    const lines = result.stdout.trim().split('\n');
+    expect(lines).toHaveLength(6);
+    expect(lines.slice(0, 5).every((l) => l.startsWith('PASS '))).toBe(true);
+    expect(lines[1]).toContain('› a number out of range is denied');
+    expect(lines[5]).toBe('5 passed, 0 failed');
+    expect(result.code).toBe(0);
+  });
+
+  it('reports each unmet expectation on its case line and exits 1', async () => {
+    const file = await suite('bad.test.yaml', `
+policy: ${policy('added-by')}
+settings: { value: portcullis }
+cases:
+  - name: wrong decision
+    mode: mutate
+    object: { apiVersion: v1, kind: ConfigMap, metadata: { name: c } }
+    expect: { allowed: false, code: 403 }
+  - name: wrong patched object
+    mode: mutate
+    object: { apiVersion: v1, kind: ConfigMap, metadata: { name: c } }
+    expect: { patched: { apiVersion: v1, kind: ConfigMap, metadata: { name: c } } }
+  - name: right patched object
+    mode: mutate
+    object: { apiVersion: v1, kind: ConfigMap, metadata: { name: c } }
+    expect: { patched: { apiVersion: v1, kind: ConfigMap, metadata: { name: c, annotations: { portcullis.dev/added-by: portcullis } } } }
+`);
+    const result = await cli(['test', file]);
+    const lines = result.stdout.trim().split('\n');
+    expect(lines[0]).toMatch(/^FAIL .*› wrong decision: expected denied, got allowed; expected code 403, got none$/);
+    expect(lines[1]).toMatch(/^FAIL .*› wrong patched object: the patched object differs: expected .*, got .*added-by/);
+    expect(lines[2]).toMatch(/^PASS .*› right patched object$/);
+    expect(lines[3]).toBe('1 passed, 2 failed');
+    expect(result.code).toBe(1);
+  });
+
+  it('finds *.test.yaml in a folder, and a bad suite file is one ERROR line that counts as failed', async () => {
+    const sub = await mkdtemp(join(dir, 'tree-'));
+    await writeFile(join(sub, 'ok.test.yaml'), `policy: ${policy('numbers')}\ncases:\n  - object: { apiVersion: v1, kind: X, spec: { numbers: [1] } }\n    expect: { allowed: true }\n`);
+    await writeFile(join(sub, 'broken.test.yaml'), 'policy: [unclosed\n');
+    await writeFile(join(sub, 'missing.test.yaml'), `policy: ${join(sub, 'nope.wasm')}\ncases:\n  - object: { apiVersion: v1, kind: X }\n    expect: { allowed: true }\n`);
+    await writeFile(join(sub, 'ignored.yaml'), 'not a suite');
+    const result = await cli(['test', sub]);
+    const lines = result.stdout.trim().split('\n');
+    expect(lines).toHaveLength(4);
+    expect(lines[0]).toMatch(/^ERROR .*broken\.test\.yaml: not valid YAML/);
+    expect(lines[1]).toMatch(/^ERROR .*missing\.test\.yaml: .*nope\.wasm/);
+    expect(lines[2]).toMatch(/^PASS .*ok\.test\.yaml › case 1$/);
+    expect(lines[3]).toBe('1 passed, 2 failed');
+    expect(result.code).toBe(1);
+  });
+
+  it('says plainly when there is nothing to run (usage error, exit 2)', async () => {
+    const empty = await mkdtemp(join(dir, 'empty-'));
+    const result = await cli(['test', empty]);
+    expect(result.code).toBe(2);
+    expect(result.stderr).toMatch(/^portcullis test: no test suites found in/);
+  });
+});
+
+describe('suite files are checked field by field', () => {
+  const bad = (text: string) => () => parseSuite('/x/s.test.yaml', text);
+  it.each([
+    ['a list instead of a mapping', '- a\n', /must be a YAML mapping/],
+    ['no cases', 'policy: p.wasm\n', /"cases" must be a non-empty list/],
+    ['both policy and policies', 'policy: a.wasm\npolicies: [b.wasm]\ncases: [{}]\n', /not both/],
+    ['an unknown case field', 'policy: p.wasm\ncases:\n  - { objet: {}, expect: { allowed: true } }\n', /cases\[0\] has unknown field\(s\) objet/],
+    ['no expectation', 'policy: p.wasm\ncases:\n  - { object: { apiVersion: v1, kind: Pod } }\n', /"expect" must be a mapping/],
+    ['an unknown expectation', 'policy: p.wasm\ncases:\n  - { object: { apiVersion: v1, kind: Pod }, expect: { allow: true } }\n', /not allow/],
+    ['an object without kind', 'policy: p.wasm\ncases:\n  - { object: { metadata: {} }, expect: { allowed: true } }\n', /needs apiVersion and kind/],
+    ['bad rules', 'policies: [{ module: p.wasm, rules: [{ operations: CREATE }] }]\ncases:\n  - { object: { apiVersion: v1, kind: Pod }, expect: { allowed: true } }\n', /policies\[0\]\.rules must be/],
+    ['a bad operation', 'policy: p.wasm\ncases:\n  - { operation: PATCH, object: { apiVersion: v1, kind: Pod }, expect: { allowed: true } }\n', /operation must be/],
+    ['a bad request', 'policy: p.wasm\ncases:\n  - { request: { uid: x }, expect: { allowed: true } }\n', /request: request x: request.kind/],
+    ['duplicate case names', 'policy: p.wasm\ncases:\n  - { name: a, object: { apiVersion: v1, kind: Pod }, expect: { allowed: true } }\n  - { name: a, object: { apiVersion: v1, kind: Pod }, expect: { allowed: true } }\n', /two cases are named "a"/],
+  ])('%s', (_name, text, message) => {
+    expect(bad(text)).toThrow(SuiteError);
+    expect(bad(text)).toThrow(message);
+  });
+
+  it('builds the request from the object: kind, resource, namespace, operation and user', () => {
+    const parsed = parseSuite('/x/s.test.yaml', `policy: p.wasm
+cases:
+  - object: { apiVersion: networking.k8s.io/v1, kind: Ingress, metadata: { name: i, namespace: shop } }
+    oldObject: { apiVersion: networking.k8s.io/v1, kind: Ingress, metadata: { name: i, namespace: shop } }
+    user: alice
+    groups: [dev]
+    expect: { allowed: true }
+`);
+    expect(parsed.policies).toEqual([{ name: 'p', module: '/x/p.wasm', settings: {}, rules: [] }]);
+    expect(parsed.cases[0]!.request).toMatchObject({
+      kind: { group: 'networking.k8s.io', version: 'v1', kind: 'Ingress' },
+      resource: { group: 'networking.k8s.io', version: 'v1', resource: 'ingresses' },
+      name: 'i', namespace: 'shop', operation: 'UPDATE', userInfo: { username: 'alice', groups: ['dev'] },
+    });
+  });
+});
