@@ -56,12 +56,16 @@ describe('portcullis run', () => {
       ['a review that is not JSON', async () => {
         await writeFile(join(dir, 'bad.json'), '{"apiVersion": ');
         return ['--policy', wasm('numbers'), '--request', join(dir, 'bad.json')];
-      }, /^portcullis run: .*bad\.json: the body is not JSON/],
-      ['JSON that is not an AdmissionReview', async () => {
-        await writeFile(join(dir, 'pod.json'), '{"apiVersion":"v1","kind":"Pod"}');
-        return ['--policy', wasm('numbers'), '--request', join(dir, 'pod.json')];
-      }, /^portcullis run: .*pod\.json: expected kind "AdmissionReview", got "Pod"$/],
-      ['a missing review file', async () => ['--policy', wasm('numbers'), '--request', join(dir, 'absent.json')], /^portcullis run: cannot read the review .*absent\.json: no such file$/],
+      }, /^portcullis run: .*bad\.json: not valid JSON/],
+      ['JSON that is neither a review nor a manifest', async () => {
+        await writeFile(join(dir, 'list.json'), '[1, 2]');
+        return ['--policy', wasm('numbers'), '--request', join(dir, 'list.json')];
+      }, /^portcullis run: .*list\.json: the object must be a mapping \(a Kubernetes manifest\)$/],
+      ['an AdmissionReview that is not valid', async () => {
+        await writeFile(join(dir, 'review-bad.json'), '{"apiVersion":"admission.k8s.io/v2","kind":"AdmissionReview","request":{}}');
+        return ['--policy', wasm('numbers'), '--request', join(dir, 'review-bad.json')];
+      }, /^portcullis run: .*review-bad\.json: unsupported apiVersion "admission.k8s.io\/v2"/],
+      ['a missing review file', async () => ['--policy', wasm('numbers'), '--request', join(dir, 'absent.json')], /^portcullis run: cannot read the request .*absent\.json: no such file$/],
       ['settings that are not JSON', async () => ['--policy', wasm('numbers'), '--request', review, '--settings', '{value: 1}'], /^portcullis run: --settings is not valid JSON/],
       ['a policy that traps', async () => ['--policy', wasm('trap'), '--request', review], /^portcullis run: policy "trap" \(.*trap\.wasm\) failed on request 705ab4f5-6393-11e8-b7cc-42010a800002: crashed: wasm trap.*boom: the policy gave up/],
       ['a policy that returns garbage', async () => ['--policy', wasm('garbage'), '--request', review], /^portcullis run: policy "garbage" .* failed on request .*: returned output that is not JSON/],
@@ -78,7 +82,7 @@ describe('portcullis run', () => {
     it('usage errors exit 2', async () => {
       const { code, stderr } = await cli(['run', '--policy', wasm('numbers')]);
       expect(code).toBe(2);
-      expect(stderr).toMatch(/^portcullis run: usage: portcullis run --policy/);
+      expect(stderr).toMatch(/^portcullis run: usage: portcullis run \(--policy FILE.wasm \| --config/);
     });
   });
 });

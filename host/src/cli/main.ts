@@ -6,10 +6,12 @@ import { UsageError } from './usage.ts';
 const USAGE = `usage: portcullis <command> [options]
 
 commands:
-  run    --policy FILE.wasm --request REVIEW.json [--settings JSON|FILE] [--mode validate|mutate]
-         [--context OBJECTS.yaml [--grant apiVersion/Kind ...]]
-         evaluate one policy against one AdmissionReview; prints the response review
-         (--context: cluster objects a context-aware policy reads, instead of a cluster)
+  run    (--policy FILE.wasm | --config portcullis.yaml) --request REVIEW|REQUEST|MANIFEST [--settings JSON|FILE]
+         [--mode validate|mutate] [--show response|patched] [--context OBJECTS.yaml [--grant apiVersion/Kind ...]]
+         [--operation OP] [--old-object FILE] [--namespace NS] [--user NAME] [--groups a,b]   (for a plain manifest)
+         evaluate one policy, or every matching policy of a configuration merged as the server does,
+         against an AdmissionReview, a bare AdmissionRequest or a plain manifest (JSON or YAML);
+         prints the response review (--show patched: the object after the patch)
   build  SOURCE.ts -o OUT.wasm [--lang typescript|assemblyscript]
          compile a policy (TypeScript -> component, AssemblyScript -> core module)
   test   [SUITE.yaml|DIR ...]

@@ -1,38 +1,44 @@
-// `portcullis run`: one policy, one review, the response review on stdout. Exit 0 whatever the
-// decision; 1 when the command could not produce a decision (unreadable input, a policy that
-// failed to load, crashed, timed out or returned garbage), with one line on stderr saying why.
+// `portcullis run`: one policy (or every matching policy of a configuration), one request, the
+// response review on stdout. The request is an AdmissionReview, a bare AdmissionRequest, or a
+// plain manifest (JSON or YAML) that flags turn into a request. Exit 0 whatever the decision; 1
+// when the command could not produce a decision (unreadable input, a policy that failed to load,
+// crashed, timed out or returned garbage), with one line on stderr saying why.
 import { readFile } from 'node:fs/promises';
-import { basename } from 'node:path';
+import { basename, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import type { JsonValue, Mode } from '@portcullis/sdk';
+import fastJsonPatch from 'fast-json-patch';
+import { parse as parseYaml } from 'yaml';
 import { loadContext } from '../context/cli.ts';
 import { evaluatePolicy } from '../evaluate/evaluate.ts';
 import { ConfigError, errorMessage } from '../errors.ts';
 import { merge } from '../merge/merge.ts';
 import { loadPolicy } from '../policy/load.ts';
-import { parseReviewText } from '../review/parse.ts';
-import { respond } from '../review/respond.ts';
+import { parseReview, type AdmissionReview } from '../review/parse.ts';
+import { respond, type Decision } from '../review/respond.ts';
+import { loadConfigFile } from '../config/load.ts';
+import { loadPolicySet } from '../policy/policy-set.ts';
+import { policyMatches } from '../select/match.ts';
+import { isAdmissionRequest, isObject, requestFor, wholeRequest } from './request.ts';
 import { SandboxPool } from '../sandbox/pool.ts';
 import { DEFAULT_LIMITS } from '../sandbox/prepare.ts';
 import { UsageError } from './usage.ts';
 
+export const RUN_USAGE = 'usage: portcullis run (--policy FILE.wasm | --config portcullis.yaml) --request REVIEW|REQUEST|MANIFEST [--settings JSON|FILE]\n' +
+  '         [--mode validate|mutate] [--show response|patched] [--context OBJECTS.yaml [--grant apiVersion/Kind ...]]\n' +
+  '         for a plain manifest: [--operation CREATE|UPDATE|DELETE|CONNECT] [--old-object FILE] [--namespace NS] [--user NAME] [--groups a,b]';
+
 export default async function run(args: string[]): Promise<number> {
   const values = parseCli(args);
-  if (!values.policy || !values.request) {
-    throw new UsageError('usage: portcullis run --policy FILE.wasm --request REVIEW.json [--settings JSON|FILE] [--mode validate|mutate] ' +
-      '[--context OBJECTS.yaml [--grant apiVersion/Kind ...]]');
-  }
+  if ((!values.policy && !values.config) || !values.request) throw new UsageError(RUN_USAGE);
+  if (values.policy && values.config) throw new UsageError('give --policy or --config, not both');
   if (values.mode !== undefined && values.mode !== 'validate' && values.mode !== 'mutate') throw new UsageError(`--mode must be validate or mutate, not "${values.mode}"`);
-  const reviewText = await readInput(values.request, 'review');
-  const review = (() => {
-    try {
-      return parseReviewText(reviewText);
-    } catch (error) {
-      throw new ConfigError(`${values.request}: ${errorMessage(error)}`);
-    }
-  })();
+  if (values.show !== undefined && values.show !== 'response' && values.show !== 'patched') throw new UsageError(`--show must be response or patched, not "${values.show}"`);
+  const review = await readRequest(values);
+  if (values.config) return runConfig(values.config, review, values.mode as Mode | undefined, values.show === 'patched');
+  const module = values.policy!;
   const settings = values.settings === undefined ? {} : await parseSettings(values.settings);
-  const name = basename(values.policy).replace(/\.wasm$/, '');
+  const name = basename(module).replace(/\.wasm$/, '');
   const limits = {
     ...DEFAULT_LIMITS,
     ...(values['timeout-ms'] ? { timeoutMs: positive(values['timeout-ms'], '--timeout-ms') } : {}),
@@ -44,7 +50,7 @@ export default async function run(args: string[]): Promise<number> {
   try {
     context?.hub.attach(pool);
     const policy = await loadPolicy(pool, {
-      name, module: values.policy, settings, limits, failurePolicy: 'Fail', enforcement: 'enforce', isolation: 'reuse',
+      name, module, settings, limits, failurePolicy: 'Fail', enforcement: 'enforce', isolation: 'reuse',
       ...(context ? { context: context.grants } : {}),
     });
     const mode: Mode = (values.mode as Mode | undefined) ?? (policy.modes.includes('validate') ? 'validate' : 'mutate');
@@ -53,7 +59,7 @@ export default async function run(args: string[]): Promise<number> {
       request: review.request, settings, headers: {}, sslpeer: null, dryRun: review.request.dryRun === true, webhook: `/${mode}/${name}`,
     });
     const { decision } = merge([{ policy, outcome }], review.request.operation, review.request.object);
-    process.stdout.write(`${JSON.stringify(respond(review.apiVersion, review.request.uid, decision), null, 2)}\n`);
+    print(review, decision, values.show === 'patched');
     if (outcome.status === 'failed') {
       process.stderr.write(`portcullis run: policy "${name}" (${values.policy}) failed on request ${review.request.uid}: ${outcome.message}\n`);
       return 1;
@@ -72,10 +78,106 @@ function parseCli(args: string[]) {
         policy: { type: 'string' }, request: { type: 'string' }, settings: { type: 'string' }, mode: { type: 'string' },
         'timeout-ms': { type: 'string' }, 'memory-mib': { type: 'string' },
         context: { type: 'string' }, grant: { type: 'string', multiple: true },
+        config: { type: 'string' }, show: { type: 'string' },
+        operation: { type: 'string' }, 'old-object': { type: 'string' }, namespace: { type: 'string' }, user: { type: 'string' }, groups: { type: 'string' },
       },
     }).values;
   } catch (error) {
     throw new UsageError((error as Error).message);
+  }
+}
+
+type Values = ReturnType<typeof parseCli>;
+
+/** The --request file as a review: an AdmissionReview as is, a bare AdmissionRequest wrapped, a manifest built around. */
+async function readRequest(values: Values): Promise<AdmissionReview> {
+  const path = values.request!;
+  const text = await readInput(path, 'request');
+  const manifestFlags = ['operation', 'old-object', 'namespace', 'user', 'groups'] as const;
+  try {
+    const value = parseDocument(text);
+    if (isObject(value) && value.kind === 'AdmissionReview') {
+      const flag = manifestFlags.find((f) => values[f] !== undefined);
+      if (flag) throw new UsageError(`--${flag} applies to a plain manifest; ${path} is a whole AdmissionReview`);
+      return parseReview(value);
+    }
+    if (isAdmissionRequest(value)) return { apiVersion: 'admission.k8s.io/v1', request: wholeRequest(value) };
+    const oldObject = values['old-object'] === undefined ? undefined : parseDocument(await readInput(values['old-object'], 'old object'));
+    const request = requestFor({
+      object: values.operation === 'DELETE' ? undefined : value, oldObject: values.operation === 'DELETE' ? (oldObject ?? value) : oldObject,
+      operation: values.operation, namespace: values.namespace, user: values.user,
+      groups: values.groups?.split(',').map((g) => g.trim()).filter(Boolean),
+    }, 'portcullis-run-0000-0000-000000000001');
+    return { apiVersion: 'admission.k8s.io/v1', request };
+  } catch (error) {
+    if (error instanceof UsageError) throw error;
+    throw new ConfigError(`${path}: ${errorMessage(error)}`);
+  }
+}
+
+/** JSON or YAML text: one document. */
+function parseDocument(text: string): unknown {
+  const json = /^\s*[[{]/.test(text);
+  try {
+    return json ? JSON.parse(text) as unknown : parseYaml(text) as unknown;
+  } catch (error) {
+    throw new Error(`not valid ${json ? 'JSON' : 'YAML'}: ${errorMessage(error).split('\n')[0]}`, { cause: error });
+  }
+}
+
+function print(review: AdmissionReview, decision: Decision, patched: boolean): void {
+  if (!patched) {
+    process.stdout.write(`${JSON.stringify(respond(review.apiVersion, review.request.uid, decision), null, 2)}\n`);
+    return;
+  }
+  // --show patched: the object as the apiserver would store it, or why there is none.
+  if (!decision.allowed) process.stderr.write(`portcullis run: denied (${decision.status?.code}): ${decision.status?.message}; nothing to patch\n`);
+  const object = review.request.object;
+  const result = object && decision.allowed && decision.patch.length > 0
+    ? (fastJsonPatch.applyPatch(structuredClone(object), decision.patch as fastJsonPatch.Operation[], false, true).newDocument as JsonValue)
+    : object;
+  process.stdout.write(`${JSON.stringify(result, null, 2)}\n`);
+}
+
+/**
+ * --config: every policy of the configuration that matches the request, evaluated and merged as
+ * `serve` does (without a mode, the mutating pass runs first and the validating pass sees its
+ * result, as in the apiserver's admission chain).
+ */
+async function runConfig(path: string, review: AdmissionReview, mode: Mode | undefined, patched: boolean): Promise<number> {
+  const config = await loadConfigFile(resolve(path));
+  const pool = new SandboxPool(Math.min(2, Math.max(1, config.policies.length)));
+  try {
+    const set = await loadPolicySet(pool, config);
+    for (const entry of set.failed) process.stderr.write(`portcullis run: policy "${entry.config.name}" failed to load: ${entry.error}\n`);
+    const modes: Mode[] = mode ? [mode] : ['mutate', 'validate'];
+    let request = review.request;
+    const patch: Decision['patch'] = [];
+    let decision: Decision = { allowed: true, warnings: [], patch: [] };
+    const warnings: string[] = [];
+    for (const m of modes) {
+      const selected = set.entries.filter((entry) => policyMatches(entry, m, request));
+      const input = { request, settings: null, headers: {}, sslpeer: null, dryRun: request.dryRun === true, webhook: `/${m}` };
+      const evaluated = await Promise.all(selected.map(async (entry) => ({
+        policy: entry.config,
+        outcome: entry.loaded
+          ? await evaluatePolicy(pool, entry.loaded, m, input)
+          : { policy: entry.config.name, status: 'failed' as const, failure: 'permanent' as const, message: `is not loaded: ${entry.error}`, warnings: [] },
+      })));
+      decision = merge(evaluated, request.operation, request.object).decision;
+      warnings.push(...decision.warnings);
+      if (!decision.allowed) break;
+      if (m === 'mutate' && decision.patch.length > 0 && request.object) {
+        patch.push(...decision.patch);
+        const object = fastJsonPatch.applyPatch(structuredClone(request.object), decision.patch as fastJsonPatch.Operation[], false, true).newDocument;
+        request = { ...request, object };
+      }
+    }
+    const final: Decision = { ...decision, warnings, patch: decision.allowed ? patch : [] };
+    print(review, final, patched);
+    return set.failed.length > 0 ? 1 : 0;
+  } finally {
+    await pool.close();
   }
 }
 

@@ -7,7 +7,7 @@
 import { readdir, readFile, stat } from 'node:fs/promises';
 import { dirname, isAbsolute, join, relative, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
-import type { AdmissionRequest, JsonObject, JsonValue, Mode, Operation } from '@portcullis/sdk';
+import type { AdmissionRequest, JsonObject, JsonValue, Mode } from '@portcullis/sdk';
 import fastJsonPatch from 'fast-json-patch';
 import { parse as parseYaml } from 'yaml';
 import { evaluatePolicy } from '../evaluate/evaluate.ts';
@@ -15,16 +15,15 @@ import { errorMessage } from '../errors.ts';
 import { merge } from '../merge/merge.ts';
 import { loadPolicy } from '../policy/load.ts';
 import type { LoadedPolicy } from '../policy/loaded.ts';
-import { parseReview } from '../review/parse.ts';
 import type { Decision } from '../review/respond.ts';
 import type { RuleWithOperations } from '../config/types.ts';
 import { ruleMatches } from '../select/match.ts';
 import { SandboxPool } from '../sandbox/pool.ts';
 import { DEFAULT_LIMITS } from '../sandbox/prepare.ts';
+import { isObject, requestFor, RequestInputError, wholeRequest } from './request.ts';
 import { UsageError } from './usage.ts';
 
 const USAGE = 'usage: portcullis test [FILE.yaml|DIR ...]   (default: the current folder; a folder is searched for *.test.yaml and portcullis-test.yaml)';
-const OPERATIONS = new Set(['CREATE', 'UPDATE', 'DELETE', 'CONNECT']);
 const CASE_KEYS = new Set(['name', 'mode', 'object', 'oldObject', 'operation', 'namespace', 'user', 'groups', 'dryRun', 'request', 'expect']);
 const EXPECT_KEYS = new Set(['allowed', 'code', 'message', 'warnings', 'patched']);
 
@@ -178,55 +177,14 @@ function parseExpect(value: Record<string, unknown>, at: string): Expectation {
 
 /** A case gives either a whole request (an AdmissionRequest or AdmissionReview) or an object to build one around. */
 function caseRequest(value: Record<string, unknown>, at: string): AdmissionRequest {
-  if (value.request !== undefined) {
+  try {
+    if (value.request === undefined) return requestFor(value, `portcullis-test-${at.replace(/\W+/g, '-')}`);
     if (value.object !== undefined || value.oldObject !== undefined) throw new SuiteError(`${at}: give "request" or "object"/"oldObject", not both`);
-    const review = isObject(value.request) && value.request.kind === 'AdmissionReview'
-      ? value.request
-      : { apiVersion: 'admission.k8s.io/v1', kind: 'AdmissionReview', request: value.request };
-    try {
-      return parseReview(review).request;
-    } catch (error) {
-      throw new SuiteError(`${at}: request: ${errorMessage(error)}`);
-    }
+    return wholeRequest(value.request);
+  } catch (error) {
+    if (error instanceof RequestInputError) throw new SuiteError(`${at}: ${value.request === undefined ? '' : 'request: '}${error.message}`);
+    throw error;
   }
-  const operation = value.operation ?? (value.object === undefined && value.oldObject !== undefined ? 'DELETE' : value.oldObject ? 'UPDATE' : 'CREATE');
-  if (typeof operation !== 'string' || !OPERATIONS.has(operation)) throw new SuiteError(`${at}: operation must be CREATE, UPDATE, DELETE or CONNECT`);
-  const object = optionalObject(value.object, `${at}: object`);
-  const oldObject = optionalObject(value.oldObject, `${at}: oldObject`);
-  const subject = object ?? oldObject;
-  if (!subject) throw new SuiteError(`${at}: give an "object" (a manifest), an "oldObject" (for DELETE) or a whole "request"`);
-  if (typeof subject.apiVersion !== 'string' || typeof subject.kind !== 'string') throw new SuiteError(`${at}: the object needs apiVersion and kind`);
-  const [group, version] = subject.apiVersion.includes('/') ? subject.apiVersion.split('/', 2) as [string, string] : ['', subject.apiVersion];
-  const metadata = isObject(subject.metadata) ? subject.metadata : {};
-  const namespace = typeof value.namespace === 'string' ? value.namespace : typeof metadata.namespace === 'string' ? metadata.namespace : undefined;
-  const groups = value.groups ?? ['system:authenticated'];
-  if (!Array.isArray(groups) || !groups.every((g) => typeof g === 'string')) throw new SuiteError(`${at}: groups must be a list of strings`);
-  return {
-    uid: `portcullis-test-${at.replace(/\W+/g, '-')}`,
-    kind: { group, version, kind: subject.kind },
-    resource: { group, version, resource: plural(subject.kind) },
-    name: typeof metadata.name === 'string' ? metadata.name : '',
-    ...(namespace !== undefined ? { namespace } : {}),
-    operation: operation as Operation,
-    userInfo: { username: typeof value.user === 'string' ? value.user : 'portcullis-test', groups: groups as string[] },
-    object: object ?? null,
-    oldObject: oldObject ?? null,
-    dryRun: value.dryRun === true,
-  };
-}
-
-function optionalObject(value: unknown, at: string): JsonObject | undefined {
-  if (value === undefined || value === null) return undefined;
-  if (!isObject(value)) throw new SuiteError(`${at} must be a mapping (a Kubernetes manifest)`);
-  return value as JsonObject;
-}
-
-/** The resource name the apiserver would use for the common kinds; a request can say it exactly. */
-function plural(kind: string): string {
-  const lower = kind.toLowerCase();
-  if (/(s|x|z|ch|sh)$/.test(lower)) return `${lower}es`;
-  if (/[^aeiou]y$/.test(lower)) return `${lower.slice(0, -1)}ies`;
-  return `${lower}s`;
 }
 
 // ---- running: the same sandbox, evaluation and merge as `serve` ----
@@ -296,8 +254,4 @@ function canonical(value: unknown): unknown {
   if (Array.isArray(value)) return value.map(canonical);
   if (!isObject(value)) return value;
   return Object.fromEntries(Object.keys(value).sort().map((k) => [k, canonical(value[k])]));
-}
-
-function isObject(value: unknown): value is Record<string, unknown> {
-  return typeof value === 'object' && value !== null && !Array.isArray(value);
 }
