@@ -17,6 +17,8 @@ commands:
   test   [SUITE.yaml|DIR ...]
          run declarative test suites (*.test.yaml): each case's merged answer against what it expects;
          one line per case, then "N passed, N failed"; exit 1 on any failure
+  bench  --policy FILE.wasm --request REVIEW|REQUEST|MANIFEST [--settings JSON|FILE] [--mode M] [--iterations N] [--json]
+         time and size of one policy in the real sandbox: p50/p99 per evaluation, evaluations/s, memory
   serve  [--config portcullis.yaml] [--host H] [--port P] [--tls-self-signed | --cert F --key F | --insecure]
          run the admission webhook (without --config: the built-in example policies)
   push   POLICY.wasm oci://REGISTRY/REPO:TAG      publish a policy to an OCI registry
@@ -27,6 +29,7 @@ const commands: Record<string, () => Promise<{ default: (args: string[]) => Prom
   run: () => import('./run.ts'),
   build: () => import('./build.ts'),
   test: () => import('./test.ts'),
+  bench: () => import('./bench.ts'),
   serve: () => import('./serve.ts'),
   push: () => import('./oci.ts').then((m) => ({ default: m.push })),
   pull: () => import('./oci.ts').then((m) => ({ default: m.pull })),

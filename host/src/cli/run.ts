@@ -88,9 +88,11 @@ function parseCli(args: string[]) {
 }
 
 type Values = ReturnType<typeof parseCli>;
+/** The flags that say what the request is; `portcullis bench` takes the same ones. */
+export type RequestFlags = Pick<Values, 'request' | 'operation' | 'old-object' | 'namespace' | 'user' | 'groups'>;
 
 /** The --request file as a review: an AdmissionReview as is, a bare AdmissionRequest wrapped, a manifest built around. */
-async function readRequest(values: Values): Promise<AdmissionReview> {
+export async function readRequest(values: RequestFlags): Promise<AdmissionReview> {
   const path = values.request!;
   const text = await readInput(path, 'request');
   const manifestFlags = ['operation', 'old-object', 'namespace', 'user', 'groups'] as const;
@@ -197,7 +199,7 @@ async function readStdin(): Promise<string> {
 }
 
 /** --settings takes inline JSON or the path of a JSON file. */
-async function parseSettings(value: string): Promise<JsonValue> {
+export async function parseSettings(value: string): Promise<JsonValue> {
   const trimmed = value.trim();
   if (/^[[{"]/.test(trimmed) || /^(true|false|null|-?\d)/.test(trimmed)) {
     try {
@@ -214,7 +216,7 @@ async function parseSettings(value: string): Promise<JsonValue> {
   }
 }
 
-function positive(value: string, flag: string): number {
+export function positive(value: string, flag: string): number {
   const n = Number(value);
   if (!Number.isFinite(n) || n <= 0) throw new UsageError(`${flag} must be a positive number`);
   return n;
