@@ -3,7 +3,8 @@
 // one call; per-get cost = (guest time with N gets - guest time with 0) / N, per call, so the
 // evaluation's own fixed cost drops out. Medians over many calls, TypeScript (component, jco
 // import) and AssemblyScript (Extism host function).
-//   npx node bench/context.ts [--quick]       prints JSON, then a one-line summary on stderr
+//   npx node bench/context.ts [--quick]       prints one line of JSON, then a summary on stderr
+// `npm run bench` runs it as its `context` phase.
 import type { JsonObject } from '@portcullis/sdk';
 import { ContextHub } from '../host/src/context/hub.ts';
 import { loadOffline } from '../host/src/context/offline.ts';
@@ -71,7 +72,7 @@ try {
     ts: await perGet(ts, (times) => ({ repeat: { verb: 'get', ...NS, name: 'ns-500', times } })),
     as: await perGet(as, (times) => ({ get: 'ns-500', times })),
   };
-  process.stdout.write(`${JSON.stringify(result, null, 2)}\n`);
+  process.stdout.write(`${JSON.stringify(result)}\n`);
   const { ts: t, as: a } = result;
   process.stderr.write(`context get inside a guest: TypeScript p50 ${t.p50} µs (p90 ${t.p90}), AssemblyScript p50 ${a.p50} µs (p90 ${a.p90})\n`);
 } finally {

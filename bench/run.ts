@@ -21,6 +21,7 @@ import { many, MIXED_10, MUTATE_5, ONE_AS, ONE_TS, root, writeConfig, type Bench
 import { renderProfiles, summariseProfiles } from './profile.ts';
 import { reviewBody } from './review.ts';
 import type { SandboxResult as SandboxChildResult } from './sandbox.ts';
+import type { ContextBenchResult } from './context.ts';
 
 type SandboxResult = SandboxChildResult & { othersCores?: number };
 
@@ -492,7 +493,7 @@ function reference(http: Record<string, HttpResult>): HttpResult | undefined {
   return runs.sort((a, b) => b.saturation.rps - a.saturation.rps)[0];
 }
 
-function targets(http: Record<string, HttpResult>, cold?: ColdResult, mem?: MemoryRow[], sandbox?: SandboxResult): Target[] {
+function targets(http: Record<string, HttpResult>, cold?: ColdResult, mem?: MemoryRow[], sandbox?: SandboxResult, context?: ContextBenchResult): Target[] {
   const out: Target[] = [];
   const limit = reference(http)?.saturation.rps;
   if (limit && http.as1) {
@@ -517,6 +518,10 @@ function targets(http: Record<string, HttpResult>, cold?: ColdResult, mem?: Memo
     out.push({ name: 'Sandbox: 10 mixed policies, whole evaluation (median)', target: '≤ 1 ms', value: `${round(sandbox.mixed10.wallMicros.p50 / 1000, 2)} ms`, met: sandbox.mixed10.wallMicros.p50 <= 1000 });
     const perTs = sandbox.memory.added.find((a) => a.language === 'TS')!;
     out.push({ name: 'Sandbox: RSS per extra loaded TS policy instance', target: '≤ 3 MiB', value: `${perTs.perInstanceMiB} MiB`, met: perTs.perInstanceMiB <= 3 });
+  }
+  if (context) {
+    const worst = Math.max(context.ts.p50, context.as.p50);
+    out.push({ name: 'Context: one `get` from the cache inside a guest (median, TS / AS)', target: '≤ 20 µs', value: `${round(context.ts.p50, 1)} / ${round(context.as.p50, 1)} µs`, met: worst <= 20 });
   }
   return out;
 }
@@ -597,6 +602,11 @@ function markdown(results: Results): string {
     for (const a of s.memory.added) L.push(`| ${a.language} | ${a.policies} | ${a.instances} | ${a.rssGrowthMiB} | ${a.perInstanceMiB} |`);
     L.push('', `(RSS of the benchmark process with a fresh pool and one TS policy loaded, before the copies: ${s.memory.baselineMiB} MiB.)`, '');
   }
+  if (results.context) {
+    const c = results.context;
+    L.push('## Context reads (issue 15)', '', `One \`get\` of a cached Namespace (${c.cachedObjects} cached) inside a guest, from the worker's replica of the informer cache: (guest time with ${c.getsPerCall} gets − guest time with none) / ${c.getsPerCall}, over ${c.calls} calls (bench/context.ts). µs per get.`, '');
+    L.push('| language | p50 | p90 | p99 |', '|---|---:|---:|---:|', `| TS (component import) | ${c.ts.p50} | ${c.ts.p90} | ${c.ts.p99} |`, `| AS (Extism host function) | ${c.as.p50} | ${c.as.p90} | ${c.as.p99} |`, '');
+  }
   L.push(`Raw figures: \`bench/${results.quick ? 'results.quick.json' : 'results.json'}\`. Total run time ${results.runSeconds}s.`, '');
   return L.join('\n');
 }
@@ -612,6 +622,7 @@ interface Results {
   cold?: ColdResult;
   memory?: MemoryRow[];
   sandbox?: SandboxResult;
+  context?: ContextBenchResult;
   runSeconds: number;
   git: string;
   loadavg: { before: string; after: string };
@@ -657,10 +668,16 @@ async function main(): Promise<void> {
     const [m1, seconds] = [await machineCpu(), (performance.now() - w0) / 1000];
     sandbox.othersCores = round(Math.max(0, (m1.busy - m0.busy) / HZ / seconds - (sandbox.cpuSec ?? 0) / seconds));
   }
+  let context: ContextBenchResult | undefined;
+  if (wanted('context')) {
+    log('context get microbenchmark');
+    await quiet(SETTINGS.quietSec);
+    context = await child<ContextBenchResult>(['bench/context.ts', ...(quick ? ['--quick'] : [])]);
+  }
   const results: Results = {
     date, command, quick, machine: await machine(), settings: { ...SETTINGS, bodyBytes: Buffer.byteLength(body) },
-    targets: targets(http, cold, mem, sandbox), http,
-    ...(cold ? { cold } : {}), ...(mem ? { memory: mem } : {}), ...(sandbox ? { sandbox } : {}),
+    targets: targets(http, cold, mem, sandbox, context), http,
+    ...(cold ? { cold } : {}), ...(mem ? { memory: mem } : {}), ...(sandbox ? { sandbox } : {}), ...(context ? { context } : {}),
     runSeconds: Math.round((performance.now() - t0) / 1000),
     git: await gitState(),
     loadavg: { before: loadBefore, after: (await readFile('/proc/loadavg', 'utf8')).split(' ').slice(0, 3).join(' ') },
