@@ -59,7 +59,7 @@ describe('memory cap', () => {
   });
 
   it('refuses a cap below what the module needs to start', async () => {
-    await expect(load(pool, 'numbers', { limits: { ...DEFAULT_LIMITS, memoryMiB: 0.5 } })).rejects.toThrow(/policy "numbers" could not be loaded: its initial memory \(.* MiB\) is already above the 0\.5 MiB memory cap/);
+    await expect(load(pool, 'numbers', { limits: { ...DEFAULT_LIMITS, memoryMiB: 0.5 } })).rejects.toThrow(/policy "numbers" could not be loaded: it declares .* MiB before running \(memories .* MiB, tables .* MiB\), above its 0\.5 MiB memory budget; raise limits\.memoryMiB/);
   });
 });
 

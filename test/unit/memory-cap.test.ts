@@ -25,7 +25,7 @@ it('keeps a smaller declared maximum, and lowers a larger one', () => {
 });
 
 it('refuses a module whose initial memory is above the cap', () => {
-  expect(() => capMemory(moduleWithMemory([0x00, 20]), 2 * 65536)).toThrow('its initial memory (1.3 MiB) is already above the 0.1 MiB memory cap');
+  expect(() => capMemory(moduleWithMemory([0x00, 20]), 2 * 65536)).toThrow('it declares 1.3 MiB before running (memories 1.3 MiB, tables 0 MiB), above its 0.1 MiB memory budget');
 });
 
 it('leaves a real policy module valid', async () => {

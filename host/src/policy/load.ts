@@ -17,7 +17,7 @@ export async function loadPolicy(pool: SandboxPool, options: PolicyOptions, byte
   let moduleBytes = bytes;
   if (!moduleBytes) {
     try {
-      moduleBytes = await readModule(options.module);
+      moduleBytes = await readModule(options.module, options.limits.maxModuleMiB * 2 ** 20);
     } catch (error) {
       fail(errorMessage(error), error);
     }

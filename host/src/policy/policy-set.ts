@@ -61,7 +61,7 @@ async function loadEntry(pool: SandboxPool, config: PolicyConfig): Promise<Polic
   try {
     let bytes: Uint8Array;
     try {
-      bytes = await readModule(config.module);
+      bytes = await readModule(config.module, config.limits.maxModuleMiB * 2 ** 20);
     } catch (error) {
       throw new PolicyLoadError(config.name, errorMessage(error), { cause: error });
     }

@@ -1,6 +1,6 @@
 // Where policy bytes come from: a path or file:// URL is read from disk; an oci:// reference
 // is pulled (and cached) by the OCI client in ../oci, loaded only when first needed.
-import { readFile } from 'node:fs/promises';
+import { readFile, stat } from 'node:fs/promises';
 import { fileURLToPath } from 'node:url';
 
 export interface RegistryOptions {
@@ -23,7 +23,8 @@ export function configureRegistries(options: RegistryOptions): void {
   registries = options;
 }
 
-export async function readModule(reference: string): Promise<Uint8Array> {
+/** Reads a policy module; a file larger than `maxBytes` is refused before it is read. */
+export async function readModule(reference: string, maxBytes = Infinity): Promise<Uint8Array> {
   const scheme = /^([a-z][a-z0-9+.-]*):\/\//i.exec(reference)?.[1]?.toLowerCase();
   if (scheme === 'oci') {
     const { fetchOciModule } = await import('../oci/fetcher.ts');
@@ -40,6 +41,10 @@ export async function readModule(reference: string): Promise<Uint8Array> {
   if (scheme && scheme !== 'file') throw new Error(`"${scheme}://" is not a supported module location (use a path, file:// or oci://)`);
   const path = scheme === 'file' ? fileURLToPath(reference) : reference;
   try {
+    const { size } = await stat(path);
+    if (size > maxBytes) {
+      throw new Error(`${path} is ${Math.round((size / 2 ** 20) * 10) / 10} MiB, above limits.maxModuleMiB (${maxBytes / 2 ** 20} MiB)`);
+    }
     return new Uint8Array(await readFile(path));
   } catch (error) {
     const code = (error as NodeJS.ErrnoException).code;

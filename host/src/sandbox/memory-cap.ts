@@ -1,12 +1,32 @@
-// The memory cap of a sandbox is part of the module itself: every linear memory a module
-// defines gets a declared maximum of at most the cap. `memory.grow` beyond it then fails
-// inside the guest (which usually traps or reports out-of-memory) instead of growing the
-// host process. This works the same for Extism plugins and for each core module of a
-// component, and costs nothing per call. Imported memories are left alone: the module that
-// defines them is capped, and a capped definition still satisfies any import's declared range.
+// The memory budget of a sandbox is written into the policy's modules themselves. One budget
+// (limits.memoryMiB) covers everything a policy instance can make the host allocate up front
+// or by growing: every linear memory of every core module together, every table (entries x
+// TABLE_ENTRY_BYTES) and every global. A module whose declared minimums already exceed it is
+// refused at load, with the numbers; otherwise each memory and table gets a declared maximum
+// so that the maxima together fit the budget, and `memory.grow` / `table.grow` past it fail
+// inside the guest instead of growing the host. This costs nothing per call and works the
+// same for Extism plugins and for the core modules of a component.
+//
+// The walk over the module is bounded before it allocates: section sizes are checked against
+// the file's length and the number of sections is capped, and only the table, memory and
+// global sections are looked into, so a header followed by megabytes of zeros (millions of
+// empty custom sections) is refused in microseconds without one object per section.
 
 const PAGE = 65536;
+const TABLE_SECTION = 4;
 const MEMORY_SECTION = 5;
+const GLOBAL_SECTION = 6;
+/**
+ * What V8 spends per table entry: the table's own slot plus its entry in the instance's
+ * indirect-call dispatch table (measured: ten million funcref entries cost about 305 MiB).
+ */
+export const TABLE_ENTRY_BYTES = 32;
+/** What a global costs the host, rounded up generously (value, type, mutability, boxing). */
+export const GLOBAL_BYTES = 16;
+/** Real modules have a dozen standard sections and a handful of custom ones. */
+export const MAX_SECTIONS = 1000;
+/** Memories other than a module's largest share at most this fraction of the room to grow. */
+const SIDE_MEMORY_SHARE = 1 / 16;
 
 export class MemoryCapError extends Error {
   constructor(message: string) {
@@ -15,69 +35,175 @@ export class MemoryCapError extends Error {
   }
 }
 
-export function capMemory(bytes: Uint8Array, capBytes: number): Uint8Array<ArrayBuffer> {
-  const capPages = Math.floor(capBytes / PAGE);
-  // Only the memory section changes: everything else is spliced in as byte slices, so a
-  // 1.3 MB module costs one copy, not a walk through JS arrays.
-  const parts: Uint8Array[] = [bytes.subarray(0, 8)];
+interface Limits {
+  flags: number;
+  min: number;
+  max: number | undefined;
+}
+
+interface Span {
+  /** Where the section's id byte is. */
+  header: number;
+  start: number;
+  end: number;
+}
+
+/** What a core module declares, and where, read without copying it. */
+export interface ModuleLayout {
+  memories: Limits[];
+  /** Each table's element type byte followed by its limits. */
+  tables: (Limits & { type: number })[];
+  globals: number;
+  memorySection?: Span;
+  tableSection?: Span;
+}
+
+export function readLayout(bytes: Uint8Array): ModuleLayout {
+  if (bytes.length < 8) throw new MemoryCapError('the module is shorter than a WebAssembly header');
+  const layout: ModuleLayout = { memories: [], tables: [], globals: 0 };
   let offset = 8;
+  let sections = 0;
   while (offset < bytes.length) {
+    if (++sections > MAX_SECTIONS) throw new MemoryCapError(`the module has more than ${MAX_SECTIONS} sections; it is not a policy`);
     const id = bytes[offset]!;
-    const [size, sizeLength] = readLeb(bytes, offset + 1);
+    if (id > 13) throw new MemoryCapError(`unknown section id ${id} at byte ${offset}`);
+    const [size, sizeLength] = readLeb(bytes, offset + 1, bytes.length);
     const start = offset + 1 + sizeLength;
     const end = start + size;
-    if (end > bytes.length) throw new MemoryCapError('truncated section in module');
+    if (end > bytes.length) throw new MemoryCapError(`section ${id} at byte ${offset} claims ${size} bytes, past the end of the module`);
     if (id === MEMORY_SECTION) {
-      const payload = rewriteMemories(bytes.subarray(start, end), capPages);
-      parts.push(Uint8Array.from([id, ...writeLeb(payload.length), ...payload]));
-    } else {
-      parts.push(bytes.subarray(offset, end));
+      layout.memorySection = { header: offset, start, end };
+      layout.memories = readLimitsVector(bytes, start, end, false);
+    } else if (id === TABLE_SECTION) {
+      layout.tableSection = { header: offset, start, end };
+      layout.tables = readLimitsVector(bytes, start, end, true) as ModuleLayout['tables'];
+    } else if (id === GLOBAL_SECTION) {
+      layout.globals = readLeb(bytes, start, end)[0];
     }
     offset = end;
   }
-  const result = new Uint8Array(parts.reduce((n, part) => n + part.length, 0));
-  let at = 0;
-  for (const part of parts) {
-    result.set(part, at);
-    at += part.length;
-  }
-  return result;
+  return layout;
 }
 
-function rewriteMemories(section: Uint8Array, capPages: number): number[] {
-  const [count, countLength] = readLeb(section, 0);
-  const out = writeLeb(count);
-  let at = countLength;
+function readLimitsVector(bytes: Uint8Array, start: number, end: number, tables: boolean): (Limits & { type?: number })[] {
+  const [count, countLength] = readLeb(bytes, start, end);
+  // Each entry takes at least two bytes: a count larger than that is a lie about the section.
+  if (count > (end - start) / 2) throw new MemoryCapError(`the ${tables ? 'table' : 'memory'} section claims ${count} entries in ${end - start} bytes`);
+  const out: (Limits & { type?: number })[] = [];
+  let at = start + countLength;
   for (let i = 0; i < count; i++) {
-    const flags = section[at++]!;
-    if (flags > 0x07) throw new MemoryCapError(`unknown memory limits flags 0x${flags.toString(16)}`);
-    const [min, minLength] = readLeb(section, at);
+    const type = tables ? bytes[at++] : undefined;
+    const flags = bytes[at++];
+    if (flags === undefined || at > end) throw new MemoryCapError('truncated limits in module');
+    if (flags > 0x07) throw new MemoryCapError(`unknown ${tables ? 'table' : 'memory'} limits flags 0x${flags.toString(16)}`);
+    const [min, minLength] = readLeb(bytes, at, end);
     at += minLength;
-    let max = Infinity;
+    let max: number | undefined;
     if (flags & 0x01) {
-      const [declared, maxLength] = readLeb(section, at);
+      const [declared, maxLength] = readLeb(bytes, at, end);
       at += maxLength;
       max = declared;
     }
-    if (min > capPages) {
-      throw new MemoryCapError(`its initial memory (${mib(min)} MiB) is already above the ${mib(capPages)} MiB memory cap; raise limits.memoryMiB`);
-    }
-    out.push(flags | 0x01, ...writeLeb(min), ...writeLeb(Math.min(max, capPages)));
+    out.push({ flags, min, max, ...(type !== undefined ? { type } : {}) });
   }
   return out;
 }
 
-function mib(pages: number): string {
-  return String(Math.round((pages * PAGE) / 2 ** 20 * 10) / 10);
+/** Declared maxima that make one policy's modules fit one budget. */
+export interface BudgetPlan {
+  /** Per module, per memory, the maximum in pages. */
+  memoryMax: number[][];
+  /** Per module, per table, the maximum in entries. */
+  tableMax: number[][];
 }
 
-function readLeb(bytes: Uint8Array, offset: number): [number, number] {
+/**
+ * Splits one budget across every module of a policy. Minimums are paid first; what is left
+ * goes to growth: tables do not grow (no toolchain we build with grows them), the largest
+ * memory gets the rest after the others' small shares.
+ */
+export function planBudget(layouts: ModuleLayout[], capBytes: number): BudgetPlan {
+  const memoryMin = sum(layouts.flatMap((l) => l.memories.map((m) => m.min))) * PAGE;
+  const tableMin = sum(layouts.flatMap((l) => l.tables.map((t) => t.min))) * TABLE_ENTRY_BYTES;
+  const globals = sum(layouts.map((l) => l.globals)) * GLOBAL_BYTES;
+  const fixed = memoryMin + tableMin + globals;
+  if (fixed > capBytes) {
+    const parts = [`memories ${mib(memoryMin)} MiB`, `tables ${mib(tableMin)} MiB`, ...(globals >= PAGE ? [`globals ${mib(globals)} MiB`] : [])];
+    throw new MemoryCapError(`it declares ${mib(fixed)} MiB before running (${parts.join(', ')}), above its ${mib(capBytes)} MiB memory budget; ` +
+      'raise limits.memoryMiB or shrink the module');
+  }
+  let room = Math.floor((capBytes - fixed) / PAGE);
+  const memories = layouts.flatMap((l, module) => l.memories.map((m, index) => ({ module, index, ...m })));
+  const main = memories.reduce<(typeof memories)[number] | undefined>((best, m) => (!best || m.min > best.min ? m : best), undefined);
+  const memoryMax = layouts.map((l) => l.memories.map((m) => m.min));
+  const others = memories.filter((m) => m !== main);
+  const share = others.length > 0 ? Math.floor((room * SIDE_MEMORY_SHARE) / others.length) : 0;
+  for (const m of others) {
+    const grow = Math.min(share, (m.max ?? Infinity) - m.min);
+    memoryMax[m.module]![m.index] = m.min + grow;
+    room -= grow;
+  }
+  if (main) memoryMax[main.module]![main.index] = main.min + Math.min(room, (main.max ?? Infinity) - main.min);
+  return { memoryMax, tableMax: layouts.map((l) => l.tables.map((t) => t.min)) };
+}
+
+/** The module with the plan's maxima written in; everything else is spliced in unchanged. */
+export function applyPlan(bytes: Uint8Array, layout: ModuleLayout, memoryMax: number[], tableMax: number[]): Uint8Array<ArrayBuffer> {
+  const edits: { span: Span; id: number; payload: number[] }[] = [];
+  if (layout.memorySection) {
+    edits.push({ span: layout.memorySection, id: MEMORY_SECTION, payload: writeLimitsVector(layout.memories, memoryMax) });
+  }
+  if (layout.tableSection) {
+    edits.push({ span: layout.tableSection, id: TABLE_SECTION, payload: writeLimitsVector(layout.tables, tableMax) });
+  }
+  edits.sort((a, b) => a.span.start - b.span.start);
+  const parts: Uint8Array[] = [];
+  let at = 0;
+  for (const { span, id, payload } of edits) {
+    parts.push(bytes.subarray(at, span.header), Uint8Array.from([id, ...writeLeb(payload.length), ...payload]));
+    at = span.end;
+  }
+  parts.push(bytes.subarray(at));
+  const result = new Uint8Array(parts.reduce((n, part) => n + part.length, 0));
+  let offset = 0;
+  for (const part of parts) {
+    result.set(part, offset);
+    offset += part.length;
+  }
+  return result;
+}
+
+/** One module, one budget: plan and apply in one step. */
+export function capMemory(bytes: Uint8Array, capBytes: number): Uint8Array<ArrayBuffer> {
+  const layout = readLayout(bytes);
+  const plan = planBudget([layout], capBytes);
+  return applyPlan(bytes, layout, plan.memoryMax[0]!, plan.tableMax[0]!);
+}
+
+function writeLimitsVector(entries: (Limits & { type?: number })[], maxima: number[]): number[] {
+  const out = writeLeb(entries.length);
+  entries.forEach((entry, i) => {
+    if (entry.type !== undefined) out.push(entry.type);
+    out.push(entry.flags | 0x01, ...writeLeb(entry.min), ...writeLeb(maxima[i]!));
+  });
+  return out;
+}
+
+function sum(values: number[]): number {
+  return values.reduce((a, b) => a + b, 0);
+}
+
+function mib(bytes: number): string {
+  return String(Math.round((bytes / 2 ** 20) * 10) / 10);
+}
+
+function readLeb(bytes: Uint8Array, offset: number, limit: number): [number, number] {
   let result = 0;
   let shift = 0;
   let length = 0;
   for (;;) {
-    const byte = bytes[offset + length];
-    if (byte === undefined) throw new MemoryCapError('truncated LEB128 in module');
+    if (offset + length >= limit) throw new MemoryCapError('truncated LEB128 in module');
+    const byte = bytes[offset + length]!;
     result += (byte & 0x7f) * 2 ** shift;
     length++;
     if ((byte & 0x80) === 0) return [result, length];

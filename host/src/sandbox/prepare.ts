@@ -8,16 +8,18 @@ import { homedir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { moduleKind, type ModuleKind } from '../policy/module-kind.ts';
-import { capMemory } from './memory-cap.ts';
+import { applyPlan, capMemory, planBudget, readLayout } from './memory-cap.ts';
 import type { SandboxSpec } from './protocol.ts';
 
 export interface SandboxLimits {
   timeoutMs: number;
   memoryMiB: number;
   maxOutputBytes: number;
+  /** The largest policy file the host will read; checked before reading it. */
+  maxModuleMiB: number;
 }
 
-export const DEFAULT_LIMITS: SandboxLimits = { timeoutMs: 2000, memoryMiB: 64, maxOutputBytes: 1 << 20 };
+export const DEFAULT_LIMITS: SandboxLimits = { timeoutMs: 2000, memoryMiB: 64, maxOutputBytes: 1 << 20, maxModuleMiB: 32 };
 
 /** The one interface a component may import. Anything else (WASI files, sockets, clocks...) is refused. */
 // Issue 15: portcullis:policy/context is safe to link for every policy: it refuses kinds not granted.
@@ -39,6 +41,10 @@ export function cacheDir(): string {
   return process.env.PORTCULLIS_CACHE ?? join(homedir(), '.cache', 'portcullis');
 }
 
+function mib(bytes: number): number {
+  return Math.round((bytes / 2 ** 20) * 10) / 10;
+}
+
 export function sha256(bytes: Uint8Array): string {
   return createHash('sha256').update(bytes).digest('hex');
 }
@@ -46,6 +52,9 @@ export function sha256(bytes: Uint8Array): string {
 export async function prepareSandbox(
   policy: string, bytes: Uint8Array, limits: SandboxLimits, fresh: boolean,
 ): Promise<SandboxSpec & { digest: string }> {
+  if (bytes.length > limits.maxModuleMiB * 2 ** 20) {
+    throw new PrepareError(`the module is ${mib(bytes.length)} MiB, above limits.maxModuleMiB (${limits.maxModuleMiB} MiB)`);
+  }
   const kind: ModuleKind | undefined = moduleKind(bytes);
   if (!kind) throw new PrepareError('the file is not a WebAssembly module or component (bad header)');
   const digest = sha256(bytes);
@@ -57,8 +66,13 @@ export async function prepareSandbox(
     return { ...base, modules: { 'policy.wasm': module } };
   }
   const transpiled = await transpileCached(bytes, digest);
+  // One budget for the whole component: its core modules' memories and tables together.
+  const cores = Object.entries(transpiled.cores).map(([name, core]) => ({ name, core, layout: readLayout(core) }));
+  const plan = planBudget(cores.map((c) => c.layout), capBytes);
   const modules: Record<string, WebAssembly.Module> = {};
-  for (const [name, core] of Object.entries(transpiled.cores)) modules[name] = await compile(capMemory(core, capBytes));
+  for (const [i, { name, core, layout }] of cores.entries()) {
+    modules[name] = await compile(applyPlan(core, layout, plan.memoryMax[i]!, plan.tableMax[i]!));
+  }
   return { ...base, modules, glue: transpiled.glue };
 }
 
@@ -97,10 +111,11 @@ function checkCoreImports(module: WebAssembly.Module): void {
       '(no files, network, clock, random or environment); build it without that import',
     );
   }
-  const exports = new Set(WebAssembly.Module.exports(module).map((e) => e.name));
-  if (!exports.has('validate') && !exports.has('mutate')) {
-    throw new PrepareError('it exports neither "validate" nor "mutate"; is it a Portcullis policy?');
-  }
+  const exports = WebAssembly.Module.exports(module);
+  const entries = exports.filter((e) => e.name === 'validate' || e.name === 'mutate');
+  if (entries.length === 0) throw new PrepareError('it exports neither "validate" nor "mutate"; is it a Portcullis policy?');
+  // Found at load, not on every call: an entry point that is not a function can never answer.
+  for (const e of entries) if (e.kind !== 'function') throw new PrepareError(`it exports "${e.name}" as a ${e.kind}, not a function`);
 }
 
 interface Transpiled {

@@ -1,0 +1,74 @@
+// Hand-made WebAssembly modules for hostile-module tests: a minimal binary encoder, so a test
+// says exactly which tables, memories, start function and exports an attacker would write.
+const HEADER = [0x00, 0x61, 0x73, 0x6d, 1, 0, 0, 0];
+const FUNCREF = 0x70;
+
+export function leb(value: number): number[] {
+  const out: number[] = [];
+  do {
+    let byte = value % 128;
+    value = Math.floor(value / 128);
+    if (value > 0) byte |= 0x80;
+    out.push(byte);
+  } while (value > 0);
+  return out;
+}
+
+const name = (text: string) => { const b = [...new TextEncoder().encode(text)]; return [...leb(b.length), ...b]; };
+const section = (id: number, payload: number[]) => [id, ...leb(payload.length), ...payload];
+const vector = (items: number[][]) => [...leb(items.length), ...items.flat()];
+const limits = (min: number, max?: number) => (max === undefined ? [0, ...leb(min)] : [1, ...leb(min), ...leb(max)]);
+
+export interface ModuleSpec {
+  memories?: { min: number; max?: number }[];
+  tables?: { min: number; max?: number }[];
+  /** Exports, by name, of a function (index), memory or table (index). */
+  exports?: { name: string; kind: 'func' | 'memory' | 'table' | 'global'; index: number }[];
+  /** Bodies of functions of type () -> i32, as raw instruction bytes (without the final `end`). */
+  functions?: number[][];
+  /** Index of a function to run as the start function (it must be of type () -> ()); see startLoop. */
+  startLoop?: boolean;
+}
+
+/**
+ * Function 0..n-1 are `() -> i32` with the given bodies; with startLoop, one more function
+ * `() -> ()` that loops forever is added last and made the start function.
+ */
+export function module(spec: ModuleSpec): Uint8Array {
+  const bodies = spec.functions ?? [];
+  const types = [[0x60, 0, 1, 0x7f], [0x60, 0, 0]];
+  const funcTypes = [...bodies.map(() => 0), ...(spec.startLoop ? [1] : [])];
+  const code = [...bodies.map((b) => [...b, 0x0b]), ...(spec.startLoop ? [[0x03, 0x40, 0x0c, 0x00, 0x0b, 0x0b]] : [])]
+    .map((body) => { const full = [0, ...body]; return [...leb(full.length), ...full]; });
+  const kinds = { func: 0, table: 1, memory: 2, global: 3 } as const;
+  const bytes = [
+    ...HEADER,
+    ...section(1, vector(types)),
+    ...(funcTypes.length ? section(3, vector(funcTypes.map((t) => [t]))) : []),
+    ...(spec.tables?.length ? section(4, vector(spec.tables.map((t) => [FUNCREF, ...limits(t.min, t.max)]))) : []),
+    ...(spec.memories?.length ? section(5, vector(spec.memories.map((m) => limits(m.min, m.max)))) : []),
+    ...(spec.exports?.length ? section(7, vector(spec.exports.map((e) => [...name(e.name), kinds[e.kind], ...leb(e.index)]))) : []),
+    ...(spec.startLoop ? section(8, leb(bodies.length)) : []),
+    ...(code.length ? section(10, vector(code)) : []),
+  ];
+  return new Uint8Array(bytes);
+}
+
+/** `i32.const 0` : a body for a function that returns 0. */
+export const RETURN_0 = [0x41, 0x00];
+/** Signed LEB128, as `i32.const` wants it. */
+function sleb(value: number): number[] {
+  const out: number[] = [];
+  for (;;) {
+    const byte = value & 0x7f;
+    value >>= 7;
+    const done = (value === 0 && (byte & 0x40) === 0) || (value === -1 && (byte & 0x40) !== 0);
+    out.push(done ? byte : byte | 0x80);
+    if (done) return out;
+  }
+}
+
+/** Grows memory `index` by `pages`, leaving the result (-1 when refused) on the stack. */
+export const growMemory = (index: number, pages: number) => [0x41, ...sleb(pages), 0x40, ...leb(index)];
+/** `drop`: discards the value on top of the stack. */
+export const DROP = [0x1a];

@@ -1,0 +1,110 @@
+// Hand-made hostile modules against the host's budget and parsing limits: each is refused or
+// contained with a message naming the policy and the numbers, and the host keeps serving.
+import { writeFile, mkdtemp } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { evaluatePolicy } from '../../host/src/evaluate/evaluate.ts';
+import { loadPolicy } from '../../host/src/policy/load.ts';
+import { SandboxPool } from '../../host/src/sandbox/pool.ts';
+import { applyPlan, planBudget, readLayout } from '../../host/src/sandbox/memory-cap.ts';
+import { DEFAULT_LIMITS } from '../../host/src/sandbox/prepare.ts';
+import { input, load } from '../helpers/policies.ts';
+import { DROP, growMemory, module, RETURN_0 } from '../helpers/wasm.ts';
+
+let pool: SandboxPool;
+let dir: string;
+
+beforeAll(async () => {
+  pool = new SandboxPool(2);
+  dir = await mkdtemp(join(tmpdir(), 'portcullis-hostile-'));
+});
+afterAll(() => pool.close());
+
+async function loadBytes(name: string, bytes: Uint8Array) {
+  const file = join(dir, `${name}.wasm`);
+  await writeFile(file, bytes);
+  return loadPolicy(pool, { name, module: file, settings: {}, limits: DEFAULT_LIMITS, failurePolicy: 'Fail', enforcement: 'enforce', isolation: 'reuse' });
+}
+
+/** The host is still well: a real policy loads and answers correctly. */
+async function stillServes(): Promise<void> {
+  const numbers = await load(pool, 'numbers');
+  const outcome = await evaluatePolicy(pool, numbers, 'validate', input({ object: { spec: { numbers: [500] } } }));
+  expect(outcome).toMatchObject({ status: 'denied', code: 499 });
+}
+
+const validate = { name: 'validate', kind: 'func' as const, index: 0 };
+
+describe('parsing is bounded before it allocates', () => {
+  it('refuses a valid header followed by 20 MB of zeros at once, without a section per two bytes', async () => {
+    const bytes = new Uint8Array(20 * 2 ** 20);
+    bytes.set([0x00, 0x61, 0x73, 0x6d, 1, 0, 0, 0]);
+    const started = performance.now();
+    await expect(loadBytes('zeros', bytes)).rejects.toThrow(/policy "zeros" could not be loaded: the module has more than 1000 sections; it is not a policy/);
+    // Generous for a loaded 2-core machine; before the fix this took 4-36 s and 1.5 GiB.
+    expect(performance.now() - started).toBeLessThan(5000);
+    await stillServes();
+  });
+
+  it.each([
+    ['a section longer than the file', [0x00, 0x61, 0x73, 0x6d, 1, 0, 0, 0, 1, 0xff, 0xff, 0x03], /section 1 at byte 8 claims 65535 bytes, past the end/],
+    ['an unknown section id', [0x00, 0x61, 0x73, 0x6d, 1, 0, 0, 0, 0x42, 0], /unknown section id 66/],
+    ['a truncated size', [0x00, 0x61, 0x73, 0x6d, 1, 0, 0, 0, 1, 0x80], /truncated LEB128/],
+    ['a memory count larger than its section', [0x00, 0x61, 0x73, 0x6d, 1, 0, 0, 0, 5, 2, 0xff, 0x7f], /memory section claims 16383 entries in 2 bytes/],
+  ])('refuses %s with a clear message', async (_name, bytes, message) => {
+    await expect(loadBytes('garbage', new Uint8Array(bytes))).rejects.toThrow(message);
+  });
+
+  it('refuses a module larger than limits.maxModuleMiB before reading it', async () => {
+    const file = join(dir, 'big.wasm');
+    await writeFile(file, new Uint8Array(3 * 2 ** 20));
+    await expect(loadPolicy(pool, {
+      name: 'big', module: file, settings: {}, limits: { ...DEFAULT_LIMITS, maxModuleMiB: 2 }, failurePolicy: 'Fail', enforcement: 'enforce', isolation: 'reuse',
+    })).rejects.toThrow(/policy "big" could not be loaded: .*big\.wasm is 3 MiB, above limits\.maxModuleMiB \(2 MiB\)/);
+  });
+});
+
+describe('one memory budget per policy', () => {
+  it('refuses 40 funcref tables of 10,000,000 entries at load, naming the numbers', async () => {
+    const bytes = module({ tables: Array.from({ length: 40 }, () => ({ min: 10_000_000 })), functions: [RETURN_0], exports: [validate] });
+    await expect(loadBytes('tables', bytes)).rejects.toThrow(
+      /policy "tables" could not be loaded: it declares 12207 MiB before running \(memories 0 MiB, tables 12207 MiB\), above its 64 MiB memory budget/);
+    await stillServes();
+  });
+
+  it('refuses 12 memories of 1024 pages at load: all memories count together', async () => {
+    const bytes = module({ memories: Array.from({ length: 12 }, () => ({ min: 1024 })), functions: [RETURN_0], exports: [validate] });
+    await expect(loadBytes('memories', bytes)).rejects.toThrow(/it declares 768 MiB before running \(memories 768 MiB, tables 0 MiB\), above its 64 MiB memory budget/);
+    await stillServes();
+  });
+
+  it('gives 12 small growable memories maxima that add up to the budget, so growing them all fails inside the guest', async () => {
+    const bytes = module({ memories: Array.from({ length: 12 }, () => ({ min: 1 })), functions: [RETURN_0] });
+    const layout = readLayout(bytes);
+    const cap = 64 * 2 ** 20;
+    const plan = planBudget([layout], cap);
+    const maxima = plan.memoryMax[0]!;
+    expect(maxima.reduce((a, b) => a + b, 0) * 65536).toBeLessThanOrEqual(cap);
+    // Growing every memory to its maximum stays within the budget; one page more is refused.
+    const grows = maxima.flatMap((max, i) => [...growMemory(i, max - 1), ...DROP]);
+    const probe = module({ memories: Array.from({ length: 12 }, () => ({ min: 1 })), functions: [[...grows, ...growMemory(0, 1)]], exports: [validate] });
+    const probeLayout = readLayout(probe);
+    const capped = applyPlan(probe, probeLayout, planBudget([probeLayout], cap).memoryMax[0]!, []);
+    const { validate: run } = new WebAssembly.Instance(await WebAssembly.compile(capped)).exports as { validate: () => number };
+    expect(run()).toBe(-1);
+  });
+
+  it('does not let a table grow past its declared size', async () => {
+    const bytes = module({ tables: [{ min: 10 }], functions: [RETURN_0] });
+    const layout = readLayout(bytes);
+    expect(planBudget([layout], 2 ** 20).tableMax).toEqual([[10]]);
+  });
+});
+
+describe('entry points are checked at load', () => {
+  it.each(['memory', 'table'] as const)('refuses a module exporting validate as a %s', async (kind) => {
+    const bytes = module({ memories: [{ min: 1 }], tables: [{ min: 1 }], functions: [RETURN_0], exports: [{ name: 'validate', kind, index: 0 }] });
+    await expect(loadBytes('exports', bytes)).rejects.toThrow(`policy "exports" could not be loaded: it exports "validate" as a ${kind}, not a function`);
+  });
+});
