@@ -108,3 +108,27 @@ describe('entry points are checked at load', () => {
     await expect(loadBytes('exports', bytes)).rejects.toThrow(`policy "exports" could not be loaded: it exports "validate" as a ${kind}, not a function`);
   });
 });
+
+describe('deadlines while loading', () => {
+  it('a start function that never returns fails that policy at load; the others load and answer', async () => {
+    const quick = new SandboxPool(2, { loadTimeoutMs: 1500 });
+    try {
+      const file = join(dir, 'start-loop.wasm');
+      await writeFile(file, module({ functions: [RETURN_0], exports: [validate], startLoop: true }));
+      const options = { settings: {}, limits: DEFAULT_LIMITS, failurePolicy: 'Fail' as const, enforcement: 'enforce' as const, isolation: 'reuse' as const };
+      const [looping, numbers] = await Promise.allSettled([
+        loadPolicy(quick, { name: 'start-loop', module: file, ...options }),
+        load(quick, 'numbers'),
+      ]);
+      expect(looping.status).toBe('rejected');
+      expect(String((looping as PromiseRejectedResult).reason)).toMatch(
+        /policy "start-loop" could not be loaded: did not finish instantiating \(its start function included\) within 1\.5s/);
+      expect(numbers.status).toBe('fulfilled');
+      const outcome = await evaluatePolicy(quick, (numbers as PromiseFulfilledResult<Awaited<ReturnType<typeof load>>>).value, 'validate',
+        input({ object: { spec: { numbers: [1] } } }));
+      expect(outcome.status).toBe('allowed');
+    } finally {
+      await quick.close();
+    }
+  });
+});

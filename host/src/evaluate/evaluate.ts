@@ -38,7 +38,8 @@ export function sharedInput(input: EvaluationInput, policy: LoadedPolicy): Share
 export function toOutcome(policy: string, result: CallResult): Outcome {
   const timing = { totalMicros: result.totalMicros, ...(result.ok ? { guestMicros: result.guestMicros } : {}) };
   if (!result.ok) {
-    const failure = result.fault === 'deadline' || result.fault === 'memory' || result.fault === 'output' ? 'temporary' : 'crash';
+    const temporary = result.fault === 'deadline' || result.fault === 'memory' || result.fault === 'output' || result.fault === 'unloaded';
+    const failure = temporary ? 'temporary' : 'crash';
     return { policy, status: 'failed', failure, message: result.message, warnings: [], ...timing };
   }
   try {

@@ -44,8 +44,12 @@ export type ToWorker =
 
 export type LogEntry = [level: string, message: string];
 
-/** Why a call produced no usable output. `memory` and `output` are resource caps. */
-export type FaultKind = 'trap' | 'memory' | 'output' | 'instantiate';
+/**
+ * Why a call produced no usable output. `memory` and `output` are resource caps. `unloaded`:
+ * the worker has no instance of the policy (it was replaced or reloaded meanwhile); the pool
+ * queues such a call again rather than answer it.
+ */
+export type FaultKind = 'trap' | 'memory' | 'output' | 'instantiate' | 'unloaded';
 
 export type FromWorker =
   | { type: 'loaded'; key: string; error?: string }

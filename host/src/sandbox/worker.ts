@@ -125,7 +125,7 @@ port.on('message', (message: ToWorker) => {
       break;
     case 'call': {
       const spec = specs.get(message.key);
-      if (!spec) send({ type: 'fault', id: message.id, fault: 'instantiate', message: 'is not loaded in this sandbox', logs: [] });
+      if (!spec) send({ type: 'fault', id: message.id, fault: 'unloaded', message: 'is not loaded in this sandbox', logs: [] });
       else void call(message.id, spec, message.fn, message.input);
       break;
     }

@@ -1,0 +1,68 @@
+// Neighbours under attack: benign policies keep answering correctly, and promptly, while
+// hostile ones hit their CPU deadline, their memory cap and trap over and over, concurrently.
+// This is the README's promise ("other policies and later requests are not affected") tested
+// the way an attacker would break it: the workers are being replaced all the time.
+import { afterAll, beforeAll, expect, it } from 'vitest';
+import { evaluatePolicy } from '../../host/src/evaluate/evaluate.ts';
+import type { LoadedPolicy } from '../../host/src/policy/loaded.ts';
+import { SandboxPool } from '../../host/src/sandbox/pool.ts';
+import { DEFAULT_LIMITS } from '../../host/src/sandbox/prepare.ts';
+import { input, load } from '../helpers/policies.ts';
+
+let pool: SandboxPool;
+let numbers: LoadedPolicy;
+let noDelete: LoadedPolicy;
+let hostile: LoadedPolicy[];
+
+beforeAll(async () => {
+  pool = new SandboxPool(2);
+  const fast = { limits: { ...DEFAULT_LIMITS, timeoutMs: 300 } };
+  [numbers, noDelete, ...hostile] = await Promise.all([
+    load(pool, 'numbers'), load(pool, 'no-delete'),
+    load(pool, 'spin', fast), load(pool, 'memory-bomb', fast), load(pool, 'as-memory-bomb', fast), load(pool, 'trap', fast),
+  ]);
+}, 120_000);
+afterAll(() => pool.close());
+
+it('answers every benign call correctly while four attackers keep the workers dying; benign p99 stays under 3 s', async () => {
+  let attacking = true;
+  const attacks = { calls: 0, failed: 0 };
+  const attackers = [0, 1, 2, 3].map(async (n) => {
+    while (attacking) {
+      const policy = hostile[n % hostile.length]!;
+      const outcome = await evaluatePolicy(pool, policy, 'validate', input({ object: { spec: { numbers: [1] } } }));
+      attacks.calls++;
+      if (outcome.status === 'failed') attacks.failed++;
+    }
+  });
+  const latencies: number[] = [];
+  const wrong: string[] = [];
+  try {
+    for (let i = 0; i < 60; i++) {
+      const started = performance.now();
+      const deny = i % 2 === 1;
+      const [a, b] = await Promise.all([
+        evaluatePolicy(pool, numbers, 'validate', input({ object: { spec: { numbers: deny ? [500] : [5] } } })),
+        evaluatePolicy(pool, noDelete, 'validate', input({
+          operation: 'DELETE', name: 'x', object: null,
+          oldObject: { metadata: { name: 'x', labels: deny ? { 'portcullis.dev/no-delete': 'true' } : {} } },
+        })),
+      ]);
+      latencies.push(performance.now() - started);
+      if (a.status !== (deny ? 'denied' : 'allowed')) wrong.push(`numbers #${i}: ${JSON.stringify(a)}`);
+      if (b.status !== (deny ? 'denied' : 'allowed')) wrong.push(`no-delete #${i}: ${JSON.stringify(b)}`);
+    }
+  } finally {
+    attacking = false;
+    await Promise.all(attackers);
+  }
+  // The attack really happened: hostile calls kept failing and workers kept being replaced.
+  expect(attacks.failed).toBeGreaterThan(10);
+  expect(pool.stats.restarts).toBeGreaterThan(3);
+  expect(wrong).toEqual([]);
+  latencies.sort((x, y) => x - y);
+  const p99 = latencies[Math.floor(latencies.length * 0.99)]!;
+  process.stdout.write(`benign under attack: p50 ${Math.round(latencies[30]!)} ms, p99 ${Math.round(p99)} ms, ` +
+    `${attacks.calls} hostile calls, ${pool.stats.restarts} worker restarts\n`);
+  expect(p99).toBeLessThan(3000);
+}, 180_000);
