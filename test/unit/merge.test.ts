@@ -62,6 +62,44 @@ describe('validation', () => {
   });
 });
 
+describe('patches may not change what identifies the object', () => {
+  const pod = { apiVersion: 'v1', kind: 'Pod', metadata: { name: 'web', namespace: 'shop', uid: 'u-1', labels: { a: '1' } }, spec: {} };
+  it.each([
+    ['replaces the root', [{ op: 'replace', path: '', value: { apiVersion: 'v1', kind: 'Pod', metadata: { name: 'other' } } }], /would replace the whole object \(path ""\)/],
+    ['removes the root', [{ op: 'remove', path: '' }], /would remove the whole object/],
+    ['changes the name', [{ op: 'replace', path: '/metadata/name', value: 'evil' }], /changes metadata\.name \("web" to "evil"\)/],
+    ['moves the namespace away', [{ op: 'move', from: '/metadata/namespace', path: '/metadata/labels/ns' }], /changes metadata\.namespace \("shop" to absent\)/],
+    ['replaces metadata with another uid', [{ op: 'replace', path: '/metadata', value: { name: 'web', namespace: 'shop', uid: 'u-2' } }], /changes metadata\.uid/],
+    ['changes the kind', [{ op: 'replace', path: '/kind', value: 'Secret' }], /changes kind \("Pod" to "Secret"\)/],
+    ['changes the apiVersion', [{ op: 'add', path: '/apiVersion', value: 'v2' }], /changes apiVersion/],
+  ] as const)('a policy that %s crashes, named, and its patch is left out, even alone', (_name, operations, message) => {
+    const result = merge([ev(allowed('evil', operations as never))], 'CREATE', pod);
+    expect(result.decision.allowed).toBe(false);
+    expect(result.decision.status?.code).toBe(500);
+    expect(result.decision.status?.message).toMatch(/^policy "evil": returned a patch that /);
+    expect(result.decision.status?.message).toMatch(message);
+    expect(result.deciding?.policy).toBe('evil');
+  });
+
+  it('allows writes that leave the identity as it was, and writes beside it', () => {
+    const result = merge([
+      ev(allowed('same', [{ op: 'replace', path: '/metadata/name', value: 'web' }])),
+      ev(allowed('labels', [{ op: 'add', path: '/metadata/labels/b', value: '2' }])),
+    ], 'CREATE', pod);
+    expect(result.decision).toMatchObject({ allowed: true, patch: [{ op: 'add', path: '/metadata/labels/b', value: '2' }] });
+  });
+
+  it('with failurePolicy Ignore, the forbidden patch is dropped with a warning and the others apply', () => {
+    const result = merge([
+      ev(allowed('evil', [{ op: 'replace', path: '/metadata/name', value: 'evil' }]), { failurePolicy: 'Ignore' }),
+      ev(allowed('labels', [{ op: 'add', path: '/metadata/labels/b', value: '2' }])),
+    ], 'CREATE', pod);
+    expect(result.decision.allowed).toBe(true);
+    expect(result.decision.patch).toEqual([{ op: 'add', path: '/metadata/labels/b', value: '2' }]);
+    expect(result.decision.warnings[0]).toMatch(/policy "evil": failed and was ignored \(failurePolicy Ignore\): returned a patch that changes metadata\.name/);
+  });
+});
+
 describe('mutation', () => {
   it('composes independent patches into one that applies to the original', () => {
     const result = merge([

@@ -34,7 +34,53 @@ interface Write {
   append: boolean;
 }
 
+// What identifies the object under review. A patch that changes one of these would make the
+// apiserver refuse the response or, worse, store a different object than the one it admitted.
+const IDENTITY = [['apiVersion'], ['kind'], ['metadata', 'name'], ['metadata', 'namespace'], ['metadata', 'uid']] as const;
+const IDENTITY_POINTERS = IDENTITY.map((path) => `/${path.join('/')}`);
+
+/** Why a policy's patch may not be applied at all, whatever the other policies do. */
+export function forbiddenChange(original: JsonValue, operations: PatchOperation[]): string | undefined {
+  const touches = (pointer: string | undefined) => pointer !== undefined &&
+    (pointer === '' || IDENTITY_POINTERS.some((p) => p === pointer || p.startsWith(`${pointer}/`)));
+  const root = operations.find((op) => op.path === '' || ('from' in op && op.from === ''));
+  if (root) return `returned a patch that would ${root.op === 'remove' ? 'remove' : 'replace'} the whole object (path ""); a policy may change parts of it only`;
+  if (!operations.some((op) => touches(op.path) || ('from' in op && touches(op.from as string)))) return undefined;
+  let patched: JsonValue;
+  try {
+    patched = applyPatch(deepClone(original), operations as Operation[], false, false).newDocument as JsonValue;
+  } catch {
+    return undefined; // Not applicable at all: reported as such by the caller.
+  }
+  for (const path of IDENTITY) {
+    const before = identityAt(original, path);
+    const after = identityAt(patched, path);
+    if (JSON.stringify(before) !== JSON.stringify(after)) {
+      return `returned a patch that changes ${path.join('.')} (${JSON.stringify(before) ?? 'absent'} to ${JSON.stringify(after) ?? 'absent'}); ` +
+        'a policy may not change apiVersion, kind, metadata.name, metadata.namespace or metadata.uid';
+    }
+  }
+  return undefined;
+}
+
+function identityAt(value: JsonValue | undefined, path: readonly string[]): JsonValue | undefined {
+  let node = value;
+  for (const key of path) node = node !== null && typeof node === 'object' && !Array.isArray(node) ? node[key] : undefined;
+  return node;
+}
+
 export function combinePatches(original: JsonValue, patches: PolicyPatch[]): CombinedPatch {
+  const forbidden: PatchRejection[] = [];
+  const allowed = patches.filter((p) => {
+    const message = p.operations.length > 0 ? forbiddenChange(original, p.operations) : undefined;
+    if (message) forbidden.push({ policy: p.policy, reason: 'invalid', message });
+    return message === undefined;
+  });
+  const combined = combineAllowed(original, allowed);
+  return forbidden.length === 0 ? combined : { patch: combined.patch, rejected: [...forbidden, ...combined.rejected] };
+}
+
+function combineAllowed(original: JsonValue, patches: PolicyPatch[]): CombinedPatch {
   const active = patches.filter((p) => p.operations.length > 0);
   // One patching policy (the common case): nothing to compose, only to check.
   if (active.length === 1) {
