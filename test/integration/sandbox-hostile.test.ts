@@ -132,3 +132,17 @@ describe('deadlines while loading', () => {
     }
   });
 });
+
+describe('what a policy reaches for and cannot have is named', () => {
+  it.each([
+    ['date', 'Date.now() is not available in a policy: the sandbox has no clock'],
+    ['perf', 'performance.now() is not available in a policy: the sandbox has no clock'],
+    ['timer', 'setTimeout() is not available in a policy: a policy runs to completion within one call'],
+    ['recurse', 'crashed: wasm trap: out of bounds memory access (in a TypeScript policy, usually a stack overflow: unbounded recursion?)'],
+  ])('%s', async (probe, message) => {
+    const clock = await load(pool, 'clock');
+    const outcome = await evaluatePolicy(pool, clock, 'validate', input({ object: { spec: { probe } } }));
+    expect(outcome.status).toBe('failed');
+    expect(outcome.status === 'failed' && outcome.message).toContain(message);
+  });
+});

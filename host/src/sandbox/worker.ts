@@ -103,7 +103,13 @@ function memoryCapMessage(spec: SandboxSpec): string {
 }
 
 function describe(error: unknown): string {
-  if (error instanceof WebAssembly.RuntimeError) return error.message.startsWith("wasm trap") ? error.message : `wasm trap: ${error.message}`;
+  if (error instanceof WebAssembly.RuntimeError) {
+    const text = error.message.startsWith('wasm trap') ? error.message : `wasm trap: ${error.message}`;
+    // QuickJS keeps its C stack in linear memory: running off it is an out-of-bounds access.
+    if (/out of bounds memory access/.test(text)) return `${text} (in a TypeScript policy, usually a stack overflow: unbounded recursion?)`;
+    return text;
+  }
+  if (error instanceof RangeError && /call stack size/i.test(error.message)) return `stack overflow (unbounded recursion?): ${error.message}`;
   return error instanceof Error ? error.message : String(error);
 }
 
