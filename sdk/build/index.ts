@@ -4,6 +4,7 @@ import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { basename, dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { Worker } from 'node:worker_threads';
 
 export type Language = 'typescript' | 'assemblyscript';
 
@@ -16,6 +17,8 @@ export interface BuildOptions {
    * load; it exists so the host's refusal can be tested. Default true.
    */
   stubWasi?: boolean;
+  /** TypeScript only: how long evaluating the policy's top-level code may take. Default 60 s. */
+  timeoutMs?: number;
 }
 
 export interface BuildResult {
@@ -41,11 +44,11 @@ export function inferLanguage(source: string): Language {
 export async function buildPolicy(options: BuildOptions): Promise<BuildResult> {
   const source = resolve(options.source);
   const language = options.language ?? inferLanguage(source);
-  const bytes = language === 'assemblyscript' ? await buildAssemblyScript(source) : await buildTypeScript(source, options.stubWasi ?? true);
+  const bytes = language === 'assemblyscript' ? await buildAssemblyScript(source) : await buildTypeScript(source, options.stubWasi ?? true, options.timeoutMs ?? 60_000);
   return { bytes, language };
 }
 
-async function buildTypeScript(source: string, stubWasi: boolean): Promise<Uint8Array> {
+async function buildTypeScript(source: string, stubWasi: boolean, timeoutMs: number): Promise<Uint8Array> {
   const { build } = await import('esbuild');
   // The entry connects the SDK's log to the host import and exports the policy under the
   // interface name the WIT world expects; authors only write `export default definePolicy(...)`.
@@ -69,17 +72,31 @@ async function buildTypeScript(source: string, stubWasi: boolean): Promise<Uint8
   } catch (error) {
     throw new BuildError(source, errorText(error));
   }
-  const { componentize } = await import('componentize-qjs');
-  try {
-    // stubWasi: the component imports nothing from WASI, so a policy has no clock, random,
-    // files, network or environment unless the host grants a capability interface.
-    const result = await componentize({
-      witPath: witDir, world: 'admission-policy', jsSource: bundled.outputFiles[0]!.text, stubWasi, sync: true,
+  // stubWasi: the component imports nothing from WASI, so a policy has no clock, random,
+  // files, network or environment unless the host grants a capability interface.
+  const options = { witPath: witDir, world: 'admission-policy', jsSource: bundled.outputFiles[0]!.text, stubWasi, sync: true };
+  return componentizeWithDeadline(source, options, timeoutMs);
+}
+
+function componentizeWithDeadline(source: string, options: object, timeoutMs: number): Promise<Uint8Array> {
+  const worker = new Worker(new URL('./componentize-worker.ts', import.meta.url), { workerData: options });
+  return new Promise<Uint8Array>((resolvePromise, reject) => {
+    const timer = setTimeout(() => {
+      void worker.terminate();
+      reject(new BuildError(source, `evaluating its top-level code did not finish within ${timeoutMs / 1000}s; ` +
+        'the build runs the module once to snapshot it, so code outside the handlers must finish (a loop at the top level?)'));
+    }, timeoutMs);
+    worker.once('message', (message: { ok: true; component: Uint8Array } | { ok: false; error: string }) => {
+      clearTimeout(timer);
+      void worker.terminate();
+      if (message.ok) resolvePromise(message.component);
+      else reject(new BuildError(source, message.error));
     });
-    return new Uint8Array(result.component);
-  } catch (error) {
-    throw new BuildError(source, errorText(error));
-  }
+    worker.once('error', (error) => {
+      clearTimeout(timer);
+      reject(new BuildError(source, errorText(error)));
+    });
+  });
 }
 
 async function buildAssemblyScript(source: string): Promise<Uint8Array> {
@@ -90,12 +107,21 @@ async function buildAssemblyScript(source: string): Promise<Uint8Array> {
   const sink = { write: (chunk: string | Uint8Array) => { messages += String(chunk); return true; } };
   try {
     const { error } = await asc.main([
-      source, '--outFile', out, '--optimizeLevel', '3', '--shrinkLevel', '1', '--runtime', 'incremental',
+      // asc resolves the entry against --baseDir (default: the working folder), and an entry that
+      // is then plain `assembly/index.ts` compiled to an empty module: anchor it above its project.
+      source, '--baseDir', dirname(dirname(dirname(source))), '--outFile', out, '--optimizeLevel', '3', '--shrinkLevel', '1', '--runtime', 'incremental',
       '--transform', 'json-as/transform', '--use', 'abort=~lib/@portcullis/sdk/assembly/index/portcullisAbort',
       '--disableWarning', '201',
     ], { stdout: sink, stderr: sink });
     if (error) throw new BuildError(source, `${error.message}\n${messages.trim()}`);
-    return new Uint8Array(await readFile(out));
+    const bytes = new Uint8Array(await readFile(out));
+    // Never write a module that cannot be a policy: the host would refuse it at load anyway.
+    const exports = WebAssembly.Module.exports(await WebAssembly.compile(bytes));
+    if (!exports.some((e) => (e.name === 'validate' || e.name === 'mutate') && e.kind === 'function')) {
+      throw new BuildError(source, `the module exports no "validate" or "mutate" function (it exports: ${exports.map((e) => e.name).join(', ') || 'nothing'}); ` +
+        'export them from the entry file, e.g. export function validate(): i32 { return handleValidate(check); }');
+    }
+    return bytes;
   } finally {
     await rm(dir, { recursive: true, force: true });
   }

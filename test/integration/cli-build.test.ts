@@ -1,0 +1,39 @@
+// `portcullis build` through the real CLI: what it refuses and how long it may take.
+import { access, mkdtemp, readFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { expect, it } from 'vitest';
+import { cli } from '../helpers/cli.ts';
+import { root } from '../helpers/policies.ts';
+import { run } from '../helpers/process.ts';
+
+it('stops a policy whose top-level code never finishes, at its deadline, saying why', async () => {
+  const out = join(await mkdtemp(join(tmpdir(), 'portcullis-build-')), 'loop.wasm');
+  const started = performance.now();
+  const { code, stderr } = await cli(['build', `${root}test/fixtures/build-loop/policy.ts`, '-o', out, '--timeout', '3']);
+  expect(code).toBe(1);
+  expect(stderr).toMatch(/^portcullis build: could not build policy .*build-loop\/policy\.ts: evaluating its top-level code did not finish within 3s; /);
+  expect(performance.now() - started).toBeLessThan(30_000);
+}, 60_000);
+
+it('refuses to write a module that exports neither validate nor mutate', async () => {
+  const out = join(await mkdtemp(join(tmpdir(), 'portcullis-build-')), 'empty.wasm');
+  const { code, stderr } = await cli(['build', `${root}test/fixtures/build-empty/assembly/index.ts`, '-o', out]);
+  expect(code).toBe(1);
+  expect(stderr).toMatch(/the module exports no "validate" or "mutate" function \(it exports: helper, memory\)/);
+  await expect(access(out)).rejects.toThrow();
+}, 60_000);
+
+it('builds the same AssemblyScript module from any working folder', async () => {
+  const dir = await mkdtemp(join(tmpdir(), 'portcullis-build-'));
+  const fromPolicy = await run(process.execPath, [`${root}host/bin/portcullis.js`, 'build', 'assembly/index.ts', '-o', join(dir, 'a.wasm')],
+    { cwd: `${root}policies/no-delete` });
+  const fromRoot = await cli(['build', 'policies/no-delete/assembly/index.ts', '-o', join(dir, 'b.wasm')]);
+  const fromElsewhere = await run(process.execPath, [`${root}host/bin/portcullis.js`, 'build', `${root}policies/no-delete/assembly/index.ts`, '-o', join(dir, 'c.wasm')],
+    { cwd: tmpdir() });
+  expect([fromPolicy.code, fromRoot.code, fromElsewhere.code]).toEqual([0, 0, 0]);
+  const [a, b, c] = await Promise.all(['a', 'b', 'c'].map((n) => readFile(join(dir, `${n}.wasm`))));
+  expect(a!.length).toBeGreaterThan(10_000);
+  expect(a).toEqual(b);
+  expect(a).toEqual(c);
+}, 120_000);
