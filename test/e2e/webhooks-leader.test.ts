@@ -98,3 +98,37 @@ describe('leader election on a Lease', () => {
     expect(await getValidating(NAME)).toBeUndefined();
   });
 });
+
+describe('a leader frozen past its lease (split brain)', () => {
+  it('writes nothing when it resumes: the configurations keep the new leader\'s URL and CA', async () => {
+    await removeWebhookConfigurations();
+    // A resync every 2 s: by the time A resumes, its resync timer is due and fires at once.
+    const a = await startHost({ managed: NAME, policies, webhooks: { resyncSeconds: 2 } });
+    await waitFor('A to manage', () => managedBy(a));
+    const b = await startHost({ managed: NAME, policies });
+    await new Promise((r) => setTimeout(r, 1_500));
+    a.child.kill('SIGSTOP');
+    try {
+      await waitFor('B to take over from the frozen A', () => managedBy(b), 20_000, 100);
+      // While A is frozen, its configuration changes: the reload (and its timers) run the moment it resumes.
+      await a.rewrite((config) => {
+        (config.policies as { failurePolicy: string }[])[0]!.failurePolicy = 'Fail';
+      });
+      await new Promise((r) => setTimeout(r, 1_000));
+      const before = (await getValidating(NAME))!;
+      a.child.kill('SIGCONT');
+      await a.waitForLog(/configuration reloaded/, 15_000);
+      await new Promise((r) => setTimeout(r, 3_000));
+      const after = (await getValidating(NAME))!;
+      expect(after.metadata.resourceVersion).toBe(before.metadata.resourceVersion);
+      expect(after.webhooks?.[0]?.clientConfig.url?.startsWith(b.url)).toBe(true);
+      expect(after.webhooks?.[0]?.clientConfig.caBundle).toBe(before.webhooks?.[0]?.clientConfig.caBundle);
+      expect(after.webhooks?.[0]?.failurePolicy).toBe('Ignore');
+      expect((await lease()).spec.holderIdentity).toBe(leaderIdentity(b));
+    } finally {
+      a.child.kill('SIGCONT');
+      await a.stop('SIGKILL');
+      await b.stop('SIGTERM');
+    }
+  });
+});

@@ -58,6 +58,10 @@ function hooks(secret: FakeSecret, leader: { value: boolean }, publish = true): 
   return {
     served, published,
     isLeader: () => leader.value,
+    fence: async (what, write) => {
+      if (!leader.value) throw new Error(`not the leader: not writing ${what}`);
+      return write();
+    },
     publishCa: async (ca) => {
       published.push(ca);
       secret.events.push('ca published');
@@ -227,5 +231,24 @@ describe('CertificateKeeper', () => {
     expect(secret.writes).toBe(1);
     expect(h.served).toEqual([]);
     expect(fingerprint(secret.bundle!.cert)).toBe(first.fingerprint);
+  });
+
+  it('a leader whose lease lapses between publishing the CA and writing writes nothing (the fence)', async () => {
+    const secret = new FakeSecret();
+    const keeper = new CertificateKeeper({ secret, dnsNames: names, validityDays: 30, log: quiet(), pollMs: 10 });
+    const first = await keeper.initial();
+    const leader = { value: true };
+    const h = hooks(secret, leader);
+    // isLeader still says yes (as of the last round), but the fence, checked at the write, says no.
+    h.fence = async (what) => {
+      throw new Error(`not the leader: not writing ${what}`);
+    };
+    keeper.follow(h);
+    secret.rotateRequested = true;
+    await waitFor('the publication and its undo', () => h.published.length >= 2);
+    await keeper.stop();
+    expect(secret.writes).toBe(1);
+    expect(h.published[1]).toBe(first.ca);
+    expect(h.served).toEqual([]);
   });
 });

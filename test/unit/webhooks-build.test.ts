@@ -26,7 +26,7 @@ function policy(name: string, overrides: Partial<PolicyConfig> = {}, modes: Mana
 
 const webhooks: WebhooksConfig = {
   managed: 'portcullis.example.com', singleWebhook: false, timeoutSeconds: 7, url: 'https://127.0.0.1:8443/',
-  excludeNamespaces: ['kube-system'], leaderElection: true, leaseDurationSeconds: 15,
+  excludeNamespaces: ['kube-system'], leaderElection: true, leaseDurationSeconds: 15, resyncSeconds: 60,
 };
 
 const CA = '-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n';

@@ -4,7 +4,7 @@ import { ApiException, type CoordinationV1Api, type V1Lease } from '@kubernetes/
 import { describe, expect, it } from 'vitest';
 import { createLogger } from '../../host/src/server/log.ts';
 import { describeKubeError, KubeApiError } from '../../host/src/webhooks/kube.ts';
-import { LeaderElector, microTimeMs } from '../../host/src/webhooks/lease.ts';
+import { LeaderElector, NotLeaderError, microTimeMs } from '../../host/src/webhooks/lease.ts';
 
 class FakeLeases {
   lease: V1Lease | undefined;
@@ -46,7 +46,7 @@ class FakeLeases {
 function elector(leases: FakeLeases, identity: string, clock: { now: number }, events: string[] = []) {
   return new LeaderElector({
     api: leases.api(), server: 'https://apiserver', name: 'portcullis.dev', namespace: 'portcullis', identity, leaseDurationSeconds: 15,
-    log: createLogger('error', () => {}), now: () => clock.now,
+    log: createLogger('error', () => {}), now: () => clock.now, monotonic: () => clock.now,
     onStartedLeading: () => events.push(`${identity} started`), onStoppedLeading: () => events.push(`${identity} stopped`),
   });
 }
@@ -111,6 +111,25 @@ describe('LeaderElector', () => {
     await b.round();
     expect(b.isLeader).toBe(false); // 10 s without renewal: others may take over at 15 s
     expect(events.at(-1)).toBe('b stopped');
+  });
+
+  it('fences every write by the renew deadline on the monotonic clock, with no round needed (a paused leader)', async () => {
+    const leases = new FakeLeases();
+    const clock = { now: 0 };
+    const a = elector(leases, 'a', clock);
+    await a.round();
+    const writes: string[] = [];
+    await a.fence('config one', async () => writes.push('one'));
+    // Frozen (SIGSTOP) past the renew deadline: no round has run since, yet the next write is refused.
+    clock.now += 10_000;
+    expect(a.isLeader).toBe(false);
+    await expect(a.fence('config two', async () => writes.push('two'))).rejects.toThrow(NotLeaderError);
+    await expect(a.fence('config two', async () => writes.push('two'))).rejects.toThrow(/not writing config two: this replica is not the leader/);
+    expect(writes).toEqual(['one']);
+    // Once renewed (nobody else took the lease meanwhile), it may write again.
+    await a.round();
+    await a.fence('config three', async () => writes.push('three'));
+    expect(writes).toEqual(['one', 'three']);
   });
 
   it('loses a race on the resourceVersion instead of overwriting', async () => {

@@ -50,6 +50,7 @@ export async function openInClusterCertificate(config: Config, log: Logger, opti
     follow(srv, manager) {
       keeper.follow({
         isLeader: () => manager.isLeader,
+        fence: (what, write) => manager.fence(what, write),
         publishCa: (ca) => manager.publishCa(ca),
         serve: (bundle) => srv.useCertificate(toMaterial(bundle), `Secret ${secret.ref}`),
       });

@@ -33,6 +33,8 @@ export interface CertificateKeeperOptions {
 export interface CertificateHooks {
   /** Whether this replica may rotate (the webhook manager's leader check). */
   isLeader(): boolean;
+  /** Runs a write to the cluster only while this replica surely leads (the manager's lease fence). */
+  fence<T>(what: string, write: () => Promise<T>): Promise<T>;
   /** Publish `ca` in the webhooks' caBundle (beside the old one) and wait; false if it could not. */
   publishCa(ca: string): Promise<boolean>;
   /** Start serving `bundle` (the server publishes/awaits its CA first, then swaps the context). */
@@ -157,7 +159,7 @@ export class CertificateKeeper {
     if (!hooks.isLeader()) return this.#republishServed(hooks);
     let written: CheckedBundle;
     try {
-      written = await this.#write(resourceVersion, next);
+      written = await hooks.fence(`Secret ${this.#ref}`, () => this.#write(resourceVersion, next));
     } catch (error) {
       await this.#republishServed(hooks);
       throw error;

@@ -117,6 +117,7 @@ function normalize(raw: Raw, source: string): Config {
       excludeNamespaces: webhooks.excludeNamespaces ?? ['kube-system'],
       leaderElection: webhooks.leaderElection ?? true,
       leaseDurationSeconds: webhooks.leaseDurationSeconds ?? 15,
+      resyncSeconds: webhooks.resyncSeconds ?? 60,
     },
     registries: {
       insecure: raw.registries?.insecure ?? [],

@@ -88,6 +88,8 @@ export interface WebhooksConfig {
   namespace?: string;
   leaderElection: boolean;
   leaseDurationSeconds: number;
+  /** How often the leader re-applies the configurations, undoing drift. */
+  resyncSeconds: number;
 }
 
 export interface Config {

@@ -3,11 +3,14 @@
 // a whole leaseDuration (measured on its own clock, so clock skew between replicas does not
 // matter); every write carries the resourceVersion it read, so two candidates can never both
 // think they won. A holder that cannot renew for 2/3 of the duration stops leading before
-// anyone else may take over, so two replicas never write webhook configurations at once.
+// anyone else may take over. Every write to the cluster goes through fence(), which checks,
+// immediately before the write, that the last successful renewal is younger than the renew
+// deadline on this process's monotonic clock: a replica that was paused (SIGSTOP, a long GC, a
+// frozen VM) resumes past its deadline and writes nothing until it has renewed again.
 import { hostname } from 'node:os';
 import { randomBytes } from 'node:crypto';
 import { V1MicroTime, type CoordinationV1Api, type V1Lease } from '@kubernetes/client-node';
-import { errorMessage } from '../errors.ts';
+import { errorMessage, PortcullisError } from '../errors.ts';
 import type { Logger } from '../server/log.ts';
 import { MANAGED_BY_LABEL, MANAGED_BY_VALUE } from './build.ts';
 import { callOptions, kubeCall, statusOf, type Operation } from './kube.ts';
@@ -24,7 +27,18 @@ export interface LeaderElectorOptions {
   onStartedLeading: () => void;
   /** Called when leadership is lost (not on a voluntary release). */
   onStoppedLeading: () => void;
+  /** Wall clock, for the times written into the Lease. */
   now?: () => number;
+  /** Monotonic clock (ms), for every local deadline: it keeps counting while the process is stopped. */
+  monotonic?: () => number;
+}
+
+/** A write refused because this replica is not (or no longer surely) the leader. */
+export class NotLeaderError extends PortcullisError {
+  constructor(what: string) {
+    super('NOT_LEADER', `not writing ${what}: this replica is not the leader, or has not renewed its lease within the renew deadline; ` +
+      'the current leader manages the configurations');
+  }
 }
 
 /** Unique per process: two replicas on one node (or two tests on one machine) must differ. */
@@ -36,6 +50,7 @@ export class LeaderElector {
   readonly identity: string;
   readonly #o: LeaderElectorOptions;
   readonly #now: () => number;
+  readonly #mono: () => number;
   #leader = false;
   #timer: NodeJS.Timeout | undefined;
   #halted = false;
@@ -51,10 +66,22 @@ export class LeaderElector {
     this.#o = options;
     this.identity = options.identity ?? defaultIdentity();
     this.#now = options.now ?? Date.now;
+    this.#mono = options.monotonic ?? (() => performance.now());
   }
 
+  /** Leading, and the last renewal is younger than the renew deadline right now (not as of the last round). */
   get isLeader(): boolean {
-    return this.#leader;
+    return this.#leader && this.#mono() - this.#lastRenew < this.renewDeadlineMs;
+  }
+
+  /**
+   * The one way to write to the cluster as the leader: runs `write` only if this replica is the
+   * leader at this instant, else throws NotLeaderError. A write already sent cannot be called
+   * back; every later one is checked again.
+   */
+  async fence<T>(what: string, write: () => Promise<T>): Promise<T> {
+    if (!this.isLeader) throw new NotLeaderError(what);
+    return write();
   }
 
   get retryMs(): number {
@@ -74,6 +101,9 @@ export class LeaderElector {
   /** One round of acquire-or-renew (exposed for tests; the timer calls it too). */
   async round(): Promise<void> {
     let won = false;
+    // A renewal counts from before its request was sent: the lease may have been read at any
+    // moment since, so this is the conservative end.
+    const sent = this.#mono();
     try {
       won = await this.#tryAcquireOrRenew();
       this.#lastError = undefined;
@@ -88,13 +118,13 @@ export class LeaderElector {
     // be released, or the other replica waits it out.
     const quiet = this.#halted;
     if (won) {
-      this.#lastRenew = this.#now();
+      this.#lastRenew = sent;
       if (!this.#leader) {
         this.#leader = true;
         this.#o.log.info('leader election: became the leader; managing webhook configurations', { lease: `${this.#o.namespace}/${this.#o.name}`, identity: this.identity });
         if (!quiet) this.#o.onStartedLeading();
       }
-    } else if (this.#leader && (this.#lostTo !== undefined || this.#now() - this.#lastRenew >= this.renewDeadlineMs)) {
+    } else if (this.#leader && (this.#lostTo !== undefined || this.#mono() - this.#lastRenew >= this.renewDeadlineMs)) {
       this.#leader = false;
       this.#o.log.error('leader election: lost the lease; no longer writing webhook configurations', {
         lease: `${this.#o.namespace}/${this.#o.name}`, identity: this.identity, holder: this.#lostTo ?? null,
@@ -115,6 +145,7 @@ export class LeaderElector {
       if (statusOf(error) !== 404) throw error;
     }
     const now = this.#now();
+    const seen = this.#mono();
     if (!lease) {
       try {
         await kubeCall(op('create'), server, () => api.createNamespacedLease({ namespace, body: this.#record(undefined, now) }, options));
@@ -126,10 +157,10 @@ export class LeaderElector {
     }
     const spec = lease.spec ?? {};
     const resourceVersion = lease.metadata?.resourceVersion ?? '';
-    if (this.#observed?.resourceVersion !== resourceVersion) this.#observed = { resourceVersion, at: now };
+    if (this.#observed?.resourceVersion !== resourceVersion) this.#observed = { resourceVersion, at: seen };
     const holder = spec.holderIdentity ?? '';
     const duration = (spec.leaseDurationSeconds ?? this.#o.leaseDurationSeconds) * 1000;
-    if (holder !== '' && holder !== this.identity && this.#observed.at + duration > now) {
+    if (holder !== '' && holder !== this.identity && this.#observed.at + duration > seen) {
       this.#lostTo = holder;
       return false;
     }

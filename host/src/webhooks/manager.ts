@@ -104,9 +104,23 @@ export class WebhookManager {
     return this.#elector?.identity;
   }
 
-  /** Whether this replica may write configurations now. */
+  /** Whether this replica may write configurations now (checked again before every write). */
   get isLeader(): boolean {
     return this.#elector ? this.#elector.isLeader : this.#started;
+  }
+
+  /**
+   * Every write to the cluster goes through here: webhook configurations, and the certificate
+   * Secret on rotation. With leader election, the lease is checked immediately before the write
+   * (LeaderElector.fence); without it, this replica is the only writer.
+   */
+  async fence<T>(what: string, write: () => Promise<T>): Promise<T> {
+    if (!this.#elector) return write();
+    if (!this.#elector.isLeader) {
+      throw new KubeApiError({ verb: 'patch', resource: 'validatingwebhookconfigurations', name: this.name }, undefined,
+        `not writing ${what}: not the leader any more (or not renewed within the renew deadline); leaving it to the leader`, false);
+    }
+    return this.#elector.fence(what, write);
   }
 
   /** Returns at once: the apiserver may be unreachable for a while, serving must not wait. */
@@ -224,7 +238,7 @@ export class WebhookManager {
     this.#backoffMs = 0;
     this.requestSync('became leader');
     void this.#checkVersion();
-    const resyncMs = this.#o.resyncMs ?? 60_000;
+    const resyncMs = this.#o.resyncMs ?? this.#o.webhooks().resyncSeconds * 1000;
     clearInterval(this.#resyncTimer);
     this.#resyncTimer = setInterval(() => this.requestSync('resync'), resyncMs);
     this.#resyncTimer.unref();
@@ -348,15 +362,15 @@ export class WebhookManager {
     return {
       resource,
       get: (): Promise<AnyConfiguration> => kubeCall(op('get'), server, () => (validating ? api.readValidatingWebhookConfiguration({ name }, options) : api.readMutatingWebhookConfiguration({ name }, options))),
-      create: (body: AnyConfiguration): Promise<AnyConfiguration> => kubeCall(op('create'), server, () => (validating
+      create: (body: AnyConfiguration): Promise<AnyConfiguration> => this.fence(`${resource} ${name}`, () => kubeCall(op('create'), server, () => (validating
         ? api.createValidatingWebhookConfiguration({ body: body as V1ValidatingWebhookConfiguration }, options)
-        : api.createMutatingWebhookConfiguration({ body: body as V1MutatingWebhookConfiguration }, options))),
-      patch: (body: object): Promise<AnyConfiguration> => kubeCall(op('patch'), server, () => (validating
+        : api.createMutatingWebhookConfiguration({ body: body as V1MutatingWebhookConfiguration }, options)))),
+      patch: (body: object): Promise<AnyConfiguration> => this.fence(`${resource} ${name}`, () => kubeCall(op('patch'), server, () => (validating
         ? api.patchValidatingWebhookConfiguration({ name, body }, patchOptions)
-        : api.patchMutatingWebhookConfiguration({ name, body }, patchOptions))),
-      delete: (resourceVersion: string): Promise<unknown> => kubeCall(op('delete'), server, () => (validating
+        : api.patchMutatingWebhookConfiguration({ name, body }, patchOptions)))),
+      delete: (resourceVersion: string): Promise<unknown> => this.fence(`${resource} ${name}`, () => kubeCall(op('delete'), server, () => (validating
         ? api.deleteValidatingWebhookConfiguration({ name, body: preconditions(resourceVersion) }, options)
-        : api.deleteMutatingWebhookConfiguration({ name, body: preconditions(resourceVersion) }, options))),
+        : api.deleteMutatingWebhookConfiguration({ name, body: preconditions(resourceVersion) }, options)))),
     };
   }
 
