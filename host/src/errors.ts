@@ -37,6 +37,16 @@ export class ReviewError extends PortcullisError {
   }
 }
 
+/** A per-policy endpoint for a policy (or mode) that is not configured: HTTP 404. */
+export class UnknownPolicyError extends PortcullisError {
+  readonly status = 404;
+  constructor(policy: string, mode: string, modes?: string[]) {
+    super('UNKNOWN_POLICY', modes
+      ? `policy "${policy}" does not ${mode} (it serves: ${modes.join(', ')})`
+      : `no policy named "${policy}" is configured`);
+  }
+}
+
 /** The configuration file (or CLI flags) cannot be used. */
 export class ConfigError extends PortcullisError {
   constructor(message: string) {

@@ -81,10 +81,24 @@ async function loadEntry(pool: SandboxPool, config: PolicyConfig): Promise<Polic
   }
 }
 
-/** Holds the current set and swaps in new ones. */
+/** A policy (or one mode of it) that a reload removed but that is still answered for a while. */
+interface Retiring {
+  entry: PolicyEntry;
+  /** performance.now() of the swap that removed it. */
+  since: number;
+}
+
+/**
+ * Holds the current set and swaps in new ones. A reload that removes a policy, or one of its
+ * modes, does not stop answering it at once: the apiserver keeps calling its webhook until it
+ * sees the webhook's removal, and a 404 then fails requests of a `Fail` webhook. Such entries
+ * retire (and their sandboxes go) once a webhook sync that started after the reload has
+ * succeeded, or after a grace period.
+ */
 export class PolicyRegistry {
   #current: PolicySet;
   readonly #pool: SandboxPool;
+  readonly #retiring = new Map<string, Retiring>();
 
   constructor(pool: SandboxPool, initial: PolicySet) {
     this.#pool = pool;
@@ -95,19 +109,54 @@ export class PolicyRegistry {
     return this.#current;
   }
 
-  /** Makes `next` current; the old set's sandboxes not used by `next` go once it drains. */
+  /** Names of the policies still answered after a reload removed them (for /readyz and logs). */
+  get retiring(): string[] {
+    return [...this.#retiring.keys()];
+  }
+
+  /** The entry that answers `/<mode>/<name>`: the current one, else one that is retiring. */
+  lookup(name: string, mode: Mode): PolicyEntry | undefined {
+    const entry = this.#current.byName.get(name);
+    if (entry && entry.modes.includes(mode)) return entry;
+    return this.#retiring.get(`${mode}/${name}`)?.entry;
+  }
+
+  /** Makes `next` current; the old set's sandboxes not used by `next` go once it drains and retires. */
   swap(next: PolicySet): void {
     const previous = this.#current;
     this.#current = next;
-    const keep = next.keys();
-    void previous.drained().then(() => {
-      for (const key of previous.keys()) if (!keep.has(key)) this.#pool.unload(key);
-    });
+    const since = performance.now();
+    for (const entry of previous.entries) {
+      if (!entry.loaded) continue;
+      const successor = next.byName.get(entry.config.name);
+      for (const mode of entry.modes) {
+        const key = `${mode}/${entry.config.name}`;
+        if (successor?.modes.includes(mode)) this.#retiring.delete(key);
+        else this.#retiring.set(key, { entry, since });
+      }
+    }
+    void previous.drained().then(() => this.#unloadUnused(previous.keys()));
+  }
+
+  /** Stops answering what reloads removed before `before` (a performance.now() time). */
+  retire(before = Infinity): void {
+    const gone = new Set<string>();
+    for (const [key, { entry, since }] of this.#retiring) {
+      if (since >= before) continue;
+      this.#retiring.delete(key);
+      if (entry.loaded) gone.add(entry.loaded.key);
+    }
+    this.#unloadUnused(gone);
   }
 
   /** Discards a set that was loaded but never made current. */
   discard(set: PolicySet): void {
+    this.#unloadUnused(set.keys());
+  }
+
+  #unloadUnused(keys: Iterable<string>): void {
     const keep = this.#current.keys();
-    for (const key of set.keys()) if (!keep.has(key)) this.#pool.unload(key);
+    for (const { entry } of this.#retiring.values()) if (entry.loaded) keep.add(entry.loaded.key);
+    for (const key of keys) if (!keep.has(key)) this.#pool.unload(key);
   }
 }

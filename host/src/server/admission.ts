@@ -4,7 +4,7 @@
 import type { EvaluationInput, Mode, PeerCertificate } from '@portcullis/sdk';
 import { evaluatePolicy } from '../evaluate/evaluate.ts';
 import type { Outcome } from '../evaluate/outcome.ts';
-import { ReviewError } from '../errors.ts';
+import { ReviewError, UnknownPolicyError } from '../errors.ts';
 import { merge } from '../merge/merge.ts';
 import type { PolicyEntry, PolicyRegistry } from '../policy/policy-set.ts';
 import { parseReviewText } from '../review/parse.ts';
@@ -41,7 +41,9 @@ export async function review(deps: AdmissionDeps, caller: Caller, body: string):
   const set = deps.registry.current;
   set.hold();
   try {
-    const candidates = caller.policy ? [set.byName.get(caller.policy)!] : set.entries;
+    // The only lookup of a per-policy endpoint's policy, made once for this review: a reload
+    // between the HTTP layer's early check and here answers 404, never a crash.
+    const candidates = caller.policy ? [findPolicy(deps.registry, caller.policy, caller.mode)] : set.entries;
     const selected = candidates.filter((entry) => policyMatches(entry, caller.mode, request, deps.namespaceLabels));
     const input: EvaluationInput = { request, settings: null, headers: caller.headers, sslpeer: caller.sslpeer, dryRun: request.dryRun === true, webhook: caller.endpoint };
     const outcomes = await Promise.all(selected.map((entry) => evaluateEntry(deps.pool, entry, caller.mode, input)));
@@ -77,6 +79,13 @@ export async function review(deps: AdmissionDeps, caller: Caller, body: string):
   } finally {
     set.release();
   }
+}
+
+function findPolicy(registry: PolicyRegistry, name: string, mode: Mode): PolicyEntry {
+  const entry = registry.lookup(name, mode);
+  if (entry) return entry;
+  const configured = registry.current.byName.get(name);
+  throw new UnknownPolicyError(name, mode, configured?.modes);
 }
 
 function evaluateEntry(pool: SandboxPool, entry: PolicyEntry, mode: Mode, input: EvaluationInput): Promise<Outcome> {

@@ -43,6 +43,13 @@ export interface StartOptions {
 
 type Listener = (set: PolicySet) => void;
 
+/**
+ * How long a replica answers a policy that a reload removed when no successful webhook sync
+ * says so sooner (a follower, or webhooks managed by hand): long enough for the leader's sync
+ * and the apiserver's watch.
+ */
+export const RETIRE_GRACE_MS = 30_000;
+
 export class PortcullisServer {
   readonly log: Logger;
   readonly pool: SandboxPool;
@@ -224,11 +231,34 @@ export class PortcullisServer {
     }
     this.config = { ...config, server: this.config.server };
     this.registry.swap(set);
+    this.#retireLater();
     this.metrics.reloads.inc({ result: 'ok' });
     this.#reportSet(set);
     this.log.info('configuration reloaded', { file: source, policies: set.entries.map((e) => e.config.name) });
     for (const listener of this.#listeners.reload) listener(set);
     return true;
+  }
+
+  /**
+   * Policies (or modes) a reload removed keep being answered until the apiserver stops calling
+   * them: the webhook manager calls this after a sync that started after the reload succeeded.
+   */
+  retireRemovedPolicies(syncStarted: number, marginMs: number): void {
+    if (this.registry.retiring.length === 0) return;
+    const timer = setTimeout(() => {
+      const before = this.registry.retiring;
+      this.registry.retire(syncStarted);
+      const retired = before.filter((key) => !this.registry.retiring.includes(key));
+      if (retired.length > 0) this.log.info('stopped answering removed policies; their webhooks are gone', { endpoints: retired });
+    }, marginMs);
+    timer.unref();
+  }
+
+  /** Without a webhook manager (or when its sync never succeeds): retire after a grace period. */
+  #retireLater(): void {
+    const swapped = performance.now();
+    const timer = setTimeout(() => this.registry.retire(swapped + 1), RETIRE_GRACE_MS);
+    timer.unref();
   }
 
   /** Stops accepting, lets reviews in flight finish (up to `graceMs`), then shuts the sandboxes. */

@@ -5,7 +5,7 @@ import { createServer as createHttpsServer } from 'node:https';
 import type { TLSSocket } from 'node:tls';
 import type { Mode, PeerCertificate } from '@portcullis/sdk';
 import type { ServerConfig } from '../config/types.ts';
-import { errorMessage, ReviewError } from '../errors.ts';
+import { errorMessage, ReviewError, UnknownPolicyError } from '../errors.ts';
 import { review, type AdmissionDeps } from './admission.ts';
 import type { TlsMaterial } from './tls.ts';
 
@@ -83,10 +83,11 @@ async function handle(config: ServerConfig, deps: HttpDeps, req: IncomingMessage
     res.setHeader('retry-after', '1');
     return refuse(deps, res, 503, 'NOT_READY', 'the webhook is still loading its policies');
   }
-  if (policy !== undefined) {
-    const entry = deps.registry.current.byName.get(policy);
-    if (!entry) return refuse(deps, res, 404, 'UNKNOWN_POLICY', `no policy named "${policy}" is configured`);
-    if (!entry.modes.includes(mode)) return refuse(deps, res, 404, 'UNKNOWN_POLICY', `policy "${policy}" does not ${mode} (it serves: ${entry.modes.join(', ')})`);
+  // Early answer without reading the body; review() looks the policy up again, and owns the answer.
+  if (policy !== undefined && !deps.registry.lookup(policy, mode)) {
+    const configured = deps.registry.current.byName.get(policy);
+    const error = new UnknownPolicyError(policy, mode, configured?.modes);
+    return refuse(deps, res, error.status, error.code, error.message);
   }
   const contentType = (req.headers['content-type'] ?? '').split(';')[0]!.trim().toLowerCase();
   if (contentType !== 'application/json') {
@@ -104,7 +105,7 @@ async function handle(config: ServerConfig, deps: HttpDeps, req: IncomingMessage
     const answer = await review(deps, { endpoint: path.replace(/\/$/, ''), mode, ...(policy !== undefined ? { policy } : {}), headers: headersOf(req), sslpeer: peerOf(req) }, body);
     sendJson(res, 200, answer);
   } catch (error) {
-    if (error instanceof ReviewError) return refuse(deps, res, error.status, error.code, error.message);
+    if (error instanceof ReviewError || error instanceof UnknownPolicyError) return refuse(deps, res, error.status, error.code, error.message);
     throw error;
   }
 }

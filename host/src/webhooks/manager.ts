@@ -47,6 +47,8 @@ export interface WebhookManagerOptions {
   env?: NodeJS.ProcessEnv;
   /** Re-apply this often while leading (undoes manual edits and deletions). Default 60 s. */
   resyncMs?: number;
+  /** Told after each successful sync, with the performance.now() at which it read the desired state. */
+  onSynced?: (started: number) => void;
   /** Deadline of one API request. Default 10 s. */
   requestTimeoutMs?: number;
   /** How long a rotated-out CA stays in caBundle beside the new one. Default 5 min. */
@@ -255,8 +257,10 @@ export class WebhookManager {
       this.#pending = false;
       clearTimeout(this.#retryTimer);
       try {
+        const started = performance.now();
         await this.#apply(this.#desired(false));
         this.#backoffMs = 0;
+        this.#o.onSynced?.(started);
       } catch (error) {
         const retryable = error instanceof KubeApiError ? error.retryable : false;
         this.#log.error('webhook configurations: sync failed', {
@@ -412,6 +416,12 @@ export class WebhookManager {
   }
 }
 
+/**
+ * After a sync that removed a webhook succeeded, how long its policy is still answered: the
+ * apiserver sees configuration changes through a watch, typically within a second.
+ */
+export const RETIRE_MARGIN_MS = 3_000;
+
 export interface AttachOptions {
   clients?: KubeClients;
   kubeconfig?: string;
@@ -437,6 +447,8 @@ export function startWebhookManager(server: PortcullisServer, options: AttachOpt
     ...(options.identity ? { identity: options.identity } : {}),
     ...(options.env ? { env: options.env } : {}),
     ...(options.resyncMs ? { resyncMs: options.resyncMs } : {}),
+    // Removed policies stop being answered once the apiserver has had time to see their webhooks go.
+    onSynced: (started) => server.retireRemovedPolicies(started, RETIRE_MARGIN_MS),
   });
   server.onReload(() => manager.requestSync('configuration reloaded'));
   server.onCertificate(async (tls) => void await manager.publishCa(tls.caBundle));
