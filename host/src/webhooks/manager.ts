@@ -58,7 +58,7 @@ export interface WebhookManagerOptions {
 }
 
 type Kind = 'ValidatingWebhookConfiguration' | 'MutatingWebhookConfiguration';
-type Result = 'created' | 'updated' | 'unchanged' | 'deleted' | 'absent';
+type Result = 'created' | 'updated' | 'unchanged' | 'deleted' | 'absent' | 'foreign';
 type AnyConfiguration = V1ValidatingWebhookConfiguration | V1MutatingWebhookConfiguration;
 
 const MAX_BACKOFF_MS = 60_000;
@@ -79,6 +79,8 @@ export class WebhookManager {
   #backoffMs = 0;
   #retryTimer: NodeJS.Timeout | undefined;
   #resyncTimer: NodeJS.Timeout | undefined;
+  /** Kinds whose same-named foreign configuration was already reported. */
+  readonly #foreignReported = new Set<string>();
   #overlapTimer: NodeJS.Timeout | undefined;
   #warnedName = false;
 
@@ -305,9 +307,23 @@ export class WebhookManager {
       this.#applyOne('ValidatingWebhookConfiguration', desired.validating),
       this.#applyOne('MutatingWebhookConfiguration', desired.mutating),
     ]);
-    const failed = outcomes.find((o): o is PromiseRejectedResult => o.status === 'rejected');
+    // A same-named configuration someone else owns is left alone and reported once, plainly: it
+    // is no reason to retry (a person must act), nor to hold up the other kind or a CA rotation.
+    const results = outcomes.map((o, i) => {
+      if (o.status === 'fulfilled') return o.value;
+      if (!(o.reason instanceof ForeignObjectError)) return o;
+      const kind = i === 0 ? 'ValidatingWebhookConfiguration' : 'MutatingWebhookConfiguration';
+      if (!this.#foreignReported.has(kind)) {
+        this.#foreignReported.add(kind);
+        this.#log.error('webhook configurations: a configuration with our name belongs to someone else; not touching it', {
+          kind, name: this.name, message: errorMessage(o.reason),
+        });
+      }
+      return 'foreign' as const;
+    });
+    const failed = results.find((r): r is PromiseRejectedResult => typeof r === 'object');
     if (failed) throw failed.reason;
-    return outcomes.map((o) => (o as PromiseFulfilledResult<Result>).value) as [Result, Result];
+    return results as [Result, Result];
   }
 
   async #applyOne(kind: Kind, desired: AnyConfiguration): Promise<Result> {

@@ -1,0 +1,78 @@
+// The webhook manager's sync loop against a fake admission API: a foreign same-named
+// configuration is reported once and neither blocks the other kind nor delays a CA rotation.
+import { ApiException, type AdmissionregistrationV1Api, type CoordinationV1Api, type VersionApi } from '@kubernetes/client-node';
+import { describe, expect, it } from 'vitest';
+import { createLogger } from '../../host/src/server/log.ts';
+import { WebhookManager } from '../../host/src/webhooks/manager.ts';
+import type { WebhooksConfig } from '../../host/src/config/types.ts';
+import { DEFAULT_LIMITS } from '../../host/src/sandbox/prepare.ts';
+import type { ManagedPolicy } from '../../host/src/webhooks/build.ts';
+
+const policies: ManagedPolicy[] = [{
+  modes: ['validate', 'mutate'],
+  config: {
+    name: 'p', module: '/p.wasm', settings: {}, limits: DEFAULT_LIMITS, failurePolicy: 'Fail', enforcement: 'enforce', isolation: 'reuse',
+    persistent: false, rules: [{ operations: ['CREATE'], apiGroups: [''], apiVersions: ['v1'], resources: ['pods'] }], match: [],
+    sideEffects: 'None', reinvocationPolicy: 'Never',
+  },
+}];
+
+type Stored = { metadata: { name: string; resourceVersion: string; labels?: Record<string, string> }; webhooks?: { clientConfig?: { caBundle?: string } }[] };
+
+/** Validating and mutating configurations in memory; `foreign` marks the validating one as someone else's. */
+function fakeAdmission() {
+  const store: Record<'validating' | 'mutating', Stored | undefined> = { validating: undefined, mutating: undefined };
+  let version = 1;
+  const notFound = () => new ApiException(404, 'not found', {}, {});
+  const read = (kind: 'validating' | 'mutating') => async () => {
+    if (!store[kind]) throw notFound();
+    return structuredClone(store[kind]);
+  };
+  const create = (kind: 'validating' | 'mutating') => async ({ body }: { body: Stored }) => {
+    store[kind] = { ...structuredClone(body), metadata: { ...body.metadata, resourceVersion: String(++version) } };
+    return structuredClone(store[kind]);
+  };
+  const patch = (kind: 'validating' | 'mutating') => async ({ body }: { body: Stored }) => {
+    store[kind] = { ...store[kind]!, ...structuredClone(body), metadata: { ...store[kind]!.metadata, ...body.metadata, resourceVersion: String(++version) } };
+    return structuredClone(store[kind]);
+  };
+  const api = {
+    readValidatingWebhookConfiguration: read('validating'), readMutatingWebhookConfiguration: read('mutating'),
+    createValidatingWebhookConfiguration: create('validating'), createMutatingWebhookConfiguration: create('mutating'),
+    patchValidatingWebhookConfiguration: patch('validating'), patchMutatingWebhookConfiguration: patch('mutating'),
+    deleteValidatingWebhookConfiguration: async () => { store.validating = undefined; return {}; },
+    deleteMutatingWebhookConfiguration: async () => { store.mutating = undefined; return {}; },
+  };
+  return { store, api: api as unknown as AdmissionregistrationV1Api };
+}
+
+const webhooks: WebhooksConfig = {
+  managed: 'portcullis.dev', singleWebhook: true, timeoutSeconds: 10, url: 'https://127.0.0.1:8443', excludeNamespaces: ['kube-system'],
+  leaderElection: false, leaseDurationSeconds: 15, resyncSeconds: 60,
+};
+
+describe('WebhookManager', () => {
+  it('reports a foreign same-named configuration once, keeps the other kind in sync, and publishes a new CA at once', async () => {
+    const { store, api } = fakeAdmission();
+    store.validating = { metadata: { name: 'portcullis.dev', resourceVersion: '1', labels: { owner: 'someone-else' } }, webhooks: [] };
+    const lines: string[] = [];
+    const manager = new WebhookManager({
+      clients: { admission: api, coordination: {} as CoordinationV1Api, version: { getCode: async () => ({ major: '1', minor: '20' }) } as unknown as VersionApi, server: 'https://fake' },
+      log: createLogger('info', (line) => lines.push(line)), webhooks: () => webhooks, policies: () => policies, caBundle: 'OLD-CA', caPublishTimeoutMs: 30_000,
+    });
+    manager.start();
+    await manager.syncNow();
+    await manager.syncNow();
+    expect(store.mutating?.webhooks?.[0]?.clientConfig?.caBundle).toBeDefined();
+    const started = performance.now();
+    expect(await manager.publishCa('NEW-CA')).toBe(true);
+    // Not the 30 s publication timeout: the foreign configuration is no reason to wait.
+    expect(performance.now() - started).toBeLessThan(5_000);
+    expect(Buffer.from(store.mutating!.webhooks![0]!.clientConfig!.caBundle!, 'base64').toString()).toContain('NEW-CA');
+    expect(store.validating?.metadata.labels).toEqual({ owner: 'someone-else' });
+    const reports = lines.filter((l) => l.includes('belongs to someone else'));
+    expect(reports).toHaveLength(1);
+    expect(reports[0]).toContain('ValidatingWebhookConfiguration');
+    await manager.stop();
+  });
+});
