@@ -1,18 +1,9 @@
 // Hand-made WebAssembly modules for hostile-module tests: a minimal binary encoder, so a test
 // says exactly which tables, memories, start function and exports an attacker would write.
+import { writeLeb as leb } from '../../host/src/sandbox/memory-cap.ts';
+
 const HEADER = [0x00, 0x61, 0x73, 0x6d, 1, 0, 0, 0];
 const FUNCREF = 0x70;
-
-export function leb(value: number): number[] {
-  const out: number[] = [];
-  do {
-    let byte = value % 128;
-    value = Math.floor(value / 128);
-    if (value > 0) byte |= 0x80;
-    out.push(byte);
-  } while (value > 0);
-  return out;
-}
 
 const name = (text: string) => { const b = [...new TextEncoder().encode(text)]; return [...leb(b.length), ...b]; };
 const section = (id: number, payload: number[]) => [id, ...leb(payload.length), ...payload];

@@ -212,7 +212,7 @@ function readLeb(bytes: Uint8Array, offset: number, limit: number): [number, num
   }
 }
 
-function writeLeb(value: number): number[] {
+export function writeLeb(value: number): number[] {
   const out: number[] = [];
   do {
     let byte = value % 128;
