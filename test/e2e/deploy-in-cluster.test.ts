@@ -5,16 +5,17 @@
 //   kube-apiserver 1.20 never resolves a Service's DNS name for a webhook. It asks a resolver:
 //   by default the Service's ClusterIP (nothing listens there without kube-proxy), or, with
 //   --enable-aggregator-routing, an address from the Service's Endpoints. Endpoints may not
-//   hold loopback addresses (validation refuses 127.0.0.0/8), so the "pods" listen on this
-//   machine's own non-loopback address and the test writes the Endpoints object the endpoints
-//   controller would. The TLS name checked is still portcullis.portcullis.svc.
+//   hold loopback addresses (validation refuses 127.0.0.0/8), so the "pods" run in a network
+//   namespace this test creates (a veth pair, 198.51.100.1 on this side, 198.51.100.2 in the
+//   namespace: the test's own test host, and the only non-loopback address it talks to), and the
+//   test writes the Endpoints object the endpoints controller would. The TLS name checked is still portcullis.portcullis.svc.
 // That needs its own control plane: the shared script with the same apiserver binary plus
 // --enable-aggregator-routing (a wrapper passed as KUBE_APISERVER), not the suite's one.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { X509Certificate } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { chmod, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
-import { networkInterfaces, tmpdir } from 'node:os';
+import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { connect } from 'node:tls';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -47,12 +48,28 @@ async function getJson<T>(args: string[]): Promise<T | undefined> {
   return JSON.parse(result.stdout) as T;
 }
 
-/** The address a pod would have: this machine's first non-loopback IPv4 address. */
-function podIp(): string {
-  for (const addresses of Object.values(networkInterfaces())) {
-    for (const a of addresses ?? []) if (a.family === 'IPv4' && !a.internal) return a.address;
-  }
-  throw new Error('this test needs a non-loopback IPv4 address: Endpoints may not point at 127.0.0.0/8');
+/** The "pods" run in a network namespace of the test's own, reached over a veth pair. */
+const NETNS = `portcullis-e2e-${process.pid}`;
+const VETH = `pcv${process.pid % 100000}`;
+const NODE_IP = '198.51.100.1';
+const POD_IP = '198.51.100.2';
+const podIp = (): string => POD_IP;
+
+async function ip(args: string[]): Promise<void> {
+  const result = await run('ip', args);
+  if (result.code !== 0) throw new Error(`ip ${args.join(' ')} failed: ${result.stderr.trim()} (this test needs root and iproute2)`);
+}
+
+async function createPodNetwork(): Promise<void> {
+  await run('ip', ['netns', 'del', NETNS]);
+  await ip(['netns', 'add', NETNS]);
+  await ip(['link', 'add', `${VETH}a`, 'type', 'veth', 'peer', 'name', `${VETH}b`]);
+  await ip(['link', 'set', `${VETH}b`, 'netns', NETNS]);
+  await ip(['addr', 'add', `${NODE_IP}/30`, 'dev', `${VETH}a`]);
+  await ip(['link', 'set', `${VETH}a`, 'up']);
+  await ip(['netns', 'exec', NETNS, 'ip', 'addr', 'add', `${POD_IP}/30`, 'dev', `${VETH}b`]);
+  await ip(['netns', 'exec', NETNS, 'ip', 'link', 'set', `${VETH}b`, 'up']);
+  await ip(['netns', 'exec', NETNS, 'ip', 'link', 'set', 'lo', 'up']);
 }
 
 interface Replica {
@@ -96,7 +113,7 @@ async function startReplica(name: string, configText: string, saKubeconfig: stri
   for (const p of config.policies) p.module = p.module.replace(/^\/app\/policies\//, `${root}policies/`);
   const file = join(dir, `${name}.yaml`);
   await writeFile(file, stringify(config));
-  const child = spawn(process.execPath, [`${root}host/bin/portcullis.js`, 'serve', '--config', file], {
+  const child = spawn('ip', ['netns', 'exec', NETNS, process.execPath, `${root}host/bin/portcullis.js`, 'serve', '--config', file], {
     cwd: root, env: { ...process.env, KUBECONFIG: saKubeconfig, POD_NAMESPACE: NS, POD_NAME: name }, stdio: ['ignore', 'pipe', 'pipe'],
   });
   let output = '';
@@ -120,10 +137,12 @@ async function startReplica(name: string, configText: string, saKubeconfig: stri
 
 beforeAll(async () => {
   if (!existsSync(script)) throw new Error(`the e2e tests need ${script}`);
+  await createPodNetwork();
   dir = await mkdtemp(join(tmpdir(), 'portcullis-e2e-deploy-'));
   const built = process.env.KUBE_APISERVER ?? (await run('bash', [resolve(root, 'scripts/kube-apiserver.sh')])).stdout.trim();
   const wrapper = join(dir, 'kube-apiserver');
-  await writeFile(wrapper, `#!/bin/sh\nexec ${JSON.stringify(built)} --enable-aggregator-routing "$@"\n`);
+  // Also listen where the pods' namespace reaches this machine (the later --bind-address wins).
+  await writeFile(wrapper, `#!/bin/sh\nexec ${JSON.stringify(built)} "$@" --enable-aggregator-routing --bind-address 0.0.0.0\n`);
   await chmod(wrapper, 0o755);
   apiEnv = { KUBE_APISERVER: wrapper, ETCD_PORT: String(await freePort()), APISERVER_PORT: String(await freePort()) };
   const up = await run(script, ['up', dir], { env: apiEnv });
@@ -133,6 +152,7 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await Promise.all(hosts.map((h) => h.stop('SIGKILL')));
+  await run('ip', ['netns', 'del', NETNS]);
   if (dir) {
     await run(script, ['down', dir], { env: apiEnv });
     await rm(dir, { recursive: true, force: true });
@@ -170,12 +190,14 @@ describe('deploy/ in a cluster', () => {
     const token = JSON.parse(await kubectlOk(['create', '--raw', `/api/v1/namespaces/${NS}/serviceaccounts/portcullis/token`, '-f', '-'],
       JSON.stringify({ apiVersion: 'authentication.k8s.io/v1', kind: 'TokenRequest', spec: { expirationSeconds: 3600 } })))
       .status.token as string;
-    const server = /server: "?([^"\s]+)"?/.exec(await readFile(kubeconfig, 'utf8'))![1]!;
+    // The pods reach the apiserver over the veth, at this machine's side of it.
+    const server = /server: "?([^"\s]+)"?/.exec(await readFile(kubeconfig, 'utf8'))![1]!.replace('127.0.0.1', NODE_IP);
     saKubeconfig = join(dir, 'serviceaccount.kubeconfig');
-    // In a pod: the token and ca.crt mounted at /var/run/secrets/kubernetes.io/serviceaccount.
+    // In a pod: the token and ca.crt mounted at /var/run/secrets/kubernetes.io/serviceaccount. The
+    // test apiserver's self-made certificate does not name the veth address, so it is not verified here.
     await writeFile(saKubeconfig, stringify({
       apiVersion: 'v1', kind: 'Config', 'current-context': 'sa',
-      clusters: [{ name: 'local', cluster: { server, 'certificate-authority': join(dir, 'certs/apiserver.crt') } }],
+      clusters: [{ name: 'local', cluster: { server, 'insecure-skip-tls-verify': true } }],
       users: [{ name: 'sa', user: { token } }],
       contexts: [{ name: 'sa', context: { cluster: 'local', user: 'sa', namespace: NS } }],
     }));
