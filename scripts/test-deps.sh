@@ -8,6 +8,7 @@ command -v docker-registry >/dev/null || missing+=(docker-registry)
 command -v etcd >/dev/null || missing+=(etcd-server)
 command -v kubectl >/dev/null || missing+=(kubernetes-client)
 command -v htpasswd >/dev/null || missing+=(apache2-utils)
+command -v ip >/dev/null || missing+=(iproute2)   # the deploy e2e runs its "pods" in a network namespace
 if ((${#missing[@]})); then
   if [[ $(id -u) != 0 ]]; then
     echo "test-deps: missing ${missing[*]}; install them (apt-get install ${missing[*]}) or run as root" >&2
