@@ -35,7 +35,7 @@ interface Slot {
   worker: Worker;
   job: Job | undefined;
   timer: NodeJS.Timeout | undefined;
-  loads: Map<string, { done: (error?: string) => void; timer: NodeJS.Timeout }>;
+  loads: Map<string, { done: (error?: string) => void; timer: NodeJS.Timeout | undefined }>;
 }
 
 /** How long instantiating a policy (its start function included) may take in one worker. */
@@ -83,7 +83,7 @@ export class SandboxPool {
   async load(spec: SandboxSpec): Promise<void> {
     this.#specs.set(spec.key, spec);
     const [first, ...rest] = this.#slots;
-    let error = await this.#loadInto(first!, spec);
+    let error = await this.#loadInto(first!, spec, true);
     if (error === undefined && this.#specs.get(spec.key) === spec) {
       // Slots replaced meanwhile already received it; load only into those that have not.
       const others = rest.filter((slot) => this.#slots.includes(slot));
@@ -143,10 +143,16 @@ export class SandboxPool {
     return slot;
   }
 
-  #loadInto(slot: Slot, spec: SandboxSpec): Promise<string | undefined> {
+  /**
+   * `probe`: the module's first load anywhere, under the load deadline. Once it has loaded in
+   * one worker it is known to finish, so loading it into others (and into replacement workers,
+   * which may be slow while the machine is overloaded) is not timed: dropping a policy that is
+   * merely slow to load would turn its calls into failures.
+   */
+  #loadInto(slot: Slot, spec: SandboxSpec, probe = false): Promise<string | undefined> {
     return new Promise((resolve) => {
       // A start function that never returns holds the worker's only thread: only terminating it stops it.
-      const timer = setTimeout(() => this.#loadExpired(slot, spec), this.#loadTimeoutMs);
+      const timer = probe ? setTimeout(() => this.#loadExpired(slot, spec), this.#loadTimeoutMs) : undefined;
       slot.loads.set(spec.key, { done: resolve, timer });
       this.#post(slot, { type: 'load', spec });
     });
@@ -262,7 +268,8 @@ export class SandboxPool {
     if (slot.job) this.#finish(slot, fault(slot.job, kind, reason));
     for (const spec of this.#specs.values()) {
       const waiting = pending.get(spec.key);
-      void this.#loadInto(fresh, spec).then((error) => waiting?.done(error));
+      // A first load that was still under way keeps its deadline in the new worker.
+      void this.#loadInto(fresh, spec, waiting?.timer !== undefined).then((error) => waiting?.done(error));
     }
     for (const [key, { done }] of pending) if (!this.#specs.has(key)) done(reason);
     this.#dispatch();
