@@ -7,12 +7,12 @@ import { readFile } from 'node:fs/promises';
 import { basename, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import type { JsonValue, Mode } from '@portcullis/sdk';
-import fastJsonPatch from 'fast-json-patch';
 import { parse as parseYaml } from 'yaml';
 import { loadContext } from '../context/cli.ts';
-import { evaluatePolicy } from '../evaluate/evaluate.ts';
+import { evaluateEntry, evaluatePolicy } from '../evaluate/evaluate.ts';
 import { ConfigError, errorMessage } from '../errors.ts';
 import { merge } from '../merge/merge.ts';
+import { patchedObject } from '../merge/patches.ts';
 import { loadPolicy } from '../policy/load.ts';
 import { parseReview, type AdmissionReview } from '../review/parse.ts';
 import { respond, type Decision } from '../review/respond.ts';
@@ -135,9 +135,7 @@ function print(review: AdmissionReview, decision: Decision, patched: boolean): v
   // --show patched: the object as the apiserver would store it, or why there is none.
   if (!decision.allowed) process.stderr.write(`portcullis run: denied (${decision.status?.code}): ${decision.status?.message}; nothing to patch\n`);
   const object = review.request.object;
-  const result = object && decision.allowed && decision.patch.length > 0
-    ? (fastJsonPatch.applyPatch(structuredClone(object), decision.patch as fastJsonPatch.Operation[], false, true).newDocument as JsonValue)
-    : object;
+  const result = decision.allowed ? patchedObject(object, decision.patch) : object;
   process.stdout.write(`${JSON.stringify(result, null, 2)}\n`);
 }
 
@@ -160,19 +158,13 @@ async function runConfig(path: string, review: AdmissionReview, mode: Mode | und
     for (const m of modes) {
       const selected = set.entries.filter((entry) => policyMatches(entry, m, request));
       const input = { request, settings: null, headers: {}, sslpeer: null, dryRun: request.dryRun === true, webhook: `/${m}` };
-      const evaluated = await Promise.all(selected.map(async (entry) => ({
-        policy: entry.config,
-        outcome: entry.loaded
-          ? await evaluatePolicy(pool, entry.loaded, m, input)
-          : { policy: entry.config.name, status: 'failed' as const, failure: 'permanent' as const, message: `is not loaded: ${entry.error}`, warnings: [] },
-      })));
+      const evaluated = await Promise.all(selected.map(async (entry) => ({ policy: entry.config, outcome: await evaluateEntry(pool, entry, m, input) })));
       decision = merge(evaluated, request.operation, request.object).decision;
       warnings.push(...decision.warnings);
       if (!decision.allowed) break;
       if (m === 'mutate' && decision.patch.length > 0 && request.object) {
         patch.push(...decision.patch);
-        const object = fastJsonPatch.applyPatch(structuredClone(request.object), decision.patch as fastJsonPatch.Operation[], false, true).newDocument;
-        request = { ...request, object };
+        request = { ...request, object: patchedObject(request.object, decision.patch) as typeof request.object };
       }
     }
     const final: Decision = { ...decision, warnings, patch: decision.allowed ? patch : [] };

@@ -7,12 +7,12 @@
 import { readdir, readFile, stat } from 'node:fs/promises';
 import { dirname, isAbsolute, join, relative, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
-import type { AdmissionRequest, JsonObject, JsonValue, Mode } from '@portcullis/sdk';
-import fastJsonPatch from 'fast-json-patch';
+import type { AdmissionRequest, JsonValue, Mode } from '@portcullis/sdk';
 import { parse as parseYaml } from 'yaml';
 import { evaluatePolicy } from '../evaluate/evaluate.ts';
 import { errorMessage } from '../errors.ts';
 import { merge } from '../merge/merge.ts';
+import { patchedObject } from '../merge/patches.ts';
 import { loadPolicy } from '../policy/load.ts';
 import type { LoadedPolicy } from '../policy/loaded.ts';
 import type { Decision } from '../review/respond.ts';
@@ -235,7 +235,7 @@ function check(c: Case, decision: Decision): string[] {
     if (!decision.warnings.some((w) => w.includes(wanted))) problems.push(`expected a warning containing "${wanted}", got ${JSON.stringify(decision.warnings)}`);
   }
   if (expect.patched !== undefined) {
-    const patched = applyPatch(c.request.object, decision);
+    const patched = patchedObject(c.request.object, decision.patch);
     if (JSON.stringify(canonical(patched)) !== JSON.stringify(canonical(expect.patched))) {
       problems.push(`the patched object differs: expected ${JSON.stringify(expect.patched)}, got ${JSON.stringify(patched)}`);
     }
@@ -243,11 +243,6 @@ function check(c: Case, decision: Decision): string[] {
   return problems;
 }
 
-function applyPatch(object: JsonValue | null | undefined, decision: Decision): JsonValue | null {
-  if (object === null || object === undefined || decision.patch.length === 0) return object ?? null;
-  const copy = structuredClone(object) as JsonObject;
-  return fastJsonPatch.applyPatch(copy, decision.patch as fastJsonPatch.Operation[], false, true).newDocument as JsonValue;
-}
 
 /** Key order does not matter when comparing objects. */
 function canonical(value: unknown): unknown {

@@ -3,6 +3,7 @@
 // garbage are crashes. It never throws for anything a guest does.
 import type { EvaluationInput, Mode } from '@portcullis/sdk';
 import type { LoadedPolicy } from '../policy/loaded.ts';
+import type { PolicyEntry } from '../policy/policy-set.ts';
 import type { CallResult, SandboxPool } from '../sandbox/pool.ts';
 import type { SharedInput } from '../sandbox/protocol.ts';
 import { decodeOutput, MalformedOutput, type Outcome } from './outcome.ts';
@@ -48,4 +49,14 @@ export function toOutcome(policy: string, result: CallResult): Outcome {
     if (!(error instanceof MalformedOutput)) throw error;
     return { policy, status: 'failed', failure: 'crash', message: error.message, warnings: [], ...timing };
   }
+}
+
+/** A configured policy: evaluated if it loaded; one that did not still answers, as a permanent failure. */
+export function evaluateEntry(pool: SandboxPool, entry: PolicyEntry, mode: Mode, input: EvaluationInput): Promise<Outcome> {
+  if (!entry.loaded) {
+    // A policy that failed to load still answers, per its failure policy: failing closed is
+    // the default, so a broken module never silently stops guarding the cluster.
+    return Promise.resolve({ policy: entry.config.name, status: 'failed', failure: 'permanent', message: `is not loaded: ${entry.error}`, warnings: [] });
+  }
+  return evaluatePolicy(pool, entry.loaded, mode, input);
 }

@@ -243,3 +243,9 @@ function parsePointer(pointer: string): string[] {
 function toPointer(path: string[]): string {
   return path.map((s) => '/' + s.replace(/~/g, '~0').replace(/\//g, '~1')).join('');
 }
+
+/** The object as the apiserver would store it after `patch` (a copy; the original is untouched). */
+export function patchedObject(object: JsonValue | null | undefined, patch: PatchOperation[]): JsonValue | null {
+  if (object === null || object === undefined || patch.length === 0) return object ?? null;
+  return applyPatch(deepClone(object), patch as Operation[], false, true).newDocument as JsonValue;
+}

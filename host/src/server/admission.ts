@@ -2,8 +2,7 @@
 // evaluate them in parallel in the sandboxes -> merge -> respond. HTTP concerns (routing,
 // bodies, TLS) stay in http.ts; this module only sees text in and a review out.
 import type { EvaluationInput, Mode, PeerCertificate } from '@portcullis/sdk';
-import { evaluatePolicy } from '../evaluate/evaluate.ts';
-import type { Outcome } from '../evaluate/outcome.ts';
+import { evaluateEntry } from '../evaluate/evaluate.ts';
 import { ReviewError, UnknownPolicyError } from '../errors.ts';
 import { merge } from '../merge/merge.ts';
 import type { PolicyEntry, PolicyRegistry } from '../policy/policy-set.ts';
@@ -88,13 +87,5 @@ function findPolicy(registry: PolicyRegistry, name: string, mode: Mode): PolicyE
   throw new UnknownPolicyError(name, mode, configured?.modes);
 }
 
-function evaluateEntry(pool: SandboxPool, entry: PolicyEntry, mode: Mode, input: EvaluationInput): Promise<Outcome> {
-  if (!entry.loaded) {
-    // A policy that failed to load still answers, per its failure policy: failing closed is
-    // the default, so a broken module never silently stops guarding the cluster.
-    return Promise.resolve({ policy: entry.config.name, status: 'failed', failure: 'permanent', message: `is not loaded: ${entry.error}`, warnings: [] });
-  }
-  return evaluatePolicy(pool, entry.loaded, mode, input);
-}
 
 export { ReviewError };
