@@ -2,7 +2,8 @@
 // AssemblyScript -> core module (Extism PDK ABI). Used by `portcullis build` and `npm run build`.
 import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
-import { basename, dirname, join, resolve } from 'node:path';
+import { existsSync } from 'node:fs';
+import { basename, dirname, extname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Worker } from 'node:worker_threads';
 
@@ -35,7 +36,8 @@ export class BuildError extends Error {
 }
 
 const sdkRoot = resolve(dirname(fileURLToPath(import.meta.url)), '..');
-const witDir = resolve(sdkRoot, '..', 'wit');
+// The installed package carries wit/ inside; the checkout keeps it at the repository's top.
+const witDir = existsSync(resolve(sdkRoot, 'wit')) ? resolve(sdkRoot, 'wit') : resolve(sdkRoot, '..', 'wit');
 
 export function inferLanguage(source: string): Language {
   return /(^|[\\/])assembly[\\/]/.test(source) ? 'assemblyscript' : 'typescript';
@@ -79,7 +81,7 @@ async function buildTypeScript(source: string, stubWasi: boolean, timeoutMs: num
 }
 
 function componentizeWithDeadline(source: string, options: object, timeoutMs: number): Promise<Uint8Array> {
-  const worker = new Worker(new URL('./componentize-worker.ts', import.meta.url), { workerData: options });
+  const worker = new Worker(new URL(`./componentize-worker${extname(fileURLToPath(import.meta.url))}`, import.meta.url), { workerData: options });
   return new Promise<Uint8Array>((resolvePromise, reject) => {
     const timer = setTimeout(() => {
       void worker.terminate();
@@ -109,7 +111,8 @@ async function buildAssemblyScript(source: string): Promise<Uint8Array> {
     const { error } = await asc.main([
       // asc resolves the entry against --baseDir (default: the working folder), and an entry that
       // is then plain `assembly/index.ts` compiled to an empty module: anchor it above its project.
-      source, '--baseDir', dirname(dirname(dirname(source))), '--outFile', out, '--optimizeLevel', '3', '--shrinkLevel', '1', '--runtime', 'incremental',
+      // asc looks for packages in node_modules above --baseDir only, so name the project's own.
+      source, '--baseDir', dirname(dirname(dirname(source))), ...nodeModulesAbove(source).flatMap((dir) => ['--path', dir]), '--outFile', out, '--optimizeLevel', '3', '--shrinkLevel', '1', '--runtime', 'incremental',
       '--transform', 'json-as/transform', '--use', 'abort=~lib/@portcullis/sdk/assembly/index/portcullisAbort',
       '--disableWarning', '201',
     ], { stdout: sink, stderr: sink });
@@ -124,6 +127,15 @@ async function buildAssemblyScript(source: string): Promise<Uint8Array> {
     return bytes;
   } finally {
     await rm(dir, { recursive: true, force: true });
+  }
+}
+
+/** Every node_modules folder from the source's folder up, nearest first (Node's lookup order). */
+function nodeModulesAbove(source: string): string[] {
+  const found: string[] = [];
+  for (let dir = dirname(source); ; dir = dirname(dir)) {
+    if (existsSync(join(dir, 'node_modules'))) found.push(join(dir, 'node_modules'));
+    if (dirname(dir) === dir) return found;
   }
 }
 

@@ -9,6 +9,8 @@
 // policy; and a call that lands on a worker that does not have its policy is queued again,
 // never answered wrongly. A queued call whose deadline passed is not started.
 import { availableParallelism } from 'node:os';
+import { extname } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { Worker } from 'node:worker_threads';
 import { PortcullisError } from '../errors.ts';
 import type { ContextChange } from '../context/store.ts';
@@ -132,7 +134,8 @@ export class SandboxPool {
   #spawn(): Slot {
     // Linear memories are capped per module; this caps the worker's own JS heap (jco glue,
     // strings lifted out of guests) so a runaway there kills this worker, not the host.
-    const worker = new Worker(new URL('./worker.ts', import.meta.url), { stdout: false, stderr: false, resourceLimits: { maxOldGenerationSizeMb: 512 } });
+    // worker.ts in the checkout, worker.js in the installed package: the same folder as this file.
+    const worker = new Worker(new URL(`./worker${extname(fileURLToPath(import.meta.url))}`, import.meta.url), { stdout: false, stderr: false, resourceLimits: { maxOldGenerationSizeMb: 512 } });
     const slot: Slot = { worker, job: undefined, timer: undefined, loads: new Map() };
     for (const change of this.#contextSnapshot?.() ?? []) worker.postMessage(change); // issue 15: before any call
     worker.on('message', (message: FromWorker) => this.#onMessage(slot, message));

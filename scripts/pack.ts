@@ -1,0 +1,95 @@
+// Packs the two packages a policy author installs, @portcullis/sdk and @portcullis/host (the
+// CLI), as npm tarballs in .pack/:
+//   node scripts/pack.ts            (npm run pack)
+//
+// The checkout runs its TypeScript sources directly; Node refuses to do that under
+// node_modules, so each package is staged first: sources compiled to JavaScript plus .d.ts
+// (relative `.ts` imports rewritten by tsc), the WIT interface and the AssemblyScript library
+// copied in, and a package.json whose exports point at the compiled files and whose
+// dependencies include every compiler `portcullis build` runs. Then `npm pack` packs the stage.
+import { execFileSync } from 'node:child_process';
+import { cpSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { join, resolve } from 'node:path';
+
+const root = resolve(import.meta.dirname, '..');
+const out = join(root, '.pack');
+const stage = join(out, 'stage');
+
+type Json = Record<string, unknown>;
+const readJson = (path: string): Json => JSON.parse(readFileSync(path, 'utf8')) as Json;
+const rootPackage = readJson(join(root, 'package.json'));
+const rootDev = rootPackage.devDependencies as Record<string, string>;
+
+/** The oldest Node the compiled packages run on (Node 22 and 24 are the LTS lines). */
+const ENGINES = { node: '>=22.12' };
+/** What `portcullis build` runs: bundler, QuickJS componentizer, AssemblyScript and its libraries, tsc. */
+const COMPILERS = ['esbuild', 'componentize-qjs', 'assemblyscript', '@extism/as-pdk', 'json-as', 'typescript'];
+
+function compile(name: string, include: string[]): void {
+  const config = {
+    extends: join(root, 'tsconfig.json'),
+    compilerOptions: {
+      noEmit: false, declaration: true, rewriteRelativeImportExtensions: true, allowImportingTsExtensions: false,
+      rootDir: join(root, name), outDir: join(stage, name), sourceMap: false,
+    },
+    include: include.map((glob) => join(root, name, glob)),
+    exclude: ['**/node_modules/**', '**/assembly/**'],
+  };
+  const file = join(out, `tsconfig.${name}.json`);
+  writeFileSync(file, JSON.stringify(config, null, 2));
+  execFileSync(join(root, 'node_modules', '.bin', 'tsc'), ['-p', file], { stdio: 'inherit', cwd: root });
+}
+
+/** `./src/x.ts` -> { types: ./src/x.d.ts, default: ./src/x.js }; AssemblyScript sources stay as they are. */
+function compiledExports(exports: Record<string, string>): Json {
+  return Object.fromEntries(Object.entries(exports).map(([key, target]) => {
+    if (target.startsWith('./assembly/')) return [key, target];
+    const base = target.replace(/\.ts$/, '');
+    return [key, { types: `${base}.d.ts`, default: `${base}.js` }];
+  }));
+}
+
+function versionOf(name: string): string {
+  const range = rootDev[name];
+  if (!range) throw new Error(`scripts/pack.ts: ${name} is not a devDependency of the root package.json`);
+  return range;
+}
+
+function stagePackage(name: 'sdk' | 'host', extra: (pkg: Json) => Json): string {
+  const source = readJson(join(root, name, 'package.json'));
+  const { scripts: _scripts, ...kept } = source;
+  const staged: Json = {
+    ...kept,
+    exports: compiledExports(source.exports as Record<string, string>),
+    engines: ENGINES,
+    license: 'Apache-2.0',
+    repository: { type: 'git', url: 'https://github.com/portcullis-dev/portcullis' },
+    ...extra(source),
+  };
+  writeFileSync(join(stage, name, 'package.json'), JSON.stringify(staged, null, 2) + '\n');
+  const output = execFileSync('npm', ['pack', '--pack-destination', out, '--json'], { cwd: join(stage, name), encoding: 'utf8' });
+  const [{ filename }] = JSON.parse(output) as { filename: string }[];
+  return join(out, filename);
+}
+
+rmSync(stage, { recursive: true, force: true });
+mkdirSync(stage, { recursive: true });
+
+compile('sdk', ['src/**/*.ts', 'build/**/*.ts']);
+cpSync(join(root, 'sdk', 'assembly'), join(stage, 'sdk', 'assembly'), { recursive: true });
+cpSync(join(root, 'wit'), join(stage, 'sdk', 'wit'), { recursive: true });
+cpSync(join(root, 'sdk', 'README.md'), join(stage, 'sdk', 'README.md'));
+const sdk = stagePackage('sdk', (pkg) => ({
+  dependencies: Object.fromEntries(COMPILERS.map((name) => [name, versionOf(name)])),
+  peerDependencies: pkg.peerDependencies,
+}));
+
+compile('host', ['src/**/*.ts']);
+cpSync(join(root, 'host', 'bin'), join(stage, 'host', 'bin'), { recursive: true });
+cpSync(join(root, 'host', 'README.md'), join(stage, 'host', 'README.md'));
+const sdkVersion = readJson(join(root, 'sdk', 'package.json')).version as string;
+const host = stagePackage('host', (pkg) => ({
+  dependencies: { ...(pkg.dependencies as Json), '@portcullis/sdk': sdkVersion },
+}));
+
+process.stdout.write(`${sdk}\n${host}\n`);
