@@ -68,8 +68,8 @@ function stagePackage(name: 'sdk' | 'host', extra: (pkg: Json) => Json): string 
   };
   writeFileSync(join(stage, name, 'package.json'), JSON.stringify(staged, null, 2) + '\n');
   const output = execFileSync('npm', ['pack', '--pack-destination', out, '--json'], { cwd: join(stage, name), encoding: 'utf8' });
-  const [{ filename }] = JSON.parse(output) as { filename: string }[];
-  return join(out, filename);
+  const [packed] = JSON.parse(output) as { filename: string }[];
+  return join(out, packed!.filename);
 }
 
 rmSync(stage, { recursive: true, force: true });
