@@ -20,6 +20,8 @@ export interface BuildOptions {
   stubWasi?: boolean;
   /** TypeScript only: how long evaluating the policy's top-level code may take. Default 60 s. */
   timeoutMs?: number;
+  /** TypeScript only: refuse to build on a type error. Default false (the CLI turns it on). */
+  typecheck?: boolean;
 }
 
 export interface BuildResult {
@@ -46,6 +48,13 @@ export function inferLanguage(source: string): Language {
 export async function buildPolicy(options: BuildOptions): Promise<BuildResult> {
   const source = resolve(options.source);
   const language = options.language ?? inferLanguage(source);
+  if (language === 'typescript' && options.typecheck) {
+    const { typeErrors } = await import('./typecheck.ts');
+    const errors = await typeErrors(source);
+    if (errors.length > 0) {
+      throw new BuildError(source, `${errors.length} type error(s) (--no-typecheck builds anyway):\n${errors.slice(0, 20).join('\n')}`);
+    }
+  }
   const bytes = language === 'assemblyscript' ? await buildAssemblyScript(source) : await buildTypeScript(source, options.stubWasi ?? true, options.timeoutMs ?? 60_000);
   return { bytes, language };
 }

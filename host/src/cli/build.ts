@@ -1,25 +1,93 @@
+// `portcullis build SOURCE -o OUT.wasm`: type-check (TypeScript), compile, embed the policy's
+// metadata, and load the result once in the real sandbox before writing it, so a module the
+// host would refuse is never written.
+import { readFile, writeFile } from 'node:fs/promises';
+import { dirname, join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
+import { errorMessage } from '../errors.ts';
+import { checkInfo, embedPolicyInfo, type PolicyInfo } from '../policy/metadata.ts';
+import { probeModes } from '../policy/load.ts';
+import { SandboxPool } from '../sandbox/pool.ts';
+import { BUILD_HELP } from './help.ts';
 import { UsageError } from './usage.ts';
 
 export default async function build(args: string[]): Promise<number> {
   const { values, positionals } = parseCli(args);
   const source = positionals[0];
-  if (!source || !values.out) throw new UsageError('usage: portcullis build SOURCE.ts -o OUT.wasm [--lang typescript|assemblyscript] [--timeout SECONDS]');
+  if (!source || !values.out) throw new UsageError(BUILD_HELP);
   const timeout = values.timeout === undefined ? undefined : Number(values.timeout);
   if (timeout !== undefined && !(timeout > 0)) throw new UsageError('--timeout must be a positive number of seconds');
   const language = values.lang === undefined ? undefined : normalizeLanguage(values.lang);
-  const { buildPolicyToFile } = await import('@portcullis/sdk/build');
+  const { buildPolicy } = await import('@portcullis/sdk/build');
   const started = performance.now();
-  const result = await buildPolicyToFile({ source, out: values.out, ...(language ? { language } : {}), ...(timeout ? { timeoutMs: timeout * 1000 } : {}) });
-  process.stderr.write(`built ${values.out} (${result.language}, ${result.bytes.length} bytes, ${Math.round(performance.now() - started)} ms)\n`);
+  const info = await packageInfo(resolve(source));
+  const result = await buildPolicy({
+    source, typecheck: !values['no-typecheck'], ...(language ? { language } : {}), ...(timeout ? { timeoutMs: timeout * 1000 } : {}),
+  });
+  let modes: PolicyInfo['modes'];
+  if (!values['no-check']) {
+    const pool = new SandboxPool(1);
+    try {
+      modes = await probeModes(pool, info.name ?? 'policy', result.bytes);
+    } catch (error) {
+      throw new Error(`built ${source}, but the result does not load in the sandbox, so it was not written: ${errorMessage(error)}`);
+    } finally {
+      await pool.close();
+    }
+  }
+  const bytes = embedPolicyInfo(result.bytes, { ...info, ...(modes ? { modes } : {}) });
+  await writeFile(values.out, bytes);
+  process.stderr.write(`built ${values.out} (${result.language}, ${bytes.length} bytes, ${Math.round(performance.now() - started)} ms)\n`);
   return 0;
+}
+
+/** Metadata from the nearest package.json above the source, checked as the host will check it. */
+async function packageInfo(source: string): Promise<PolicyInfo> {
+  for (let dir = dirname(source); ; dir = dirname(dir)) {
+    const file = join(dir, 'package.json');
+    const text = await readFile(file, 'utf8').catch(() => undefined);
+    if (text !== undefined) return infoFrom(file, text);
+    if (dirname(dir) === dir) return {};
+  }
+}
+
+async function infoFrom(file: string, text: string): Promise<PolicyInfo> {
+  let pkg: Record<string, unknown>;
+  try {
+    pkg = JSON.parse(text) as Record<string, unknown>;
+  } catch (error) {
+    throw new Error(`${file} is not JSON: ${errorMessage(error)}`);
+  }
+  const own = (pkg.portcullis ?? {}) as Record<string, unknown>;
+  const info: Record<string, unknown> = {};
+  if (typeof pkg.name === 'string') info.name = pkg.name.replace(/^@[^/]+\//, '');
+  if (typeof pkg.version === 'string') info.version = pkg.version;
+  if (typeof pkg.description === 'string' && pkg.description) info.description = pkg.description;
+  if (own.rules !== undefined) info.rules = own.rules;
+  if (typeof own.settingsSchema === 'string') {
+    const schemaFile = resolve(dirname(file), own.settingsSchema);
+    try {
+      info.settingsSchema = JSON.parse(await readFile(schemaFile, 'utf8')) as unknown;
+    } catch (error) {
+      throw new Error(`${file}: portcullis.settingsSchema ${schemaFile}: ${errorMessage(error)}`);
+    }
+  } else if (own.settingsSchema !== undefined) {
+    info.settingsSchema = own.settingsSchema;
+  }
+  return checkInfo(info, `${file} (its "portcullis" field and name/version/description)`);
 }
 
 function parseCli(args: string[]) {
   try {
-    return parseArgs({ args, allowPositionals: true, options: { out: { type: 'string', short: 'o' }, lang: { type: 'string' }, timeout: { type: 'string' } } });
+    return parseArgs({
+      args, allowPositionals: true,
+      options: {
+        out: { type: 'string', short: 'o' }, lang: { type: 'string' }, timeout: { type: 'string' },
+        'no-typecheck': { type: 'boolean' }, 'no-check': { type: 'boolean' },
+      },
+    });
   } catch (error) {
-    throw new UsageError((error as Error).message);
+    throw new UsageError(`${(error as Error).message}\n${BUILD_HELP}`);
   }
 }
 

@@ -1,35 +1,17 @@
-// `portcullis <command>`: run | build | serve | push | pull. Each command lives in its own
-// module; this file only dispatches and turns errors into one line on stderr.
+// `portcullis <command>`. Each command lives in its own module; this file dispatches, answers
+// --help and --version without loading any command, and turns errors into one line on stderr.
 import { errorMessage } from '../errors.ts';
+import { commandHelp, mainHelp } from './help.ts';
 import { UsageError } from './usage.ts';
-
-const USAGE = `usage: portcullis <command> [options]
-
-commands:
-  run    (--policy FILE.wasm | --config portcullis.yaml) --request REVIEW|REQUEST|MANIFEST [--settings JSON|FILE]
-         [--mode validate|mutate] [--show response|patched] [--context OBJECTS.yaml [--grant apiVersion/Kind ...]]
-         [--operation OP] [--old-object FILE] [--namespace NS] [--user NAME] [--groups a,b]   (for a plain manifest)
-         evaluate one policy, or every matching policy of a configuration merged as the server does,
-         against an AdmissionReview, a bare AdmissionRequest or a plain manifest (JSON or YAML);
-         prints the response review (--show patched: the object after the patch)
-  build  SOURCE.ts -o OUT.wasm [--lang typescript|assemblyscript]
-         compile a policy (TypeScript -> component, AssemblyScript -> core module)
-  test   [SUITE.yaml|DIR ...]
-         run declarative test suites (*.test.yaml): each case's merged answer against what it expects;
-         one line per case, then "N passed, N failed"; exit 1 on any failure
-  bench  --policy FILE.wasm --request REVIEW|REQUEST|MANIFEST [--settings JSON|FILE] [--mode M] [--iterations N] [--json]
-         time and size of one policy in the real sandbox: p50/p99 per evaluation, evaluations/s, memory
-  serve  [--config portcullis.yaml] [--host H] [--port P] [--tls-self-signed | --cert F --key F | --insecure]
-         run the admission webhook (without --config: the built-in example policies)
-  push   POLICY.wasm oci://REGISTRY/REPO:TAG      publish a policy to an OCI registry
-  pull   oci://REGISTRY/REPO:TAG -o FILE.wasm      fetch a policy from an OCI registry
-`;
+import { cliVersion } from './version.ts';
 
 const commands: Record<string, () => Promise<{ default: (args: string[]) => Promise<number> }>> = {
-  run: () => import('./run.ts'),
+  new: () => import('./new.ts'),
   build: () => import('./build.ts'),
   test: () => import('./test.ts'),
+  run: () => import('./run.ts'),
   bench: () => import('./bench.ts'),
+  inspect: () => import('./inspect.ts'),
   serve: () => import('./serve.ts'),
   push: () => import('./oci.ts').then((m) => ({ default: m.push })),
   pull: () => import('./oci.ts').then((m) => ({ default: m.pull })),
@@ -37,14 +19,25 @@ const commands: Record<string, () => Promise<{ default: (args: string[]) => Prom
 
 async function main(argv: string[]): Promise<number> {
   const [name, ...args] = argv;
+  if (name === '--version' || name === '-V' || name === 'version') {
+    process.stdout.write(`portcullis ${cliVersion()} (node ${process.versions.node})\n`);
+    return 0;
+  }
   if (!name || name === '--help' || name === '-h' || name === 'help') {
-    process.stdout.write(USAGE);
+    const topic = name === 'help' ? args[0] : undefined;
+    process.stdout.write(topic && commands[topic] ? commandHelp(topic) : mainHelp(cliVersion()));
     return name ? 0 : 2;
   }
   const load = commands[name];
   if (!load) {
-    process.stderr.write(`portcullis: unknown command "${name}"\n${USAGE}`);
+    process.stderr.write(`portcullis: unknown command "${name}"; run portcullis --help for the list\n`);
     return 2;
+  }
+  // Before "--", a help flag anywhere means help: nothing else on the line is acted on.
+  const options = args.includes('--') ? args.slice(0, args.indexOf('--')) : args;
+  if (options.includes('--help') || options.includes('-h')) {
+    process.stdout.write(commandHelp(name));
+    return 0;
   }
   try {
     const command = await load();

@@ -18,6 +18,7 @@ import { parseReview, type AdmissionReview } from '../review/parse.ts';
 import { respond, type Decision } from '../review/respond.ts';
 import { loadConfigFile } from '../config/load.ts';
 import { loadPolicySet } from '../policy/policy-set.ts';
+import { configureRegistries, type RegistryOptions } from '../policy/source.ts';
 import { policyMatches } from '../select/match.ts';
 import { isAdmissionRequest, isObject, requestFor, wholeRequest } from './request.ts';
 import { SandboxPool } from '../sandbox/pool.ts';
@@ -35,7 +36,11 @@ export default async function run(args: string[]): Promise<number> {
   if (values.mode !== undefined && values.mode !== 'validate' && values.mode !== 'mutate') throw new UsageError(`--mode must be validate or mutate, not "${values.mode}"`);
   if (values.show !== undefined && values.show !== 'response' && values.show !== 'patched') throw new UsageError(`--show must be response or patched, not "${values.show}"`);
   const review = await readRequest(values);
-  if (values.config) return runConfig(values.config, review, values.mode as Mode | undefined, values.show === 'patched');
+  const registryFlags: RegistryOptions = { insecure: [], ...(values['docker-config'] ? { dockerConfig: values['docker-config'] } : {}) };
+  if (values.config) return runConfig(values.config, review, values.mode as Mode | undefined, values.show === 'patched', registryFlags, values.insecure ?? false);
+  // oci:// modules: --insecure allows plain HTTP to the module's registry (a loopback registry).
+  if (values.insecure && values.policy!.startsWith('oci://')) registryFlags.insecure.push(registryOf(values.policy!));
+  configureRegistries(registryFlags);
   const module = values.policy!;
   const settings = values.settings === undefined ? {} : await parseSettings(values.settings);
   const name = basename(module).replace(/\.wasm$/, '');
@@ -70,6 +75,10 @@ export default async function run(args: string[]): Promise<number> {
   }
 }
 
+function registryOf(reference: string): string {
+  return reference.slice('oci://'.length).split('/')[0] ?? '';
+}
+
 function parseCli(args: string[]) {
   try {
     return parseArgs({
@@ -80,6 +89,7 @@ function parseCli(args: string[]) {
         context: { type: 'string' }, grant: { type: 'string', multiple: true },
         config: { type: 'string' }, show: { type: 'string' },
         operation: { type: 'string' }, 'old-object': { type: 'string' }, namespace: { type: 'string' }, user: { type: 'string' }, groups: { type: 'string' },
+        insecure: { type: 'boolean' }, 'docker-config': { type: 'string' },
       },
     }).values;
   } catch (error) {
@@ -144,8 +154,10 @@ function print(review: AdmissionReview, decision: Decision, patched: boolean): v
  * `serve` does (without a mode, the mutating pass runs first and the validating pass sees its
  * result, as in the apiserver's admission chain).
  */
-async function runConfig(path: string, review: AdmissionReview, mode: Mode | undefined, patched: boolean): Promise<number> {
+async function runConfig(path: string, review: AdmissionReview, mode: Mode | undefined, patched: boolean, flags: RegistryOptions, insecure: boolean): Promise<number> {
   const config = await loadConfigFile(resolve(path));
+  const everyRegistry = config.policies.filter((p) => p.module.startsWith('oci://')).map((p) => registryOf(p.module));
+  configureRegistries({ ...config.registries, ...flags, insecure: [...config.registries.insecure, ...(insecure ? everyRegistry : [])] });
   const pool = new SandboxPool(Math.min(2, Math.max(1, config.policies.length)));
   try {
     const set = await loadPolicySet(pool, config);

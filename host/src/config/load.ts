@@ -75,6 +75,7 @@ function normalize(raw: Raw, source: string): Config {
       ...(p.digest ? { digest: p.digest } : {}),
       persistent: p.persistent ?? false,
       rules: p.rules ?? [],
+      rulesGiven: p.rules !== undefined,
       ...(p.objectSelector ? { objectSelector: p.objectSelector } : {}),
       ...(p.namespaceSelector ? { namespaceSelector: p.namespaceSelector } : {}),
       match: p.match ?? [],

@@ -42,6 +42,8 @@ export interface PolicyConfig {
   digest?: string;
   persistent: boolean;
   rules: RuleWithOperations[];
+  /** False when the file gave no rules: the module's embedded default rules may fill them in. */
+  rulesGiven?: boolean;
   objectSelector?: LabelSelector;
   namespaceSelector?: LabelSelector;
   /** Any of these selectors must match (none given: everything the rules admit). */

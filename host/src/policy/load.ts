@@ -1,11 +1,14 @@
 // Loads one policy: read bytes, prepare and load its sandbox in every worker, ask it what it
 // can do, and let it check its settings. Any problem is a PolicyLoadError or
 // PolicySettingsError naming the policy; other policies are not affected.
-import type { Mode, PolicyMetadata } from '@portcullis/sdk';
+import { Ajv } from 'ajv';
+import type { JsonValue, Mode, PolicyMetadata } from '@portcullis/sdk';
 import { errorMessage, PolicyLoadError, PolicySettingsError } from '../errors.ts';
 import type { SandboxPool } from '../sandbox/pool.ts';
-import { prepareSandbox } from '../sandbox/prepare.ts';
+import { DEFAULT_LIMITS, prepareSandbox } from '../sandbox/prepare.ts';
 import type { LoadedPolicy, PolicyOptions } from './loaded.ts';
+import { readPolicyInfo, type PolicyInfo } from './metadata.ts';
+import { moduleKind } from './module-kind.ts';
 import { readModule } from './source.ts';
 
 const SETUP_TIMEOUT_MS = 10_000;
@@ -22,6 +25,19 @@ export async function loadPolicy(pool: SandboxPool, options: PolicyOptions, byte
       fail(errorMessage(error), error);
     }
   }
+  let info: PolicyInfo | undefined;
+  try {
+    // A bad header gets prepare's clearer message below.
+    info = moduleKind(moduleBytes!) ? readPolicyInfo(moduleBytes!) : undefined;
+  } catch (error) {
+    fail(errorMessage(error), error);
+  }
+  // The schema is checked before the guest's own validator runs: a wrong type gets a message
+  // with the field's path even from a policy that checks nothing itself.
+  if (info?.settingsSchema) {
+    const problem = schemaProblem(info.settingsSchema, options.settings);
+    if (problem) throw new PolicySettingsError(options.name, problem);
+  }
   let spec;
   try {
     const prepared = await prepareSandbox(options.name, moduleBytes!, options.limits, options.isolation === 'fresh');
@@ -35,7 +51,7 @@ export async function loadPolicy(pool: SandboxPool, options: PolicyOptions, byte
   } catch (error) {
     fail(errorMessage(error), error);
   }
-  const loaded: LoadedPolicy = { ...options, key: spec!.key, digest: spec!.digest, kind: spec!.kind, modes: [] };
+  const loaded: LoadedPolicy = { ...options, key: spec!.key, digest: spec!.digest, kind: spec!.kind, modes: [], ...(info ? { info } : {}) };
   try {
     const metadata = parseMetadata(await setupCall(pool, loaded, 'metadata', '{}'));
     loaded.modes = metadata.modes;
@@ -49,6 +65,22 @@ export async function loadPolicy(pool: SandboxPool, options: PolicyOptions, byte
     fail(errorMessage(error), error);
   }
   return loaded;
+}
+
+/**
+ * Loads a module in the sandbox only to ask what it can do (no settings): what `portcullis
+ * build` uses to check a module it just wrote and to record its modes.
+ */
+export async function probeModes(pool: SandboxPool, name: string, bytes: Uint8Array): Promise<Mode[]> {
+  const prepared = await prepareSandbox(name, bytes, DEFAULT_LIMITS, false);
+  const spec = { ...prepared, context: [] };
+  await pool.load(spec);
+  try {
+    const probe = { name, module: name, settings: null, limits: DEFAULT_LIMITS, failurePolicy: 'Fail', enforcement: 'enforce', isolation: 'reuse', key: spec.key, digest: spec.digest, kind: spec.kind, modes: [] } satisfies LoadedPolicy;
+    return parseMetadata(await setupCall(pool, probe, 'metadata', '{}')).modes;
+  } finally {
+    pool.unload(spec.key);
+  }
 }
 
 async function setupCall(pool: SandboxPool, policy: LoadedPolicy, fn: 'metadata' | 'validate-settings', input: string): Promise<string> {
@@ -82,4 +114,14 @@ function parseObject(text: string, what: string): Record<string, unknown> {
   }
   if (typeof value !== 'object' || value === null || Array.isArray(value)) throw new Error(`its ${what} is not a JSON object`);
   return value as Record<string, unknown>;
+}
+
+const settingsAjv = new Ajv({ allErrors: false, strict: false });
+
+/** The first way the settings break the module's settings schema, or undefined. */
+function schemaProblem(schema: Record<string, unknown>, settings: JsonValue): string | undefined {
+  const validate = settingsAjv.compile(schema);
+  if (validate(settings)) return undefined;
+  const error = validate.errors?.[0];
+  return `settings${error?.instancePath ?? ''} ${error?.message ?? 'do not match the schema'} (the module's settings schema)`;
 }

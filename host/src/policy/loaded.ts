@@ -2,6 +2,7 @@
 import type { JsonValue, Mode } from '@portcullis/sdk';
 import type { Grant } from '../context/grants.ts';
 import type { SandboxLimits } from '../sandbox/prepare.ts';
+import type { PolicyInfo } from './metadata.ts';
 import type { ModuleKind } from './module-kind.ts';
 
 export type FailurePolicy = 'Fail' | 'Ignore';
@@ -28,4 +29,6 @@ export interface LoadedPolicy extends PolicyOptions {
   digest: string;
   kind: ModuleKind;
   modes: Mode[];
+  /** What the module says about itself (portcullis build embeds it); absent in older modules. */
+  info?: PolicyInfo;
 }

@@ -75,7 +75,11 @@ async function loadEntry(pool: SandboxPool, config: PolicyConfig): Promise<Polic
       pool.unload(loaded.key);
       throw new PolicyLoadError(config.name, `it is configured to ${missing.join(' and ')} but the module only supports ${loaded.modes.join(', ')}`);
     }
-    return { config, modes, loaded };
+    // Rules the file leaves out come from the module: a configuration entry can be just
+    // name + module + settings.
+    const rules = loaded.info?.rules;
+    const effective = config.rulesGiven === false && rules ? { ...config, rules } : config;
+    return { config: effective, modes, loaded };
   } catch (error) {
     return { config, modes: config.modes ?? ['validate', 'mutate'], error: errorMessage(error) };
   }

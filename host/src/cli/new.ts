@@ -1,0 +1,194 @@
+// `portcullis new DIR [--lang ts|as]`: a policy project that builds, tests and type-checks as
+// generated, so an author starts from green and changes one thing at a time. The example
+// policy is the smallest useful one: Pods must carry a label named in the settings.
+import { mkdir, readdir, writeFile } from 'node:fs/promises';
+import { basename, join, resolve } from 'node:path';
+import { parseArgs } from 'node:util';
+import { errorMessage } from '../errors.ts';
+import { cliVersion } from './version.ts';
+import { NEW_HELP } from './help.ts';
+import { UsageError } from './usage.ts';
+
+type Lang = 'ts' | 'as';
+
+export default async function newProject(args: string[]): Promise<number> {
+  let parsed;
+  try {
+    parsed = parseArgs({ args, allowPositionals: true, options: { lang: { type: 'string' }, registry: { type: 'string' } } });
+  } catch (error) {
+    throw new UsageError(`${errorMessage(error)}\n${NEW_HELP}`);
+  }
+  const { values, positionals } = parsed;
+  const [target, ...extra] = positionals;
+  if (!target || extra.length > 0) throw new UsageError(NEW_HELP);
+  const lang = values.lang ?? 'ts';
+  if (lang !== 'ts' && lang !== 'as') throw new UsageError(`--lang must be ts or as, not "${lang}"`);
+  const registry = values.registry ?? 'localhost:5000';
+  if (!/^[a-z0-9.-]+(:\d+)?$/i.test(registry)) throw new UsageError(`--registry must be HOST or HOST:PORT, not "${registry}"`);
+  const dir = resolve(target);
+  const name = basename(dir);
+  if (!/^[a-z0-9]([a-z0-9-]*[a-z0-9])?$/.test(name) || name.length > 63) {
+    throw new UsageError(`"${name}" cannot be a policy name: use lowercase letters, digits and dashes (it becomes the webhook path /validate/${name})`);
+  }
+  const existing = await readdir(dir).catch((error: NodeJS.ErrnoException) => (error.code === 'ENOENT' ? [] : Promise.reject(error)));
+  if (existing.length > 0) throw new Error(`${dir} is not empty; give a new folder (nothing was written)`);
+  const files = projectFiles(name, lang, registry);
+  for (const [path, content] of Object.entries(files)) {
+    await mkdir(join(dir, path, '..'), { recursive: true });
+    await writeFile(join(dir, path), content);
+  }
+  process.stdout.write(`created ${target} (${lang === 'ts' ? 'TypeScript' : 'AssemblyScript'} policy "${name}")\n` +
+    `next: cd ${target} && npm test\n`);
+  return 0;
+}
+
+function projectFiles(name: string, lang: Lang, registry: string): Record<string, string> {
+  const source = lang === 'ts' ? 'src/policy.ts' : 'assembly/index.ts';
+  const image = `oci://${registry}/policies/${name}:v0.1.0`;
+  const loopback = /^(localhost|127\.|\[::1\])/.test(registry);
+  const version = cliVersion();
+  const pkg = {
+    name, version: '0.1.0', private: true, type: 'module',
+    description: `Pods must carry the label named in the settings (a Portcullis policy)`,
+    scripts: {
+      build: `portcullis build ${source} -o ${name}.wasm`,
+      test: `portcullis build ${source} -o ${name}.wasm && portcullis test tests`,
+      typecheck: 'tsc --noEmit',
+      push: `portcullis push ${name}.wasm ${image}${loopback ? ' --insecure' : ''}`,
+      serve: 'portcullis serve --config portcullis.yaml',
+    },
+    // Embedded in the module by portcullis build: the host uses them as defaults.
+    portcullis: {
+      rules: [{ operations: ['CREATE', 'UPDATE'], apiGroups: [''], apiVersions: ['v1'], resources: ['pods'] }],
+      settingsSchema: {
+        type: 'object', required: ['label'], additionalProperties: false,
+        properties: { label: { type: 'string', minLength: 1, description: 'the label every Pod must carry' } },
+      },
+    },
+    devDependencies: { '@portcullis/host': `^${version}`, '@portcullis/sdk': `^${version}`, ...(lang === 'as' ? { assemblyscript: '^0.28.0' } : {}) },
+  };
+  const files: Record<string, string> = {
+    'package.json': `${JSON.stringify(pkg, null, 2)}\n`,
+    'tsconfig.json': `${JSON.stringify(lang === 'ts' ? TS_CONFIG : AS_CONFIG, null, 2)}\n`,
+    [source]: lang === 'ts' ? TS_POLICY(name) : AS_POLICY(name),
+    [`tests/${name}.test.yaml`]: SUITE(name),
+    'examples/pod-with-label.yaml': POD('labelled', true),
+    'examples/pod-without-label.yaml': POD('unlabelled', false),
+    'portcullis.yaml': SERVE_CONFIG(name, image, loopback ? registry : undefined),
+    'README.md': README(name, lang, source),
+    '.gitignore': '*.wasm\nnode_modules/\nca.pem\n',
+  };
+  return files;
+}
+
+const TS_CONFIG = {
+  compilerOptions: {
+    target: 'es2022', module: 'nodenext', moduleResolution: 'nodenext', strict: true, noEmit: true, skipLibCheck: true, types: [],
+  },
+  include: ['src'],
+};
+
+// AssemblyScript's own declarations make its sources type-check with tsc (i32, decorators).
+const AS_CONFIG = {
+  extends: 'assemblyscript/std/assembly.json',
+  include: ['assembly/**/*.ts'],
+};
+
+const TS_POLICY = (name: string) => `// ${name}: every Pod must carry the label named in settings.label.
+// validate() runs for each matching request; throwing AdmissionError denies it with a message.
+import { AdmissionError, definePolicy, type JsonObject } from '@portcullis/sdk';
+
+interface Settings {
+  label: string;
+}
+
+function labelsOf(object: JsonObject): JsonObject {
+  const metadata = object.metadata;
+  if (typeof metadata !== 'object' || metadata === null || Array.isArray(metadata)) return {};
+  const labels = metadata.labels;
+  return typeof labels === 'object' && labels !== null && !Array.isArray(labels) ? labels : {};
+}
+
+export default definePolicy<Settings>({
+  validate({ object, settings }) {
+    if (!object) return; // DELETE has no object
+    if (typeof labelsOf(object)[settings.label] !== 'string') {
+      throw new AdmissionError(\`missing required label \${settings.label}\`);
+    }
+  },
+});
+`;
+
+const AS_POLICY = (name: string) => `// ${name}: every Pod must carry the label named in settings.label.
+// validate() runs for each matching request; Result.deny() denies it with a message.
+import { Context, Result, handleValidate, stringAt } from '@portcullis/sdk/assembly';
+
+function check(ctx: Context): Result {
+  if (ctx.object == null) return Result.allow(); // DELETE has no object
+  const setting = stringAt(ctx.settings, 'label');
+  const label = setting != null ? setting! : 'team';
+  if (ctx.label(label) == null) return Result.deny('missing required label ' + label);
+  return Result.allow();
+}
+
+export function validate(): i32 {
+  return handleValidate(check);
+}
+`;
+
+const SUITE = (name: string) => `# Run with: npm test (it builds first). Each case is one admission request and what the
+# policy must answer; add a case for every rule you add.
+policy: ../${name}.wasm
+settings: { label: team }
+cases:
+  - name: a Pod with the label is allowed
+    object: { apiVersion: v1, kind: Pod, metadata: { name: web, labels: { team: payments } } }
+    expect: { allowed: true }
+  - name: a Pod without the label is denied
+    object: { apiVersion: v1, kind: Pod, metadata: { name: web } }
+    expect: { allowed: false, code: 403, message: missing required label team }
+`;
+
+const POD = (name: string, labelled: boolean) => `apiVersion: v1
+kind: Pod
+metadata:
+  name: ${name}${labelled ? '\n  labels:\n    team: payments' : ''}
+spec:
+  containers:
+    - name: app
+      image: registry.example/app:1.0
+`;
+
+const SERVE_CONFIG = (name: string, image: string, insecure: string | undefined) => `# npm run serve: the admission webhook for the cluster in $KUBECONFIG, on this machine.
+# It registers its own ValidatingWebhookConfiguration (webhooks.managed) with a self-signed CA,
+# and removes it again when stopped. Rules and the settings schema come from the module.
+server:
+  host: 127.0.0.1
+  port: 8443
+  tls: { mode: self-signed, hostnames: [127.0.0.1, localhost] }
+webhooks:
+  managed: ${name}.portcullis.dev
+  url: https://127.0.0.1:8443
+  namespace: default
+${insecure ? `registries:\n  insecure: [${insecure}]\n` : ''}policies:
+  - name: ${name}
+    module: ${image}
+    settings: { label: team }
+`;
+
+const README = (name: string, lang: Lang, source: string) => `# ${name}
+
+A Portcullis admission policy (${lang === 'ts' ? 'TypeScript' : 'AssemblyScript'}): every Pod must carry the label named
+in its settings.
+
+| command | what it does |
+|---|---|
+| \`npm test\` | build, then run \`tests/*.test.yaml\` in the real sandbox |
+| \`npm run typecheck\` | \`tsc --noEmit\` |
+| \`npm run build\` | \`${source}\` -> \`${name}.wasm\` (metadata from package.json's \`portcullis\` field) |
+| \`npm run push\` | publish the module to the registry named in \`portcullis.yaml\` |
+| \`npm run serve\` | serve it as the admission webhook of the cluster in \`$KUBECONFIG\` |
+
+Then \`kubectl create -f examples/pod-without-label.yaml\` is denied and
+\`examples/pod-with-label.yaml\` is admitted.
+`;

@@ -1,0 +1,161 @@
+// What a policy says about itself, embedded by `portcullis build` in a custom section of the
+// module ("portcullis.metadata", JSON): name, version, description, modes, default rules and
+// the JSON Schema of its settings. The host uses it as defaults, so a configuration entry can
+// be just name + module + settings, and checks settings against the schema before the policy's
+// own validator runs. The section comes from whoever built the module, so it is untrusted
+// input: size-capped, schema-checked, and refused with a message that says which field is wrong.
+import { Ajv, type ErrorObject } from 'ajv';
+import type { Mode } from '@portcullis/sdk';
+import configSchema from '../../config.schema.json' with { type: 'json' };
+import type { RuleWithOperations } from '../config/types.ts';
+
+export const METADATA_SECTION = 'portcullis.metadata';
+/** Far above any real policy's metadata (a settings schema of a few KiB), far below harm. */
+export const MAX_METADATA_BYTES = 256 * 1024;
+/** Top-level sections of a component (core modules nest inside one) stay in the hundreds. */
+const MAX_SECTIONS = 10_000;
+
+export interface PolicyInfo {
+  name?: string;
+  version?: string;
+  description?: string;
+  modes?: Mode[];
+  /** Default webhook rules: used when the configuration gives none. */
+  rules?: RuleWithOperations[];
+  /** JSON Schema (draft-07) the settings must satisfy. */
+  settingsSchema?: Record<string, unknown>;
+}
+
+export class MetadataError extends Error {
+  readonly code = 'POLICY_METADATA_INVALID';
+  constructor(message: string) {
+    super(message);
+    this.name = 'MetadataError';
+  }
+}
+
+const ajv = new Ajv({ allErrors: false, strict: false });
+const validateInfo = ajv.compile<PolicyInfo>({
+  type: 'object',
+  additionalProperties: false,
+  properties: {
+    name: { type: 'string', maxLength: 253 },
+    version: { type: 'string', maxLength: 128 },
+    description: { type: 'string', maxLength: 4096 },
+    modes: { type: 'array', items: { enum: ['validate', 'mutate'] }, uniqueItems: true },
+    rules: { type: 'array', items: { $ref: '#/definitions/rule' } },
+    settingsSchema: { type: 'object' },
+  },
+  definitions: configSchema.definitions,
+});
+
+function describe(error: ErrorObject | undefined): string {
+  return error ? `${error.instancePath || '/'} ${error.message ?? 'is invalid'}` : 'is invalid';
+}
+
+/** Checks a metadata value (from a module, or from package.json at build time). */
+export function checkInfo(value: unknown, where: string): PolicyInfo {
+  if (!validateInfo(value)) throw new MetadataError(`${where}: ${describe(validateInfo.errors?.[0])}`);
+  if (value.settingsSchema) {
+    try {
+      ajv.compile(value.settingsSchema);
+    } catch (error) {
+      throw new MetadataError(`${where}: settingsSchema is not a usable JSON Schema: ${(error as Error).message}`);
+    }
+  }
+  return value;
+}
+
+interface Section {
+  start: number;
+  end: number;
+  /** Where the section's payload begins (after its name). */
+  payload: number;
+  name?: string;
+}
+
+/** Top-level sections, walked without allocating per section beyond the small records. */
+function* sections(bytes: Uint8Array): Generator<Section & { header: number }> {
+  let offset = 8;
+  let count = 0;
+  while (offset < bytes.length) {
+    if (++count > MAX_SECTIONS) throw new MetadataError(`the module has more than ${MAX_SECTIONS} top-level sections`);
+    const header = offset;
+    const id = bytes[offset]!;
+    const [size, sizeLength] = readLeb(bytes, offset + 1);
+    const start = offset + 1 + sizeLength;
+    const end = start + size;
+    if (end > bytes.length) throw new MetadataError(`section ${id} at byte ${offset} runs past the end of the module`);
+    if (id === 0) {
+      const [nameLength, nameLengthSize] = readLeb(bytes, start);
+      const nameEnd = start + nameLengthSize + nameLength;
+      if (nameEnd > end) throw new MetadataError(`custom section at byte ${offset} has a name longer than the section`);
+      // Only a name of the right length is decoded: no string per foreign custom section.
+      const name = nameLength === METADATA_SECTION.length ? new TextDecoder().decode(bytes.subarray(start + nameLengthSize, nameEnd)) : undefined;
+      yield { header, start, end, payload: nameEnd, ...(name === undefined ? {} : { name }) };
+    } else {
+      yield { header, start, end, payload: start };
+    }
+    offset = end;
+  }
+}
+
+/** The policy's embedded metadata, or undefined when it has none. */
+export function readPolicyInfo(bytes: Uint8Array): PolicyInfo | undefined {
+  let found: PolicyInfo | undefined;
+  for (const section of sections(bytes)) {
+    if (section.name !== METADATA_SECTION) continue;
+    if (found) throw new MetadataError(`the module has more than one ${METADATA_SECTION} section`);
+    const size = section.end - section.payload;
+    if (size > MAX_METADATA_BYTES) throw new MetadataError(`its ${METADATA_SECTION} section is ${size} bytes, above the ${MAX_METADATA_BYTES}-byte limit`);
+    let value: unknown;
+    try {
+      value = JSON.parse(new TextDecoder('utf-8', { fatal: true }).decode(bytes.subarray(section.payload, section.end)));
+    } catch (error) {
+      throw new MetadataError(`its ${METADATA_SECTION} section is not UTF-8 JSON: ${(error as Error).message}`);
+    }
+    found = checkInfo(value, `its ${METADATA_SECTION} section`);
+  }
+  return found;
+}
+
+/** The module with its metadata section replaced by `info` (appended last: code offsets stay). */
+export function embedPolicyInfo(bytes: Uint8Array, info: PolicyInfo): Uint8Array {
+  const payload = new TextEncoder().encode(JSON.stringify(checkInfo(info, 'metadata')));
+  if (payload.length > MAX_METADATA_BYTES) throw new MetadataError(`the metadata is ${payload.length} bytes, above the ${MAX_METADATA_BYTES}-byte limit`);
+  const kept: Uint8Array[] = [bytes.subarray(0, 8)];
+  for (const section of sections(bytes)) if (section.name !== METADATA_SECTION) kept.push(bytes.subarray(section.header, section.end));
+  const name = new TextEncoder().encode(METADATA_SECTION);
+  const body = [...leb(name.length), ...name];
+  const size = body.length + payload.length;
+  kept.push(Uint8Array.of(0, ...leb(size), ...body), payload);
+  const out = new Uint8Array(kept.reduce((n, part) => n + part.length, 0));
+  let at = 0;
+  for (const part of kept) {
+    out.set(part, at);
+    at += part.length;
+  }
+  return out;
+}
+
+function readLeb(bytes: Uint8Array, offset: number): [number, number] {
+  let result = 0;
+  for (let length = 0, shift = 0; ; shift += 7) {
+    if (offset + length >= bytes.length || shift > 28) throw new MetadataError(`bad section size at byte ${offset}`);
+    const byte = bytes[offset + length]!;
+    result += (byte & 0x7f) * 2 ** shift;
+    length++;
+    if ((byte & 0x80) === 0) return [result, length];
+  }
+}
+
+function leb(value: number): number[] {
+  const out: number[] = [];
+  do {
+    let byte = value & 0x7f;
+    value = Math.floor(value / 128);
+    if (value > 0) byte |= 0x80;
+    out.push(byte);
+  } while (value > 0);
+  return out;
+}
