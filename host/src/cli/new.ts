@@ -14,7 +14,7 @@ type Lang = 'ts' | 'as';
 export default async function newProject(args: string[]): Promise<number> {
   let parsed;
   try {
-    parsed = parseArgs({ args, allowPositionals: true, options: { lang: { type: 'string' }, registry: { type: 'string' } } });
+    parsed = parseArgs({ args, allowPositionals: true, options: { lang: { type: 'string' }, registry: { type: 'string' }, port: { type: 'string' } } });
   } catch (error) {
     throw new UsageError(`${errorMessage(error)}\n${NEW_HELP}`);
   }
@@ -25,6 +25,8 @@ export default async function newProject(args: string[]): Promise<number> {
   if (lang !== 'ts' && lang !== 'as') throw new UsageError(`--lang must be ts or as, not "${lang}"`);
   const registry = values.registry ?? 'localhost:5000';
   if (!/^[a-z0-9.-]+(:\d+)?$/i.test(registry)) throw new UsageError(`--registry must be HOST or HOST:PORT, not "${registry}"`);
+  const port = Number(values.port ?? 8443);
+  if (!Number.isInteger(port) || port < 1 || port > 65535) throw new UsageError(`--port must be 1..65535, not "${values.port}"`);
   const dir = resolve(target);
   const name = basename(dir);
   if (!/^[a-z0-9]([a-z0-9-]*[a-z0-9])?$/.test(name) || name.length > 63) {
@@ -32,7 +34,7 @@ export default async function newProject(args: string[]): Promise<number> {
   }
   const existing = await readdir(dir).catch((error: NodeJS.ErrnoException) => (error.code === 'ENOENT' ? [] : Promise.reject(error)));
   if (existing.length > 0) throw new Error(`${dir} is not empty; give a new folder (nothing was written)`);
-  const files = projectFiles(name, lang, registry);
+  const files = projectFiles(name, lang, registry, port);
   for (const [path, content] of Object.entries(files)) {
     await mkdir(join(dir, path, '..'), { recursive: true });
     await writeFile(join(dir, path), content);
@@ -42,7 +44,7 @@ export default async function newProject(args: string[]): Promise<number> {
   return 0;
 }
 
-function projectFiles(name: string, lang: Lang, registry: string): Record<string, string> {
+function projectFiles(name: string, lang: Lang, registry: string, port: number): Record<string, string> {
   const source = lang === 'ts' ? 'src/policy.ts' : 'assembly/index.ts';
   const image = `oci://${registry}/policies/${name}:v0.1.0`;
   const loopback = /^(localhost|127\.|\[::1\])/.test(registry);
@@ -53,7 +55,9 @@ function projectFiles(name: string, lang: Lang, registry: string): Record<string
     scripts: {
       build: `portcullis build ${source} -o ${name}.wasm`,
       test: `portcullis build ${source} -o ${name}.wasm && portcullis test tests`,
-      typecheck: 'tsc --noEmit',
+      // tsc cannot check AssemblyScript (its own std and libraries are not TypeScript); asc is
+      // its type checker, and it runs in build.
+      typecheck: lang === 'ts' ? 'tsc --noEmit' : `portcullis build ${source} -o ${name}.wasm --no-check`,
       push: `portcullis push ${name}.wasm ${image}${loopback ? ' --insecure' : ''}`,
       serve: 'portcullis serve --config portcullis.yaml',
     },
@@ -65,7 +69,7 @@ function projectFiles(name: string, lang: Lang, registry: string): Record<string
         properties: { label: { type: 'string', minLength: 1, description: 'the label every Pod must carry' } },
       },
     },
-    devDependencies: { '@portcullis/host': `^${version}`, '@portcullis/sdk': `^${version}`, ...(lang === 'as' ? { assemblyscript: '^0.28.0' } : {}) },
+    devDependencies: { '@portcullis/host': `^${version}`, '@portcullis/sdk': `^${version}` },
   };
   const files: Record<string, string> = {
     'package.json': `${JSON.stringify(pkg, null, 2)}\n`,
@@ -74,7 +78,7 @@ function projectFiles(name: string, lang: Lang, registry: string): Record<string
     [`tests/${name}.test.yaml`]: SUITE(name),
     'examples/pod-with-label.yaml': POD('labelled', true),
     'examples/pod-without-label.yaml': POD('unlabelled', false),
-    'portcullis.yaml': SERVE_CONFIG(name, image, loopback ? registry : undefined),
+    'portcullis.yaml': SERVE_CONFIG(name, image, loopback ? registry : undefined, port),
     'README.md': README(name, lang, source),
     '.gitignore': '*.wasm\nnode_modules/\nca.pem\n',
   };
@@ -88,7 +92,7 @@ const TS_CONFIG = {
   include: ['src'],
 };
 
-// AssemblyScript's own declarations make its sources type-check with tsc (i32, decorators).
+// For editors: AssemblyScript's declarations (i32, decorators). The type checker is asc.
 const AS_CONFIG = {
   extends: 'assemblyscript/std/assembly.json',
   include: ['assembly/**/*.ts'],
@@ -159,17 +163,18 @@ spec:
       image: registry.example/app:1.0
 `;
 
-const SERVE_CONFIG = (name: string, image: string, insecure: string | undefined) => `# npm run serve: the admission webhook for the cluster in $KUBECONFIG, on this machine.
+const SERVE_CONFIG = (name: string, image: string, insecure: string | undefined, port: number) => `# npm run serve: the admission webhook for the cluster in $KUBECONFIG, on this machine.
 # It registers its own ValidatingWebhookConfiguration (webhooks.managed) with a self-signed CA,
 # and removes it again when stopped. Rules and the settings schema come from the module.
 server:
   host: 127.0.0.1
-  port: 8443
+  port: ${port}
   tls: { mode: self-signed, hostnames: [127.0.0.1, localhost] }
 webhooks:
   managed: ${name}.portcullis.dev
-  url: https://127.0.0.1:8443
-  namespace: default
+  url: https://127.0.0.1:${port}
+  # Where the host's Lease lives; its webhooks never cover this namespace (nor kube-system).
+  namespace: kube-system
 ${insecure ? `registries:\n  insecure: [${insecure}]\n` : ''}policies:
   - name: ${name}
     module: ${image}
@@ -184,7 +189,7 @@ in its settings.
 | command | what it does |
 |---|---|
 | \`npm test\` | build, then run \`tests/*.test.yaml\` in the real sandbox |
-| \`npm run typecheck\` | \`tsc --noEmit\` |
+| \`npm run typecheck\` | ${lang === 'ts' ? '\`tsc --noEmit\`' : 'the AssemblyScript compiler\'s checks (asc; tsc cannot check AssemblyScript)'} |
 | \`npm run build\` | \`${source}\` -> \`${name}.wasm\` (metadata from package.json's \`portcullis\` field) |
 | \`npm run push\` | publish the module to the registry named in \`portcullis.yaml\` |
 | \`npm run serve\` | serve it as the admission webhook of the cluster in \`$KUBECONFIG\` |

@@ -1,0 +1,135 @@
+// docs/tutorial.md, run as a newcomer would: both packages packed with `npm pack` (scripts/pack.ts),
+// installed in a folder outside the checkout, then exactly the tutorial's command blocks, with
+// only the registry address and the port swapped for this run's. The last command must be
+// denied by the real kube-apiserver calling the webhook the tutorial's `serve` registered.
+import { spawn, type ChildProcess } from 'node:child_process';
+import { readFile, readdir, rm } from 'node:fs/promises';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startRegistry, type TestRegistry } from '../helpers/registry.ts';
+import { run, type Run } from '../helpers/process.ts';
+import { freePort, kubeconfig, kubectl, prepareNamespaces, removeWebhookConfigurations, root, tempDir, waitFor } from './helpers.ts';
+
+let registry: TestRegistry;
+let home: string;
+const servers = new Set<ChildProcess>();
+
+/** A command line of the tutorial, in a login-like shell with this run's cluster. */
+function sh(line: string, cwd: string): Promise<Run> {
+  return run('bash', ['-c', line], { cwd, env: { KUBECONFIG: kubeconfig(), npm_config_update_notifier: 'false' } });
+}
+
+function block(markdown: string, tag: string): string[] {
+  const found = new RegExp('```sh ' + tag + '\\n([\\s\\S]*?)```').exec(markdown);
+  if (!found) throw new Error(`docs/tutorial.md has no \`\`\`sh ${tag} block`);
+  return found[1]!.trim().split('\n');
+}
+
+beforeAll(async () => {
+  await removeWebhookConfigurations();
+  await prepareNamespaces();
+  registry = await startRegistry();
+  // Outside the checkout: no node_modules above it but its own.
+  home = await tempDir('portcullis-tutorial-');
+  const packed = await run(process.execPath, [join(root, 'scripts/pack.ts')], { cwd: root });
+  expect(packed.code, packed.stderr).toBe(0);
+  const tarballs = packed.stdout.trim().split('\n');
+  expect(tarballs.map((t) => t.replace(/^.*\//, '')).sort()).toEqual(['portcullis-host-0.1.0.tgz', 'portcullis-sdk-0.1.0.tgz']);
+  // The tutorial's install block, with the tarballs where it says they are.
+  const install = (await readFile(join(root, 'docs/tutorial.md'), 'utf8')).match(/```sh\n(npm init -y\nnpm install[^\n]*)\n```/);
+  expect(install, 'docs/tutorial.md install block').not.toBeNull();
+  for (const line of install![1]!.split('\n')) {
+    const result = await sh(line.replace(/\.\/(portcullis-\w+-0\.1\.0\.tgz)/g, (_, file: string) => tarballs.find((t) => t.endsWith(file))!) + ' --prefer-offline --no-audit --no-fund', home);
+    expect(result.code, `${line}\n${result.stderr}`).toBe(0);
+  }
+}, 300_000);
+
+afterAll(async () => {
+  for (const server of servers) {
+    try {
+      process.kill(-server.pid!, 'SIGTERM');
+    } catch { /* already gone */ }
+  }
+  await new Promise((resolve) => setTimeout(resolve, 1000));
+  for (const server of servers) {
+    try {
+      process.kill(-server.pid!, 'SIGKILL');
+    } catch { /* already gone */ }
+  }
+  await kubectl(['delete', 'pods', '--all', '-n', 'default', '--wait=false']);
+  await removeWebhookConfigurations();
+  await registry?.stop();
+});
+
+describe.each([['tutorial-ts', 'my-policy'], ['tutorial-as', 'my-as-policy']])('docs/tutorial.md %s', (tag, name) => {
+  it('goes from an empty folder to a Pod denied by the kube-apiserver, with the packed packages only', async () => {
+    const port = await freePort();
+    const lines = block(await readFile(join(root, 'docs/tutorial.md'), 'utf8'), tag)
+      .map((line) => line.replaceAll('localhost:5000', registry.host).replaceAll('8443', String(port)));
+    expect(lines).toHaveLength(6);
+    let cwd = home;
+    const outputs: string[] = [];
+    for (const line of lines) {
+      let command = line;
+      const cd = /^cd (\S+) && (.*)$/.exec(line);
+      if (cd) {
+        cwd = join(cwd, cd[1]!);
+        command = cd[2]!;
+      }
+      if (command.endsWith('&')) {
+        // serve: started in its own process group so the test can stop npm and the host together.
+        const server = spawn('bash', ['-c', command.slice(0, -1)], { cwd, detached: true, env: { ...process.env, KUBECONFIG: kubeconfig() }, stdio: ['ignore', 'pipe', 'pipe'] });
+        servers.add(server);
+        let log = '';
+        server.stdout!.on('data', (d) => (log += d));
+        server.stderr!.on('data', (d) => (log += d));
+        await waitFor(`the tutorial's serve to register ${name}.portcullis.dev (log: ${log.slice(-2000)})`, async () => {
+          const got = await kubectl(['get', 'validatingwebhookconfiguration', `${name}.portcullis.dev`, '-o', 'json']);
+          return got.code === 0 && (JSON.parse(got.stdout) as { webhooks?: { clientConfig?: { caBundle?: string } }[] }).webhooks?.[0]?.clientConfig?.caBundle;
+        }, 60_000);
+        continue;
+      }
+      if (command.startsWith('kubectl ')) break; // the last step is asserted below
+      const result = await sh(command, cwd);
+      outputs.push(result.stdout + result.stderr);
+      expect(result.code, `${line}\n${result.stdout}\n${result.stderr}`).toBe(0);
+    }
+    // new, test, build, push: what each says it did.
+    expect(outputs[0]).toMatch(new RegExp(`created ${name}`));
+    expect(outputs[1]).toMatch(/2 passed, 0 failed/);
+    expect(outputs[3]).toMatch(new RegExp(`oci://${registry.host}/policies/${name}@sha256:[0-9a-f]{64}`));
+    expect((await readdir(cwd)).sort()).toEqual(expect.arrayContaining(['package.json', 'portcullis.yaml', `${name}.wasm`, 'tests', 'examples', 'README.md']));
+    // The generated project passes its own type check.
+    const typecheck = await sh('npm run typecheck', cwd);
+    expect(typecheck.code, typecheck.stdout + typecheck.stderr).toBe(0);
+
+    // The sixth command: denied by the apiserver through the webhook. The configuration may be
+    // registered a moment before the apiserver uses it, so an admitted Pod is removed and retried.
+    const denied = await waitFor('the apiserver to call the webhook', async () => {
+      const result = await sh(lines[5]!, cwd);
+      if (result.code === 0) {
+        await kubectl(['delete', 'pod', 'unlabelled', '-n', 'default', '--wait=false']);
+        return undefined;
+      }
+      return result.stderr;
+    }, 30_000, 1000);
+    expect(denied).toMatch(new RegExp(`admission webhook "[^"]*${name}[^"]*" denied the request: .*missing required label team`));
+    const admitted = await sh('kubectl create -f examples/pod-with-label.yaml', cwd);
+    expect(admitted.code, admitted.stderr).toBe(0);
+    await kubectl(['delete', 'pod', 'labelled', '-n', 'default']);
+
+    // Stopped as the tutorial says (SIGTERM), the host removes the configuration it registered.
+    for (const server of servers) {
+      const exited = new Promise((resolve) => server.once('exit', resolve));
+      process.kill(-server.pid!, 'SIGTERM');
+      await exited;
+      servers.delete(server);
+    }
+    await waitFor('the tutorial\'s configuration to be removed', async () =>
+      (await kubectl(['get', 'validatingwebhookconfiguration', `${name}.portcullis.dev`])).code !== 0);
+  });
+});
+
+afterAll(async () => {
+  await rm(home, { recursive: true, force: true }).catch(() => undefined);
+});
