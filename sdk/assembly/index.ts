@@ -5,7 +5,7 @@
 //   export function validate(): i32 { return handleValidate(check); }
 //
 // A module exports `validate`, `mutate` and/or `validate_settings`; the host reads which from
-// the module's exports. Build with `npx portcullis build assembly/index.ts -o policy.wasm`.
+// the module's exports. Build with `npx --no -- portcullis build assembly/index.ts -o policy.wasm`.
 import { Host, LogLevel } from '@extism/as-pdk';
 import { JSON } from 'json-as';
 

@@ -2,7 +2,11 @@
 // types, so without this a wrong field name in a policy compiles and fails in the cluster.
 // The policy's own tsconfig.json (the nearest one above it) decides the options; without one,
 // strict defaults that fit the SDK apply.
-import { dirname } from 'node:path';
+import { dirname, resolve, sep } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+/** The SDK's own files are checked where the SDK is built, not in every policy that uses it. */
+const sdkRoot = resolve(dirname(fileURLToPath(import.meta.url)), '..') + sep;
 
 const DEFAULTS = {
   target: 'es2022', module: 'nodenext', moduleResolution: 'nodenext', strict: true, noEmit: true, skipLibCheck: true, types: [],
@@ -21,7 +25,8 @@ export async function typeErrors(source: string): Promise<string[]> {
     options = ts.convertCompilerOptionsFromJson(DEFAULTS, dirname(source)).options;
   }
   const program = ts.createProgram([source], { ...options, noEmit: true });
-  return ts.getPreEmitDiagnostics(program).filter((d) => d.category === ts.DiagnosticCategory.Error).map((d) => {
+  const errors = ts.getPreEmitDiagnostics(program).filter((d) => d.category === ts.DiagnosticCategory.Error && !d.file?.fileName.startsWith(sdkRoot));
+  return errors.map((d) => {
     const text = ts.flattenDiagnosticMessageText(d.messageText, '\n');
     if (!d.file || d.start === undefined) return text;
     const { line, character } = d.file.getLineAndCharacterOfPosition(d.start);

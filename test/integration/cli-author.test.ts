@@ -1,0 +1,148 @@
+// What a policy author does with the CLI, through the real binary: new -> build (type check,
+// metadata) -> inspect -> test, the help every command gives, and the host using the embedded
+// metadata as defaults (rules, settings schema).
+import { mkdir, mkdtemp, readFile, readdir, rm, writeFile, access, appendFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { loadConfigFile } from '../../host/src/config/load.ts';
+import { loadPolicySet } from '../../host/src/policy/policy-set.ts';
+import { SandboxPool } from '../../host/src/sandbox/pool.ts';
+import { cli } from '../helpers/cli.ts';
+import { root } from '../helpers/policies.ts';
+import { run } from '../helpers/process.ts';
+
+// Inside the checkout, so the project resolves @portcullis/sdk from the workspace; .scratch is ignored by git.
+let scratch: string;
+let project: string;
+const inProject = (args: string[]) => run(process.execPath, [`${root}host/bin/portcullis.js`, ...args], { cwd: project });
+
+beforeAll(async () => {
+  await mkdir(join(root, '.scratch'), { recursive: true });
+  scratch = await mkdtemp(join(root, '.scratch', 'author-'));
+  project = join(scratch, 'team-label');
+  const created = await cli(['new', project]);
+  expect(created.code, created.stderr).toBe(0);
+});
+
+afterAll(async () => {
+  await rm(scratch, { recursive: true, force: true });
+});
+
+describe('help and version', () => {
+  it('every command answers --help with its flags and the environment, exit 0, without running', async () => {
+    const commands = ['new', 'build', 'test', 'run', 'bench', 'inspect', 'serve', 'push', 'pull'];
+    const main = await cli(['--help']);
+    expect(main.code).toBe(0);
+    for (const name of commands) expect(main.stdout).toMatch(new RegExp(`^  ${name} +\\S`, 'm'));
+    for (const name of commands) {
+      const help = await cli([name, '--help']);
+      expect(help.code, name).toBe(0);
+      expect(help.stdout).toMatch(new RegExp(`^usage: portcullis ${name} `));
+      expect(help.stdout).toMatch(/PORTCULLIS_CACHE/);
+    }
+    expect((await cli(['run', '--help'])).stdout).toMatch(/--insecure.*\n.*--docker-config/);
+    expect((await cli(['build', '--help'])).stdout).toMatch(/--no-typecheck/);
+    // -h anywhere wins, even beside flags the command would refuse.
+    expect((await cli(['serve', '--port', 'x', '-h'])).code).toBe(0);
+  });
+
+  it('--version prints the package version; an unknown command is one line and exit 2', async () => {
+    const pkg = JSON.parse(await readFile(join(root, 'host/package.json'), 'utf8')) as { version: string };
+    expect((await cli(['--version'])).stdout).toBe(`portcullis ${pkg.version} (node ${process.versions.node})\n`);
+    const unknown = await cli(['frobnicate']);
+    expect(unknown.code).toBe(2);
+    expect(unknown.stderr).toBe('portcullis: unknown command "frobnicate"; run portcullis --help for the list\n');
+  });
+});
+
+describe('portcullis new', () => {
+  it('writes a project with the scripts, sources, suite and serve configuration', async () => {
+    const files = await readdir(project, { recursive: true });
+    expect(files.sort()).toEqual(expect.arrayContaining([
+      'package.json', 'tsconfig.json', 'src/policy.ts', 'tests/team-label.test.yaml', 'portcullis.yaml',
+      'examples/pod-with-label.yaml', 'examples/pod-without-label.yaml', 'README.md', '.gitignore',
+    ]));
+    const pkg = JSON.parse(await readFile(join(project, 'package.json'), 'utf8')) as { scripts: Record<string, string> };
+    expect(Object.keys(pkg.scripts).sort()).toEqual(['build', 'push', 'serve', 'test', 'typecheck']);
+  });
+
+  it('refuses a folder that is not empty (writing nothing) and a name that cannot be a policy name', async () => {
+    const refused = await cli(['new', project]);
+    expect(refused.code).toBe(1);
+    expect(refused.stderr).toMatch(/team-label is not empty; give a new folder \(nothing was written\)\n$/);
+    const badName = await cli(['new', join(scratch, 'Bad_Name')]);
+    expect(badName.code).toBe(2);
+    expect(badName.stderr).toMatch(/"Bad_Name" cannot be a policy name: use lowercase letters, digits and dashes/);
+    await expect(access(join(scratch, 'Bad_Name'))).rejects.toThrow();
+    expect((await cli(['new', join(scratch, 'x'), '--lang', 'rust'])).stderr).toMatch(/--lang must be ts or as, not "rust"/);
+  });
+});
+
+describe('build, inspect, test on the generated project', () => {
+  it('embeds name, version, modes, rules and settings schema; inspect shows them', async () => {
+    const built = await inProject(['build', 'src/policy.ts', '-o', 'team-label.wasm']);
+    expect(built.code, built.stderr).toBe(0);
+    const inspected = await inProject(['inspect', 'team-label.wasm', '--json']);
+    expect(inspected.code, inspected.stderr).toBe(0);
+    const report = JSON.parse(inspected.stdout) as Record<string, unknown>;
+    expect(report).toMatchObject({
+      kind: 'component', digest: expect.stringMatching(/^sha256:[0-9a-f]{64}$/),
+      imports: ['portcullis:policy/host@0.1.0', 'portcullis:policy/context@0.1.0'],
+      metadata: {
+        name: 'team-label', version: '0.1.0', modes: ['validate'],
+        rules: [{ operations: ['CREATE', 'UPDATE'], apiGroups: [''], apiVersions: ['v1'], resources: ['pods'] }],
+        settingsSchema: { type: 'object', required: ['label'] },
+      },
+    });
+    const text = await inProject(['inspect', 'team-label.wasm']);
+    expect(text.stdout).toMatch(/name: +team-label 0\.1\.0\n.*\n  modes: +validate\n  rules: +CREATE\|UPDATE core\/v1\/pods/);
+  }, 60_000);
+
+  it('the generated suite passes as generated', async () => {
+    const tested = await inProject(['test', 'tests']);
+    expect(tested.stdout).toMatch(/2 passed, 0 failed/);
+    expect(tested.code).toBe(0);
+  }, 60_000);
+
+  it('settings that break the embedded schema are refused with the field, before the policy runs', async () => {
+    const result = await inProject(['run', '--policy', 'team-label.wasm', '--request', 'examples/pod-without-label.yaml', '--settings', '{"label": 7}']);
+    expect(result.code).toBe(1);
+    expect(result.stderr).toBe('portcullis run: policy "team-label" refused its settings: settings/label must be string (the module\'s settings schema); fix the settings in the configuration\n');
+  }, 60_000);
+
+  it('a configuration entry of name + module + settings gets its rules from the module', async () => {
+    await writeFile(join(project, 'short.yaml'), 'policies:\n  - { name: team-label, module: team-label.wasm, settings: { label: team } }\n' +
+      '  - { name: explicit, module: team-label.wasm, settings: { label: team }, rules: [] }\n');
+    const pool = new SandboxPool(1);
+    try {
+      const set = await loadPolicySet(pool, await loadConfigFile(join(project, 'short.yaml')));
+      expect(set.failed).toEqual([]);
+      expect(set.byName.get('team-label')!.config.rules).toEqual([{ operations: ['CREATE', 'UPDATE'], apiGroups: [''], apiVersions: ['v1'], resources: ['pods'] }]);
+      expect(set.byName.get('explicit')!.config.rules).toEqual([]);
+    } finally {
+      await pool.close();
+    }
+  }, 60_000);
+
+  it('a type error stops the build and nothing is written; --no-typecheck builds anyway', async () => {
+    await appendFile(join(project, 'src/policy.ts'), '\nexport const wrong: number = "not a number";\n');
+    try {
+      const refused = await inProject(['build', 'src/policy.ts', '-o', 'typed.wasm']);
+      expect(refused.code).toBe(1);
+      expect(refused.stderr).toMatch(/1 type error\(s\) \(--no-typecheck builds anyway\):\n.*src\/policy\.ts:\d+:\d+: Type 'string' is not assignable to type 'number'\./);
+      await expect(access(join(project, 'typed.wasm'))).rejects.toThrow();
+      const forced = await inProject(['build', 'src/policy.ts', '-o', 'typed.wasm', '--no-typecheck']);
+      expect(forced.code, forced.stderr).toBe(0);
+    } finally {
+      const source = await readFile(join(project, 'src/policy.ts'), 'utf8');
+      await writeFile(join(project, 'src/policy.ts'), source.replace(/\nexport const wrong.*\n$/, '\n'));
+    }
+  }, 60_000);
+
+  it('inspect of something that is not a module is one line and exit 1', async () => {
+    await writeFile(join(project, 'junk.wasm'), 'hello');
+    const result = await inProject(['inspect', 'junk.wasm']);
+    expect(result.code).toBe(1);
+    expect(result.stderr).toBe('portcullis inspect: junk.wasm is not a WebAssembly module or component (bad header)\n');
+  });
+});

@@ -1,0 +1,67 @@
+// The metadata section portcullis build embeds: read back exactly, replaced not duplicated,
+// and refused with one clear reason when a module carries a broken or hostile one.
+import { describe, expect, it } from 'vitest';
+import { embedPolicyInfo, MAX_METADATA_BYTES, METADATA_SECTION, MetadataError, readPolicyInfo } from '../../host/src/policy/metadata.ts';
+import { writeLeb as leb } from '../../host/src/sandbox/memory-cap.ts';
+import { module, RETURN_0 } from '../helpers/wasm.ts';
+
+const base = () => module({ functions: [RETURN_0], exports: [{ name: 'validate', kind: 'func', index: 0 }] });
+const info = {
+  name: 'require-team', version: '1.2.3', description: 'Pods need a team', modes: ['validate' as const],
+  rules: [{ operations: ['CREATE'], apiGroups: [''], apiVersions: ['v1'], resources: ['pods'] }],
+  settingsSchema: { type: 'object', required: ['label'] },
+};
+
+/** A module with a custom section of this name and raw payload appended. */
+function withSection(bytes: Uint8Array, name: string, payload: Uint8Array): Uint8Array {
+  const nameBytes = new TextEncoder().encode(name);
+  const body = [...leb(nameBytes.length), ...nameBytes, ...payload];
+  return Uint8Array.from([...bytes, 0, ...leb(body.length), ...body]);
+}
+
+describe('embedded policy metadata', () => {
+  it('reads back what was embedded, and the module still compiles with the same exports', () => {
+    const bytes = embedPolicyInfo(base(), info);
+    expect(readPolicyInfo(bytes)).toEqual(info);
+    expect(WebAssembly.Module.exports(new WebAssembly.Module(bytes as Uint8Array<ArrayBuffer>)).map((e) => e.name)).toEqual(['validate']);
+  });
+
+  it('embedding again replaces the section instead of adding a second one', () => {
+    const twice = embedPolicyInfo(embedPolicyInfo(base(), info), { name: 'other' });
+    expect(readPolicyInfo(twice)).toEqual({ name: 'other' });
+    expect(WebAssembly.Module.customSections(new WebAssembly.Module(twice as Uint8Array<ArrayBuffer>), METADATA_SECTION)).toHaveLength(1);
+  });
+
+  it('a module without the section has no metadata', () => {
+    expect(readPolicyInfo(base())).toBeUndefined();
+  });
+
+  it.each([
+    ['not JSON', new TextEncoder().encode('{nope'), /section is not UTF-8 JSON/],
+    ['a mode that does not exist', new TextEncoder().encode('{"modes":["delete"]}'), /section: \/modes\/0 must be equal to one of the allowed values/],
+    ['an unknown field', new TextEncoder().encode('{"owner":"me"}'), /must NOT have additional properties/],
+    ['a rule without operations', new TextEncoder().encode('{"rules":[{"apiGroups":[""],"apiVersions":["v1"],"resources":["pods"]}]}'), /\/rules\/0 must have required property 'operations'/],
+    ['a settings schema that is not a schema', new TextEncoder().encode('{"settingsSchema":{"type":"banana"}}'), /settingsSchema is not a usable JSON Schema/],
+    ['invalid UTF-8', Uint8Array.of(0xff, 0xfe), /not UTF-8 JSON/],
+  ])('refuses %s with the reason', (_, payload, reason) => {
+    expect(() => readPolicyInfo(withSection(base(), METADATA_SECTION, payload))).toThrow(reason);
+  });
+
+  it('refuses two metadata sections, an oversized one, and a section that runs past the end', () => {
+    const one = new TextEncoder().encode('{}');
+    expect(() => readPolicyInfo(withSection(withSection(base(), METADATA_SECTION, one), METADATA_SECTION, one))).toThrow(/more than one/);
+    expect(() => readPolicyInfo(withSection(base(), METADATA_SECTION, new Uint8Array(MAX_METADATA_BYTES + 1)))).toThrow(/above the 262144-byte limit/);
+    const truncated = withSection(base(), METADATA_SECTION, one).subarray(0, -1);
+    expect(() => readPolicyInfo(truncated)).toThrow(MetadataError);
+  });
+
+  it('walks a million-section module in bounded time without reading it all', () => {
+    // 8-byte header + 2 MB of nameless custom sections (id 0, size 1, name length 0).
+    const hostile = new Uint8Array(8 + 3 * 700_000);
+    hostile.set(base().subarray(0, 8));
+    for (let at = 8; at < hostile.length; at += 3) hostile[at + 1] = 1;
+    const started = performance.now();
+    expect(() => readPolicyInfo(hostile)).toThrow(/more than 10000 top-level sections/);
+    expect(performance.now() - started).toBeLessThan(1000);
+  });
+});
