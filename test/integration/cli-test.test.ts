@@ -152,7 +152,7 @@ cases:
     groups: [dev]
     expect: { allowed: true }
 `);
-    expect(parsed.policies).toEqual([{ name: 'p', module: '/x/p.wasm', settings: {}, rules: [] }]);
+    expect(parsed.policies).toEqual([{ name: 'p', module: '/x/p.wasm', settings: {}, rules: undefined }]);
     expect(parsed.cases[0]!.request).toMatchObject({
       kind: { group: 'networking.k8s.io', version: 'v1', kind: 'Ingress' },
       resource: { group: 'networking.k8s.io', version: 'v1', resource: 'ingresses' },

@@ -46,6 +46,19 @@ describe('portcullis push / pull', () => {
     expect(JSON.parse(stdout).response).toMatchObject({ allowed: false, status: { message: 'policy "numbers:run": Numbers must be within 0..100.' } });
   });
 
+  it('lets `portcullis run --insecure` reach a plain-HTTP registry without any environment', async () => {
+    await cli(['push', wasm('numbers'), `oci://${registry.host}/cli/numbers:flag`, '--insecure'], { env });
+    const refused = await cli(['run', '--policy', `oci://${registry.host}/cli/numbers:flag`, '--request', `${root}test/fixtures/reviews/numbers-bad.json`], { env: { PORTCULLIS_CACHE: env.PORTCULLIS_CACHE } });
+    expect(refused.code).toBe(1);
+    const { code, stdout, stderr } = await cli(
+      ['run', '--policy', `oci://${registry.host}/cli/numbers:flag`, '--request', `${root}test/fixtures/reviews/numbers-bad.json`, '--insecure'],
+      { env: { PORTCULLIS_CACHE: env.PORTCULLIS_CACHE } },
+    );
+    expect(stderr).toBe('');
+    expect(code).toBe(0);
+    expect(JSON.parse(stdout).response).toMatchObject({ allowed: false });
+  });
+
   it.each([
     [['push'], /^portcullis push: usage: portcullis push POLICY\.wasm oci:\/\//],
     [['push', 'a.wasm', 'oci://127.0.0.1:1/x@sha256:' + 'a'.repeat(64)], /^portcullis push: push needs a tag/],

@@ -30,7 +30,8 @@ const EXPECT_KEYS = new Set(['allowed', 'code', 'message', 'warnings', 'patched'
 /** A suite file that cannot be used: its path and what is wrong, on one line. */
 export class SuiteError extends Error {}
 
-interface PolicyRef { name: string; module: string; settings: JsonValue; rules: RuleWithOperations[] }
+/** rules undefined: the module's embedded default rules, as serve would apply them. */
+interface PolicyRef { name: string; module: string; settings: JsonValue; rules: RuleWithOperations[] | undefined }
 interface Expectation { allowed?: boolean; code?: number; message?: string; warnings?: string[]; patched?: JsonValue }
 interface Case { name: string; mode: Mode | undefined; request: AdmissionRequest; expect: Expectation }
 interface Suite { file: string; policies: PolicyRef[]; cases: Case[] }
@@ -140,8 +141,8 @@ function parsePolicies(doc: Record<string, unknown>, base: string): PolicyRef[] 
 }
 
 /** Webhook rules, as in the configuration: a policy with rules runs only for the cases they match. */
-function parseRules(value: unknown, where: string): RuleWithOperations[] {
-  if (value === undefined) return [];
+function parseRules(value: unknown, where: string): RuleWithOperations[] | undefined {
+  if (value === undefined) return undefined;
   const strings = (v: unknown) => Array.isArray(v) && v.length > 0 && v.every((x) => typeof x === 'string');
   if (!Array.isArray(value) || !value.every((r) => isObject(r) && strings(r.operations) && strings(r.apiGroups) && strings(r.apiVersions) && strings(r.resources))) {
     throw new SuiteError(`${where}.rules must be a list of {operations, apiGroups, apiVersions, resources} lists of strings`);
@@ -198,7 +199,7 @@ async function runSuite(suite: Suite): Promise<{ name: string; problems: string[
         name: ref.name, module: ref.module, settings: ref.settings, limits: DEFAULT_LIMITS,
         failurePolicy: 'Fail', enforcement: 'enforce', isolation: 'reuse',
       });
-      loaded.push({ ...policy, rules: ref.rules });
+      loaded.push({ ...policy, rules: ref.rules ?? policy.info?.rules ?? [] });
     }
     const results = [];
     for (const c of suite.cases) results.push({ name: c.name, problems: check(c, await evaluateCase(pool, loaded, c)) });

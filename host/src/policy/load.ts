@@ -8,7 +8,6 @@ import type { SandboxPool } from '../sandbox/pool.ts';
 import { DEFAULT_LIMITS, prepareSandbox } from '../sandbox/prepare.ts';
 import type { LoadedPolicy, PolicyOptions } from './loaded.ts';
 import { readPolicyInfo, type PolicyInfo } from './metadata.ts';
-import { moduleKind } from './module-kind.ts';
 import { readModule } from './source.ts';
 
 const SETUP_TIMEOUT_MS = 10_000;
@@ -25,10 +24,18 @@ export async function loadPolicy(pool: SandboxPool, options: PolicyOptions, byte
       fail(errorMessage(error), error);
     }
   }
+  let spec;
+  try {
+    const prepared = await prepareSandbox(options.name, moduleBytes!, options.limits, options.isolation === 'fresh');
+    // The grants travel with the spec: each worker's guest gets a reader limited to them.
+    spec = { ...prepared, context: options.context ?? [] };
+  } catch (error) {
+    fail(errorMessage(error), error);
+  }
   let info: PolicyInfo | undefined;
   try {
-    // A bad header gets prepare's clearer message below.
-    info = moduleKind(moduleBytes!) ? readPolicyInfo(moduleBytes!) : undefined;
+    // After prepare: its bounded walk has already refused malformed and hostile shapes.
+    info = readPolicyInfo(moduleBytes!);
   } catch (error) {
     fail(errorMessage(error), error);
   }
@@ -37,14 +44,6 @@ export async function loadPolicy(pool: SandboxPool, options: PolicyOptions, byte
   if (info?.settingsSchema) {
     const problem = schemaProblem(info.settingsSchema, options.settings);
     if (problem) throw new PolicySettingsError(options.name, problem);
-  }
-  let spec;
-  try {
-    const prepared = await prepareSandbox(options.name, moduleBytes!, options.limits, options.isolation === 'fresh');
-    // The grants travel with the spec: each worker's guest gets a reader limited to them.
-    spec = { ...prepared, context: options.context ?? [] };
-  } catch (error) {
-    fail(errorMessage(error), error);
   }
   try {
     await pool.load(spec!);
