@@ -12,7 +12,7 @@ import { evaluatePolicy } from '../host/src/evaluate/evaluate.ts';
 import { loadPolicy } from '../host/src/policy/load.ts';
 import type { LoadedPolicy } from '../host/src/policy/loaded.ts';
 import { SandboxPool } from '../host/src/sandbox/pool.ts';
-import { DEFAULT_LIMITS } from '../host/src/sandbox/prepare.ts';
+import { DEFAULT_LIMITS } from '../host/src/config/limits.ts';
 import { request } from '@portcullis/sdk/testing';
 import { percentiles, type Percentiles } from './load.ts';
 

@@ -10,7 +10,7 @@ import { merge } from '../host/src/merge/merge.ts';
 import { loadPolicy } from '../host/src/policy/load.ts';
 import type { LoadedPolicy } from '../host/src/policy/loaded.ts';
 import { SandboxPool } from '../host/src/sandbox/pool.ts';
-import { DEFAULT_LIMITS } from '../host/src/sandbox/prepare.ts';
+import { DEFAULT_LIMITS } from '../host/src/config/limits.ts';
 import { percentiles, type Percentiles } from './load.ts';
 import { copies, MIXED_10, modulePath, ONE_AS, ONE_TS, type BenchPolicy } from './policies.ts';
 import { podReview } from './review.ts';

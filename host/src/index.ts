@@ -15,5 +15,5 @@ export { ContextHub } from './context/hub.ts';
 export { ContextError, grantedKinds } from './context/grants.ts';
 export type { Grant } from './context/grants.ts';
 export { loadContextFile, loadOffline, parseContextObjects } from './context/offline.ts';
-export { DEFAULT_LIMITS } from './sandbox/prepare.ts';
-export type { SandboxLimits } from './sandbox/prepare.ts';
+export { DEFAULT_LIMITS } from './config/limits.ts';
+export type { SandboxLimits } from './config/limits.ts';

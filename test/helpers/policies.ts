@@ -5,7 +5,7 @@ import { request } from '@portcullis/sdk/testing';
 import { loadPolicy } from '../../host/src/policy/load.ts';
 import type { LoadedPolicy, PolicyOptions } from '../../host/src/policy/loaded.ts';
 import type { SandboxPool } from '../../host/src/sandbox/pool.ts';
-import { DEFAULT_LIMITS } from '../../host/src/sandbox/prepare.ts';
+import { DEFAULT_LIMITS } from '../../host/src/config/limits.ts';
 
 export const root = fileURLToPath(new URL('../..', import.meta.url));
 

@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import { Agent, request as undiciRequest, type Dispatcher } from 'undici';
 import { loadConfigFile } from '../../host/src/config/load.ts';
 import { PortcullisServer } from '../../host/src/server/app.ts';
-import { createLogger, type Logger } from '../../host/src/server/log.ts';
+import { createLogger, type Logger } from '../../host/src/util/log.ts';
 import { root } from './policies.ts';
 
 export interface TestServer {

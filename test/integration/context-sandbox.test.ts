@@ -9,7 +9,7 @@ import { toEntry } from '../../host/src/context/store.ts';
 import { evaluatePolicy } from '../../host/src/evaluate/evaluate.ts';
 import type { LoadedPolicy } from '../../host/src/policy/loaded.ts';
 import { SandboxPool } from '../../host/src/sandbox/pool.ts';
-import { DEFAULT_LIMITS } from '../../host/src/sandbox/prepare.ts';
+import { DEFAULT_LIMITS } from '../../host/src/config/limits.ts';
 import { input, load } from '../helpers/policies.ts';
 
 const NS = { apiVersion: 'v1', kind: 'Namespace' };

@@ -10,9 +10,9 @@ import { fetchOci, fetchOciModule, type OciOptions } from '../../host/src/oci/fe
 import { openClient, resolveOptions } from '../../host/src/oci/options.ts';
 import { pushPolicy } from '../../host/src/oci/push.ts';
 import { parseReference } from '../../host/src/oci/reference.ts';
-import { configureRegistries } from '../../host/src/policy/source.ts';
 import { SandboxPool } from '../../host/src/sandbox/pool.ts';
-import { input, load, wasm } from '../helpers/policies.ts';
+import { input, options as policyOptions, wasm } from '../helpers/policies.ts';
+import { loadPolicy } from '../../host/src/policy/load.ts';
 import { blobDataPath, putManifest, sha256, startRegistry, uploadBlob, type TestRegistry } from '../helpers/registry.ts';
 
 let registry: TestRegistry;
@@ -120,8 +120,7 @@ describe('artifact shapes people push', () => {
     const text = shapes[shape]!(blob, config);
     const mediaType = 'application/vnd.oci.image.manifest.v1+json';
     const digest = await putManifest(registry, repository, 'v1', text, mediaType);
-    configureRegistries(await options());
-    const policy = await load(pool, 'no-delete', { module: `oci://${registry.host}/${repository}:v1` });
+    const policy = await loadPolicy(pool, policyOptions('no-delete', { module: `oci://${registry.host}/${repository}:v1` }), undefined, await options());
     expect(policy.digest).toBe(sha256(noDelete).slice('sha256:'.length));
     const precious = { metadata: { name: 'precious', labels: { 'portcullis.dev/no-delete': 'true' } } };
     expect(await evaluatePolicy(pool, policy, 'validate', input({ operation: 'DELETE', oldObject: precious }))).toMatchObject({ status: 'denied' });

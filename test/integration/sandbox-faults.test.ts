@@ -3,7 +3,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { evaluatePolicy } from '../../host/src/evaluate/evaluate.ts';
 import { SandboxPool } from '../../host/src/sandbox/pool.ts';
-import { DEFAULT_LIMITS } from '../../host/src/sandbox/prepare.ts';
+import { DEFAULT_LIMITS } from '../../host/src/config/limits.ts';
 import { input, load } from '../helpers/policies.ts';
 
 let pool: SandboxPool;

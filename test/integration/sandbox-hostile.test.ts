@@ -8,7 +8,7 @@ import { evaluatePolicy } from '../../host/src/evaluate/evaluate.ts';
 import { loadPolicy } from '../../host/src/policy/load.ts';
 import { SandboxPool } from '../../host/src/sandbox/pool.ts';
 import { applyPlan, planBudget, readLayout } from '../../host/src/sandbox/memory-cap.ts';
-import { DEFAULT_LIMITS } from '../../host/src/sandbox/prepare.ts';
+import { DEFAULT_LIMITS } from '../../host/src/config/limits.ts';
 import { input, load } from '../helpers/policies.ts';
 import { DROP, growMemory, module, RETURN_0 } from '../helpers/wasm.ts';
 

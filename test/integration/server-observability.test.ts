@@ -72,7 +72,7 @@ policies:
   });
 
   it('logAllowedReviews logs allowed and mutated reviews at info with the requesting user', async () => {
-    const { createLogger } = await import('../../host/src/server/log.ts');
+    const { createLogger } = await import('../../host/src/util/log.ts');
     const logs: string[] = [];
     current = await startServer(`server: { logAllowedReviews: true, tls: { mode: self-signed, hostnames: [127.0.0.1] } }
 policies:
@@ -85,7 +85,7 @@ ${policyYaml('added-by', `settings: { value: t }\n${rule}`)}`, { log: createLogg
   });
 
   it('allowed reviews stay out of the info log by default', async () => {
-    const { createLogger } = await import('../../host/src/server/log.ts');
+    const { createLogger } = await import('../../host/src/util/log.ts');
     const logs: string[] = [];
     current = await startServer(`server: { tls: { mode: self-signed, hostnames: [127.0.0.1] } }
 policies:

@@ -5,7 +5,8 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { evaluatePolicy } from '../../host/src/evaluate/evaluate.ts';
 import { SandboxPool } from '../../host/src/sandbox/pool.ts';
-import { prepareSandbox, DEFAULT_LIMITS } from '../../host/src/sandbox/prepare.ts';
+import { prepareSandbox } from '../../host/src/sandbox/prepare.ts';
+import { DEFAULT_LIMITS } from '../../host/src/config/limits.ts';
 import { readFile } from 'node:fs/promises';
 import { input, load, wasm } from '../helpers/policies.ts';
 

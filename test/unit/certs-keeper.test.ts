@@ -5,7 +5,7 @@ import { describe, expect, it } from 'vitest';
 import { CertificateInvalidError, checkBundle, issueBundle, renewalTime, serviceDnsNames, type CertificateBundle, type CheckedBundle } from '../../host/src/certs/issue.ts';
 import { CertificateKeeper, CertificateSecretError, type CertificateHooks } from '../../host/src/certs/keeper.ts';
 import type { SecretApi, StoredSecret } from '../../host/src/certs/secret-store.ts';
-import { createLogger } from '../../host/src/server/log.ts';
+import { createLogger } from '../../host/src/util/log.ts';
 import { KubeApiError } from '../../host/src/webhooks/kube.ts';
 
 const names = serviceDnsNames('portcullis', 'portcullis');

@@ -1,6 +1,6 @@
 import { readFile } from 'node:fs/promises';
 import { expect, it } from 'vitest';
-import { moduleKind } from '../../host/src/policy/module-kind.ts';
+import { moduleKind } from '../../host/src/sandbox/module-kind.ts';
 import { capMemory } from '../../host/src/sandbox/memory-cap.ts';
 import { wasm } from '../helpers/policies.ts';
 

@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import type { PolicyConfig, WebhooksConfig } from '../../host/src/config/types.ts';
 import { ConfigError } from '../../host/src/errors.ts';
-import { DEFAULT_LIMITS } from '../../host/src/sandbox/prepare.ts';
+import { DEFAULT_LIMITS } from '../../host/src/config/limits.ts';
 import {
   andSelectors,
   buildConfigurations,

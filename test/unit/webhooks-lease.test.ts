@@ -2,7 +2,7 @@
 // concurrency (404 on a missing lease, 409 on a stale resourceVersion) and a fake clock.
 import { ApiException, type CoordinationV1Api, type V1Lease } from '@kubernetes/client-node';
 import { describe, expect, it } from 'vitest';
-import { createLogger } from '../../host/src/server/log.ts';
+import { createLogger } from '../../host/src/util/log.ts';
 import { describeKubeError, KubeApiError } from '../../host/src/webhooks/kube.ts';
 import { LeaderElector, NotLeaderError, microTimeMs } from '../../host/src/webhooks/lease.ts';
 

@@ -2,10 +2,10 @@
 // configuration is reported once and neither blocks the other kind nor delays a CA rotation.
 import { ApiException, type AdmissionregistrationV1Api, type CoordinationV1Api, type VersionApi } from '@kubernetes/client-node';
 import { describe, expect, it } from 'vitest';
-import { createLogger } from '../../host/src/server/log.ts';
+import { createLogger } from '../../host/src/util/log.ts';
 import { WebhookManager } from '../../host/src/webhooks/manager.ts';
 import type { WebhooksConfig } from '../../host/src/config/types.ts';
-import { DEFAULT_LIMITS } from '../../host/src/sandbox/prepare.ts';
+import { DEFAULT_LIMITS } from '../../host/src/config/limits.ts';
 import type { ManagedPolicy } from '../../host/src/webhooks/build.ts';
 
 const policies: ManagedPolicy[] = [{

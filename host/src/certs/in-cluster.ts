@@ -1,9 +1,8 @@
 // tls.mode "secret" wired into `portcullis serve`: get the first certificate before the server
 // listens, then follow the Secret with the webhook manager's leader check and CA publication.
 import type { Config } from '../config/types.ts';
-import type { Logger } from '../server/log.ts';
-import type { PortcullisServer } from '../server/app.ts';
-import type { TlsMaterial } from '../server/tls.ts';
+import type { Logger } from '../util/log.ts';
+import type { TlsMaterial } from './material.ts';
 import { hostNamespace } from '../webhooks/build.ts';
 import type { WebhookManager } from '../webhooks/manager.ts';
 import { serviceDnsNames, type CheckedBundle } from './issue.ts';
@@ -15,8 +14,13 @@ export interface InClusterCertificate {
   source: string;
   keeper: CertificateKeeper;
   /** Follow the Secret; rotations are written only while `manager` leads. */
-  follow(server: PortcullisServer, manager: WebhookManager): void;
+  follow(server: CertificateUser, manager: WebhookManager): void;
   stop(): Promise<void>;
+}
+
+/** What serves the certificate (server/app.ts's PortcullisServer): swaps it in without a restart. */
+export interface CertificateUser {
+  useCertificate(material: TlsMaterial, source: string): Promise<void>;
 }
 
 export interface InClusterOptions {

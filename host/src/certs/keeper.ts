@@ -6,7 +6,7 @@
 //   3. only then writes the Secret; each replica (the leader too) switches when it reads it,
 //      after checking the new CA is published (WebhookManager.publishCa).
 import { errorMessage, PortcullisError } from '../errors.ts';
-import type { Logger } from '../server/log.ts';
+import type { Logger } from '../util/log.ts';
 import { KubeApiError, statusOf } from '../webhooks/kube.ts';
 import { CertificateInvalidError, checkBundle, issueBundle, renewalTime, type CheckedBundle } from './issue.ts';
 import { ISSUED_BY_ANNOTATION, NOT_AFTER_ANNOTATION, type SecretApi, type StoredSecret } from './secret-store.ts';

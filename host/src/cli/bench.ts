@@ -8,7 +8,7 @@ import { evaluatePolicy } from '../evaluate/evaluate.ts';
 import { ConfigError } from '../errors.ts';
 import { loadPolicy } from '../policy/load.ts';
 import { SandboxPool } from '../sandbox/pool.ts';
-import { DEFAULT_LIMITS } from '../sandbox/prepare.ts';
+import { DEFAULT_LIMITS } from '../config/limits.ts';
 import { parseSettings, positive, readRequest } from './run.ts';
 import { UsageError } from './usage.ts';
 

@@ -5,8 +5,8 @@ import { readFile } from 'node:fs/promises';
 import { parseArgs } from 'node:util';
 import { errorMessage } from '../errors.ts';
 import { readPolicyInfo, type PolicyInfo } from '../policy/metadata.ts';
-import { moduleKind } from '../policy/module-kind.ts';
-import { sha256 } from '../sandbox/prepare.ts';
+import { moduleKind } from '../sandbox/module-kind.ts';
+import { sha256 } from '../util/files.ts';
 import { INSPECT_HELP } from './help.ts';
 import { UsageError } from './usage.ts';
 

@@ -8,7 +8,7 @@ import { basename, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import type { JsonValue, Mode } from '@portcullis/sdk';
 import { parse as parseYaml } from 'yaml';
-import { loadContext } from '../context/cli.ts';
+import { loadContext } from './context.ts';
 import { evaluateEntry, evaluatePolicy } from '../evaluate/evaluate.ts';
 import { ConfigError, errorMessage } from '../errors.ts';
 import { merge } from '../merge/merge.ts';
@@ -18,11 +18,11 @@ import { parseReview, type AdmissionReview } from '../review/parse.ts';
 import { respond, type Decision } from '../review/respond.ts';
 import { loadConfigFile } from '../config/load.ts';
 import { loadPolicySet } from '../policy/policy-set.ts';
-import { configureRegistries, type RegistryOptions } from '../policy/source.ts';
+import type { RegistryOptions } from '../policy/source.ts';
 import { policyMatches } from '../select/match.ts';
 import { isAdmissionRequest, isObject, requestFor, wholeRequest } from './request.ts';
 import { SandboxPool } from '../sandbox/pool.ts';
-import { DEFAULT_LIMITS } from '../sandbox/prepare.ts';
+import { DEFAULT_LIMITS } from '../config/limits.ts';
 import { UsageError } from './usage.ts';
 
 export const RUN_USAGE = 'usage: portcullis run (--policy FILE.wasm | --config portcullis.yaml) --request REVIEW|REQUEST|MANIFEST [--settings JSON|FILE]\n' +
@@ -40,7 +40,6 @@ export default async function run(args: string[]): Promise<number> {
   if (values.config) return runConfig(values.config, review, values.mode as Mode | undefined, values.show === 'patched', registryFlags, values.insecure ?? false);
   // oci:// modules: --insecure allows plain HTTP to the module's registry (a loopback registry).
   if (values.insecure && values.policy!.startsWith('oci://')) registryFlags.insecure.push(registryOf(values.policy!));
-  configureRegistries(registryFlags);
   const module = values.policy!;
   const settings = values.settings === undefined ? {} : await parseSettings(values.settings);
   const name = basename(module).replace(/\.wasm$/, '');
@@ -57,7 +56,7 @@ export default async function run(args: string[]): Promise<number> {
     const policy = await loadPolicy(pool, {
       name, module, settings, limits, failurePolicy: 'Fail', enforcement: 'enforce', isolation: 'reuse',
       ...(context ? { context: context.grants } : {}),
-    });
+    }, undefined, registryFlags);
     const mode: Mode = (values.mode as Mode | undefined) ?? (policy.modes.includes('validate') ? 'validate' : 'mutate');
     if (!policy.modes.includes(mode)) throw new ConfigError(`policy "${name}" (${values.policy}) does not ${mode}; it supports: ${policy.modes.join(', ')}`);
     const outcome = await evaluatePolicy(pool, policy, mode, {
@@ -157,10 +156,10 @@ function print(review: AdmissionReview, decision: Decision, patched: boolean): v
 async function runConfig(path: string, review: AdmissionReview, mode: Mode | undefined, patched: boolean, flags: RegistryOptions, insecure: boolean): Promise<number> {
   const config = await loadConfigFile(resolve(path));
   const everyRegistry = config.policies.filter((p) => p.module.startsWith('oci://')).map((p) => registryOf(p.module));
-  configureRegistries({ ...config.registries, ...flags, insecure: [...config.registries.insecure, ...(insecure ? everyRegistry : [])] });
+  const registries = { ...config.registries, ...flags, insecure: [...config.registries.insecure, ...(insecure ? everyRegistry : [])] };
   const pool = new SandboxPool(Math.min(2, Math.max(1, config.policies.length)));
   try {
-    const set = await loadPolicySet(pool, config);
+    const set = await loadPolicySet(pool, config, registries);
     for (const entry of set.failed) process.stderr.write(`portcullis run: policy "${entry.config.name}" failed to load: ${entry.error}\n`);
     const modes: Mode[] = mode ? [mode] : ['mutate', 'validate'];
     let request = review.request;

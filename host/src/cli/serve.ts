@@ -5,7 +5,7 @@ import { loadConfigFile } from '../config/load.ts';
 import type { Config, TlsConfig } from '../config/types.ts';
 import { errorMessage } from '../errors.ts';
 import { PortcullisServer } from '../server/app.ts';
-import { createLogger } from '../server/log.ts';
+import { createLogger } from '../util/log.ts';
 import type { WebhookManager } from '../webhooks/manager.ts';
 import { UsageError } from './usage.ts';
 

@@ -19,7 +19,7 @@ import type { Decision } from '../review/respond.ts';
 import type { RuleWithOperations } from '../config/types.ts';
 import { ruleMatches } from '../select/match.ts';
 import { SandboxPool } from '../sandbox/pool.ts';
-import { DEFAULT_LIMITS } from '../sandbox/prepare.ts';
+import { DEFAULT_LIMITS } from '../config/limits.ts';
 import { isObject, requestFor, RequestInputError, wholeRequest } from './request.ts';
 import { UsageError } from './usage.ts';
 

@@ -7,8 +7,8 @@ import { Ajv, type ErrorObject } from 'ajv';
 import { parse as parseYaml } from 'yaml';
 import schema from '../../config.schema.json' with { type: 'json' };
 import { ConfigError, errorMessage } from '../errors.ts';
-import { DEFAULT_LIMITS } from '../sandbox/prepare.ts';
-import type { Grant } from '../context/grants.ts';
+import { DEFAULT_LIMITS } from './limits.ts';
+import type { Grant } from './types.ts';
 import type { Config, PolicyConfig, TlsConfig } from './types.ts';
 
 const ajv = new Ajv({ allErrors: false, strict: false });

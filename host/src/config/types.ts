@@ -1,9 +1,18 @@
 // The configuration, as the rest of the host sees it: validated, defaults filled in, module
 // paths resolved. The file format is described by schema.ts and docs/configuration.md.
 import type { JsonValue, Mode } from '@portcullis/sdk';
-import type { Grant } from '../context/grants.ts';
-import type { Enforcement, FailurePolicy, Isolation } from '../policy/loaded.ts';
-import type { SandboxLimits } from '../sandbox/prepare.ts';
+import type { SandboxLimits } from './limits.ts';
+
+/** A kind of cluster object a policy may read (its `context` grants). */
+export interface Grant {
+  apiVersion: string;
+  kind: string;
+}
+
+export type FailurePolicy = 'Fail' | 'Ignore';
+/** enforce: denials deny; warn: denials become warnings; audit: decisions are only logged and counted. */
+export type Enforcement = 'enforce' | 'warn' | 'audit';
+export type Isolation = 'reuse' | 'fresh';
 
 export interface LabelSelector {
   matchLabels?: Record<string, string>;

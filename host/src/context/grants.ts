@@ -4,10 +4,9 @@
 import { PortcullisError } from '../errors.ts';
 
 /** One readable kind, exactly as written in the configuration (`context: [{apiVersion, kind}]`). */
-export interface Grant {
-  apiVersion: string;
-  kind: string;
-}
+import type { Grant } from '../config/types.ts';
+
+export type { Grant };
 
 /** The key a kind is cached under: "v1 Namespace", "networking.k8s.io/v1 Ingress". */
 export function kindKey(apiVersion: string, kind: string): string {

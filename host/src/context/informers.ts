@@ -12,7 +12,7 @@ import {
 import { fetch } from 'undici';
 import type { JsonObject } from '@portcullis/sdk';
 import { errorMessage, PortcullisError } from '../errors.ts';
-import type { Fields } from '../server/log.ts';
+import type { Fields } from '../util/log.ts';
 import { describeGrant, kindKey, type Grant } from './grants.ts';
 import type { ContextHub } from './hub.ts';
 import { toEntry } from './store.ts';

@@ -4,7 +4,7 @@
 // error instead of taking the worker's memory.
 import type { JsonObject } from '@portcullis/sdk';
 import type { LabelSelector } from '../config/types.ts';
-import { fieldSelectorMatches, labelSelectorMatches } from '../select/match.ts';
+import { fieldSelectorMatches, labelSelectorMatches } from '../config/selectors.ts';
 import { ContextError, isGranted, notGranted, type Grant } from './grants.ts';
 import { parseLabelSelector, SelectorSyntaxError } from './selectors.ts';
 import type { ContextEntry, ContextStore } from './store.ts';

@@ -7,12 +7,24 @@ import { readFile } from 'node:fs/promises';
 import { homedir } from 'node:os';
 import { join } from 'node:path';
 import { errorMessage } from '../errors.ts';
-import type { RegistryOptions } from '../policy/source.ts';
-import { cacheDir } from '../sandbox/prepare.ts';
+import { cacheDir } from '../util/files.ts';
 import { lookupCredentials } from './auth.ts';
 import { RegistryClient } from './client.ts';
 import { RegistryError } from './errors.ts';
 import type { OciReference } from './reference.ts';
+
+export interface RegistryOptions {
+  /** Registries (host[:port]) that may be reached over plain HTTP. */
+  insecure: string[];
+  /** A docker config.json with `auths`; default $DOCKER_CONFIG/config.json or ~/.docker/config.json. */
+  dockerConfig?: string;
+  /** Content-addressed blob cache; default <PORTCULLIS_CACHE or ~/.cache/portcullis>/oci. */
+  cacheDir?: string;
+  /** Where the OCI client reports what it did (e.g. "registry down, starting from cache"). */
+  log?: (level: 'info' | 'warn', message: string, fields?: Record<string, string>) => void;
+  /** Told of every oci:// module fetch (served from the cache or pulled), for metrics. */
+  onPull?: (registry: string, result: 'ok' | 'failed') => void;
+}
 
 /** RegistryOptions plus what only this module and its tests need. */
 export type OciOptions = RegistryOptions & {

@@ -5,21 +5,22 @@ import { Ajv } from 'ajv';
 import type { JsonValue, Mode, PolicyMetadata } from '@portcullis/sdk';
 import { errorMessage, PolicyLoadError, PolicySettingsError } from '../errors.ts';
 import type { SandboxPool } from '../sandbox/pool.ts';
-import { DEFAULT_LIMITS, prepareSandbox } from '../sandbox/prepare.ts';
+import { prepareSandbox } from '../sandbox/prepare.ts';
+import { DEFAULT_LIMITS } from '../config/limits.ts';
 import type { LoadedPolicy, PolicyOptions } from './loaded.ts';
 import { readPolicyInfo, type PolicyInfo } from './metadata.ts';
-import { readModule } from './source.ts';
+import { readModule, type RegistryOptions } from './source.ts';
 
 const SETUP_TIMEOUT_MS = 10_000;
 
-export async function loadPolicy(pool: SandboxPool, options: PolicyOptions, bytes?: Uint8Array): Promise<LoadedPolicy> {
+export async function loadPolicy(pool: SandboxPool, options: PolicyOptions, bytes?: Uint8Array, registries?: RegistryOptions): Promise<LoadedPolicy> {
   const fail = (reason: string, cause?: unknown): never => {
     throw new PolicyLoadError(options.name, reason, { cause });
   };
   let moduleBytes = bytes;
   if (!moduleBytes) {
     try {
-      moduleBytes = await readModule(options.module, options.limits.maxModuleMiB * 2 ** 20);
+      moduleBytes = await readModule(options.module, options.limits.maxModuleMiB * 2 ** 20, registries);
     } catch (error) {
       fail(errorMessage(error), error);
     }

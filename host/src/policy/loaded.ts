@@ -1,14 +1,13 @@
 // What the host knows about a policy once it is loaded and ready to evaluate.
 import type { JsonValue, Mode } from '@portcullis/sdk';
-import type { Grant } from '../context/grants.ts';
-import type { SandboxLimits } from '../sandbox/prepare.ts';
+import type { Grant } from '../config/types.ts';
+import type { SandboxLimits } from '../config/limits.ts';
 import type { PolicyInfo } from './metadata.ts';
-import type { ModuleKind } from './module-kind.ts';
+import type { ModuleKind } from '../sandbox/module-kind.ts';
 
-export type FailurePolicy = 'Fail' | 'Ignore';
-/** enforce: denials deny; warn: denials become warnings; audit: decisions are only logged and counted. */
-export type Enforcement = 'enforce' | 'warn' | 'audit';
-export type Isolation = 'reuse' | 'fresh';
+import type { Enforcement, FailurePolicy, Isolation } from '../config/types.ts';
+
+export type { Enforcement, FailurePolicy, Isolation };
 
 export interface PolicyOptions {
   name: string;

@@ -6,10 +6,10 @@ import type { Mode } from '@portcullis/sdk';
 import type { Config, PolicyConfig } from '../config/types.ts';
 import { errorMessage, PolicyLoadError } from '../errors.ts';
 import type { SandboxPool } from '../sandbox/pool.ts';
-import { sha256 } from '../sandbox/prepare.ts';
+import { sha256 } from '../util/files.ts';
 import { loadPolicy } from './load.ts';
 import type { LoadedPolicy } from './loaded.ts';
-import { readModule } from './source.ts';
+import { readModule, type RegistryOptions } from './source.ts';
 
 export interface PolicyEntry {
   config: PolicyConfig;
@@ -52,16 +52,16 @@ export class PolicySet {
 }
 
 /** Loads every policy of a configuration in parallel; one policy's failure does not stop the rest. */
-export async function loadPolicySet(pool: SandboxPool, config: Config): Promise<PolicySet> {
-  const entries = await Promise.all(config.policies.map((policy) => loadEntry(pool, policy)));
+export async function loadPolicySet(pool: SandboxPool, config: Config, registries: RegistryOptions = config.registries): Promise<PolicySet> {
+  const entries = await Promise.all(config.policies.map((policy) => loadEntry(pool, policy, registries)));
   return new PolicySet(entries);
 }
 
-async function loadEntry(pool: SandboxPool, config: PolicyConfig): Promise<PolicyEntry> {
+async function loadEntry(pool: SandboxPool, config: PolicyConfig, registries: RegistryOptions): Promise<PolicyEntry> {
   try {
     let bytes: Uint8Array;
     try {
-      bytes = await readModule(config.module, config.limits.maxModuleMiB * 2 ** 20);
+      bytes = await readModule(config.module, config.limits.maxModuleMiB * 2 ** 20, registries);
     } catch (error) {
       throw new PolicyLoadError(config.name, errorMessage(error), { cause: error });
     }

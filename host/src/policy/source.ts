@@ -2,29 +2,17 @@
 // is pulled (and cached) by the OCI client in ../oci, loaded only when first needed.
 import { readFile, stat } from 'node:fs/promises';
 import { fileURLToPath } from 'node:url';
+import type { RegistryOptions } from '../oci/options.ts';
 
-export interface RegistryOptions {
-  /** Registries (host[:port]) that may be reached over plain HTTP. */
-  insecure: string[];
-  /** A docker config.json with `auths`; default $DOCKER_CONFIG/config.json or ~/.docker/config.json. */
-  dockerConfig?: string;
-  /** Content-addressed blob cache; default <PORTCULLIS_CACHE or ~/.cache/portcullis>/oci. */
-  cacheDir?: string;
-  /** Where the OCI client reports what it did (e.g. "registry down, starting from cache"). */
-  log?: (level: 'info' | 'warn', message: string, fields?: Record<string, string>) => void;
-  /** Told of every oci:// module fetch (served from the cache or pulled), for metrics. */
-  onPull?: (registry: string, result: 'ok' | 'failed') => void;
-}
+export type { RegistryOptions };
 
-let registries: RegistryOptions = { insecure: [] };
 
-/** Set once at start (serve, run) from the configuration's `registries`. */
-export function configureRegistries(options: RegistryOptions): void {
-  registries = options;
-}
-
-/** Reads a policy module; a file larger than `maxBytes` is refused before it is read. */
-export async function readModule(reference: string, maxBytes = Infinity): Promise<Uint8Array> {
+/**
+ * Reads a policy module; a file larger than `maxBytes` is refused before it is read. oci://
+ * references are pulled with `registries` (from the configuration or the CLI's flags; the
+ * OCI layer adds its environment fallbacks).
+ */
+export async function readModule(reference: string, maxBytes = Infinity, registries: RegistryOptions = { insecure: [] }): Promise<Uint8Array> {
   const scheme = /^([a-z][a-z0-9+.-]*):\/\//i.exec(reference)?.[1]?.toLowerCase();
   if (scheme === 'oci') {
     const { fetchOciModule } = await import('../oci/fetcher.ts');

@@ -2,24 +2,15 @@
 // imports the host does not grant, caps every linear memory, compiles the core modules once
 // (workers receive the compiled modules), and for components caches jco's output on disk by
 // content hash so a restart does not transpile again.
-import { createHash, randomUUID } from 'node:crypto';
+import { randomUUID } from 'node:crypto';
 import { mkdir, readFile, rename, writeFile } from 'node:fs/promises';
-import { homedir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { pathToFileURL } from 'node:url';
-import { moduleKind, type ModuleKind } from '../policy/module-kind.ts';
+import type { SandboxLimits } from '../config/limits.ts';
+import { cacheDir, sha256 } from '../util/files.ts';
+import { moduleKind, type ModuleKind } from './module-kind.ts';
 import { applyPlan, capMemory, planBudget, readLayout } from './memory-cap.ts';
 import type { SandboxSpec } from './protocol.ts';
-
-export interface SandboxLimits {
-  timeoutMs: number;
-  memoryMiB: number;
-  maxOutputBytes: number;
-  /** The largest policy file the host will read; checked before reading it. */
-  maxModuleMiB: number;
-}
-
-export const DEFAULT_LIMITS: SandboxLimits = { timeoutMs: 2000, memoryMiB: 64, maxOutputBytes: 1 << 20, maxModuleMiB: 32 };
 
 /** The one interface a component may import. Anything else (WASI files, sockets, clocks...) is refused. */
 // Issue 15: portcullis:policy/context is safe to link for every policy: it refuses kinds not granted.
@@ -37,16 +28,8 @@ const EXTISM_IMPORTS = new Set([
 
 export class PrepareError extends Error {}
 
-export function cacheDir(): string {
-  return process.env.PORTCULLIS_CACHE ?? join(homedir(), '.cache', 'portcullis');
-}
-
 function mib(bytes: number): number {
   return Math.round((bytes / 2 ** 20) * 10) / 10;
-}
-
-export function sha256(bytes: Uint8Array): string {
-  return createHash('sha256').update(bytes).digest('hex');
 }
 
 export async function prepareSandbox(

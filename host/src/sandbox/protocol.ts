@@ -1,7 +1,7 @@
 // Messages between the sandbox pool (main thread) and its workers.
-import type { Grant } from '../context/grants.ts';
+import type { Grant } from '../config/types.ts';
 import type { ContextChange } from '../context/store.ts';
-import type { ModuleKind } from '../policy/module-kind.ts';
+import type { ModuleKind } from './module-kind.ts';
 
 /** The guest functions a sandbox can call. Names are the contract's (wit/policy.wit). */
 export type GuestFunction = 'metadata' | 'validate-settings' | 'validate' | 'mutate';

@@ -1,8 +1,11 @@
 // Which policies apply to a request. The same semantics the apiserver uses for webhook rules
 // and label selectors (so per-policy webhooks and the single webhook agree), plus
 // kinitiras-style resource selectors that only the host can evaluate.
-import type { AdmissionRequest, JsonObject, JsonValue, Mode } from '@portcullis/sdk';
+import type { AdmissionRequest, JsonObject, Mode } from '@portcullis/sdk';
+import { fieldSelectorMatches, labelSelectorMatches } from '../config/selectors.ts';
 import type { LabelSelector, PolicyConfig, ResourceSelector, RuleWithOperations } from '../config/types.ts';
+
+export { fieldSelectorMatches, labelSelectorMatches };
 
 export type NamespaceLabels = (namespace: string) => Record<string, string> | undefined;
 
@@ -41,18 +44,6 @@ function listHas(list: string[], value: string): boolean {
   return list.includes('*') || list.includes(value);
 }
 
-export function labelSelectorMatches(selector: LabelSelector, labels: Record<string, string>): boolean {
-  for (const [key, value] of Object.entries(selector.matchLabels ?? {})) if (labels[key] !== value) return false;
-  for (const { key, operator, values = [] } of selector.matchExpressions ?? []) {
-    const has = Object.prototype.hasOwnProperty.call(labels, key);
-    if (operator === 'Exists' && !has) return false;
-    if (operator === 'DoesNotExist' && has) return false;
-    if (operator === 'In' && (!has || !values.includes(labels[key]!))) return false;
-    if (operator === 'NotIn' && has && values.includes(labels[key]!)) return false;
-  }
-  return true;
-}
-
 /** As the apiserver: the new object's labels, or the old object's for DELETE. */
 function objectSelectorMatches(selector: LabelSelector, request: AdmissionRequest): boolean {
   return labelSelectorMatches(selector, labelsOf(request.object) ?? {}) || (request.oldObject != null && labelSelectorMatches(selector, labelsOf(request.oldObject) ?? {}));
@@ -89,27 +80,6 @@ export function resourceSelectorMatches(selector: ResourceSelector, request: Adm
 function glob(pattern: string, value: string): boolean {
   const regex = new RegExp(`^${pattern.split('*').map((part) => part.replace(/[.+?^${}()|[\]\\]/g, '\\$&')).join('.*')}$`);
   return regex.test(value);
-}
-
-/** "metadata.name=web,spec.replicas!=0": every term must hold; `=` and `==` are equal, `!=` not. */
-export function fieldSelectorMatches(selector: string, object: JsonObject | null): boolean {
-  return selector.split(',').map((t) => t.trim()).filter(Boolean).every((term) => {
-    const match = /^([^!=]+?)\s*(==|!=|=)\s*(.*)$/.exec(term);
-    if (!match) return false;
-    const [, path, op, expected] = match as unknown as [string, string, string, string];
-    const actual = fieldValue(object, path.trim());
-    const equal = actual === expected.trim();
-    return op === '!=' ? !equal : equal;
-  });
-}
-
-function fieldValue(object: JsonObject | null, path: string): string {
-  let node: JsonValue | undefined = object ?? undefined;
-  for (const key of path.split('.')) {
-    node = typeof node === 'object' && node !== null && !Array.isArray(node) ? node[key] : undefined;
-  }
-  if (node === undefined || node === null) return '';
-  return typeof node === 'object' ? JSON.stringify(node) : String(node);
 }
 
 function labelsOf(object: JsonObject | null | undefined): Record<string, string> | undefined {

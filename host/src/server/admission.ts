@@ -10,7 +10,7 @@ import { parseReviewText } from '../review/parse.ts';
 import { respond, type AdmissionResponseReview } from '../review/respond.ts';
 import type { SandboxPool } from '../sandbox/pool.ts';
 import { policyMatches, type NamespaceLabels } from '../select/match.ts';
-import type { Logger } from './log.ts';
+import type { Logger } from '../util/log.ts';
 import type { Metrics } from './metrics.ts';
 
 export interface AdmissionDeps {

@@ -13,11 +13,11 @@ import { kindsToCache } from '../context/needs.ts';
 import type { Config } from '../config/types.ts';
 import { ConfigError, errorMessage } from '../errors.ts';
 import { loadPolicySet, PolicyRegistry, PolicySet } from '../policy/policy-set.ts';
-import { configureRegistries } from '../policy/source.ts';
+import type { RegistryOptions } from '../policy/source.ts';
 import { SandboxPool } from '../sandbox/pool.ts';
 import type { NamespaceLabels } from '../select/match.ts';
 import { createServer } from './http.ts';
-import { createLogger, type Logger } from './log.ts';
+import { createLogger, type Logger } from '../util/log.ts';
 import { Metrics } from './metrics.ts';
 import { listenMetrics, metricsUrl } from './metrics-listener.ts';
 import { tlsMaterial, watchCertificates, type TlsMaterial } from './tls.ts';
@@ -104,10 +104,6 @@ export class PortcullisServer {
     }
     log.info('TLS', { mode, source: options.certificateSource ?? certificateSource(config), clientCertificates: tls?.clientCA ? (tls.requireClientCert ? 'required' : 'optional') : 'off' });
     const server = new PortcullisServer(config, log, tls, options.namespaceLabels);
-    configureRegistries({
-      ...config.registries, log: (level, message, fields) => log[level](message, fields),
-      onPull: (registry, result) => server.metrics.registryPulls.inc({ registry, result }),
-    });
     try {
       await server.#listen();
     } catch (error) {
@@ -132,7 +128,7 @@ export class PortcullisServer {
     }
     const loadStarted = performance.now();
     // Alive (healthz) while loading; ready (readyz) once every policy has been tried.
-    const set = await loadPolicySet(server.pool, config);
+    const set = await loadPolicySet(server.pool, config, server.#registries(config));
     server.registry.swap(set);
     server.#reportSet(set);
     server.#ready = true;
@@ -183,6 +179,14 @@ export class PortcullisServer {
     this.log.info('TLS certificate reloaded', { source });
   }
 
+  /** The configuration's registries, reporting pulls to this server's log and metrics. */
+  #registries(config: Config): RegistryOptions {
+    return {
+      ...config.registries, log: (level, message, fields) => this.log[level](message, fields),
+      onPull: (registry, result) => this.metrics.registryPulls.inc({ registry, result }),
+    };
+  }
+
   onReload(listener: Listener): void {
     this.#listeners.reload.push(listener);
   }
@@ -219,7 +223,7 @@ export class PortcullisServer {
       this.log.error('configuration reload refused; the current policies keep serving', { file: source, message: errorMessage(error) });
       return false;
     }
-    const set = await loadPolicySet(this.pool, config);
+    const set = await loadPolicySet(this.pool, config, this.#registries(config));
     if (set.failed.length > 0) {
       this.registry.discard(set);
       this.metrics.reloads.inc({ result: 'failed' });

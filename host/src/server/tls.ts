@@ -7,16 +7,10 @@ import { isIP } from 'node:net';
 import { generate } from 'selfsigned';
 import type { TlsConfig } from '../config/types.ts';
 import { ConfigError, errorMessage } from '../errors.ts';
+import type { TlsMaterial } from '../certs/material.ts';
 
-export interface TlsMaterial {
-  key: string;
-  cert: string;
-  /** PEM of the CA that signed `cert`, for webhook caBundles. */
-  caBundle: string;
-  /** CA to verify client certificates with, if configured. */
-  clientCA?: string;
-  requireClientCert: boolean;
-}
+export type { TlsMaterial };
+
 
 export async function tlsMaterial(tls: Extract<TlsConfig, { mode: 'self-signed' | 'files' }>): Promise<TlsMaterial> {
   const clientCA = tls.clientCA ? await readPem(tls.clientCA, 'client CA') : undefined;

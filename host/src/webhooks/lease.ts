@@ -11,7 +11,7 @@ import { hostname } from 'node:os';
 import { randomBytes } from 'node:crypto';
 import { V1MicroTime, type CoordinationV1Api, type V1Lease } from '@kubernetes/client-node';
 import { errorMessage, PortcullisError } from '../errors.ts';
-import type { Logger } from '../server/log.ts';
+import type { Logger } from '../util/log.ts';
 import { MANAGED_BY_LABEL, MANAGED_BY_VALUE } from './build.ts';
 import { callOptions, kubeCall, statusOf, type Operation } from './kube.ts';
 

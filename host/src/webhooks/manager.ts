@@ -9,8 +9,7 @@ import type {
 } from '@kubernetes/client-node';
 import type { WebhooksConfig } from '../config/types.ts';
 import { errorMessage } from '../errors.ts';
-import type { Logger } from '../server/log.ts';
-import type { PortcullisServer } from '../server/app.ts';
+import type { Logger } from '../util/log.ts';
 import {
   buildConfigurations,
   checkManagedName,
@@ -447,10 +446,24 @@ export interface AttachOptions {
 }
 
 /**
+ * What the manager needs of the server it manages webhooks for. server/app.ts's
+ * PortcullisServer is one; declared here so this layer does not import the server.
+ */
+export interface ManagedServer {
+  readonly config: { webhooks: WebhooksConfig };
+  readonly log: Logger;
+  readonly registry: { readonly current: { readonly entries: readonly ManagedPolicy[] } };
+  readonly tls: { caBundle: string } | undefined;
+  retireRemovedPolicies(syncStarted: number, marginMs: number): void;
+  onReload(listener: () => void): void;
+  onCertificate(listener: (tls: { caBundle: string }) => void | Promise<void>): void;
+}
+
+/**
  * Starts managing webhooks for a running server: follows its reloads and certificate
  * rotations. Throws only for a configuration that can never work (bad name, no credentials).
  */
-export function startWebhookManager(server: PortcullisServer, options: AttachOptions = {}): WebhookManager {
+export function startWebhookManager(server: ManagedServer, options: AttachOptions = {}): WebhookManager {
   // A name the apiserver would refuse is the more basic mistake: report it before credentials.
   if (server.config.webhooks.managed) checkManagedName(server.config.webhooks.managed);
   const clients = options.clients ?? createKubeClients(options.kubeconfig);

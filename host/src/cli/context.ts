@@ -1,10 +1,10 @@
 // `portcullis run --context OBJECTS.yaml [--grant apiVersion/Kind ...]`: a hub filled from a
 // file. Without --grant every kind in the file is granted; with it, exactly the kinds given,
 // so a missing grant can be tried offline too.
-import { UsageError } from '../cli/usage.ts';
-import { grantedKinds, type Grant } from './grants.ts';
-import { ContextHub } from './hub.ts';
-import { loadContextFile, loadOffline } from './offline.ts';
+import { UsageError } from './usage.ts';
+import { grantedKinds, type Grant } from '../context/grants.ts';
+import { ContextHub } from '../context/hub.ts';
+import { loadContextFile, loadOffline } from '../context/offline.ts';
 
 export async function loadContext(file: string, grantFlags: string[]): Promise<{ hub: ContextHub; grants: Grant[] }> {
   const objects = await loadContextFile(file);
