@@ -63,7 +63,10 @@ export function percentiles(values: ArrayLike<number>): Percentiles {
   let sum = 0;
   for (const v of sorted) sum += v;
   const round = (v: number) => Math.round(v * 1000) / 1000;
-  return { p50: round(at(0.5)), p90: round(at(0.9)), p99: round(at(0.99)), p999: round(at(0.999)), max: round(sorted.at(-1) ?? NaN), mean: round(sum / sorted.length), count: sorted.length };
+  return {
+    p50: round(at(0.5)), p90: round(at(0.9)), p99: round(at(0.99)), p999: round(at(0.999)),
+    max: round(sorted.at(-1) ?? NaN), mean: round(sum / sorted.length), count: sorted.length,
+  };
 }
 
 /** A growable list of numbers. */

@@ -30,7 +30,8 @@ export function modulePath(module: Example): string {
   return `${root}policies/${module}/${module}.wasm`;
 }
 
-const example = (name: string, module: Example = name as Example, settings = SETTINGS[module]): BenchPolicy => ({ name, module, ...(settings !== undefined ? { settings } : {}) });
+const example = (name: string, module: Example = name as Example, settings = SETTINGS[module]): BenchPolicy =>
+  ({ name, module, ...(settings !== undefined ? { settings } : {}) });
 
 export const ONE_AS = [example('no-delete')];
 export const ONE_TS = [example('require-labels')];
@@ -70,7 +71,9 @@ export async function writeConfig(file: string, policies: BenchPolicy[], extra: 
   const config = {
     server: { host: '127.0.0.1', tls: { mode: 'self-signed', hostnames: ['localhost', '127.0.0.1'] } },
     ...extra,
-    policies: policies.map((p) => ({ name: p.name, module: modulePath(p.module), ...(p.settings !== undefined ? { settings: p.settings } : {}), rules: POD_RULES })),
+    policies: policies.map((p) => ({
+      name: p.name, module: modulePath(p.module), ...(p.settings !== undefined ? { settings: p.settings } : {}), rules: POD_RULES,
+    })),
   };
   await writeFile(file, `${JSON.stringify(config, null, 2)}\n`);
   return file;

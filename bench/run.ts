@@ -26,13 +26,19 @@ import type { ContextBenchResult } from './context.ts';
 type SandboxResult = SandboxChildResult & { othersCores?: number };
 
 const { values: flags } = parseArgs({ options: { quick: { type: 'boolean', default: false }, only: { type: 'string' }, profile: { type: 'string' } } });
-const quick = flags.quick!;
+const quick = flags.quick;
 const only = flags.only ? new Set(flags.only.split(',')) : undefined;
 const wanted = (id: string) => !only || only.has(id);
 
 const SETTINGS = quick
-  ? { connections: 16, saturate: { warmupSec: 1, durationSec: 4 }, paced: { warmupSec: 1, durationSec: 4 }, autocannonRate: 0, rate: 200, coldStarts: 3, reloads: 2, profileSec: 8, quietSec: 0, memoryRounds: 40 }
-  : { connections: 16, saturate: { warmupSec: 3, durationSec: 15 }, paced: { warmupSec: 2, durationSec: 15 }, autocannonRate: 10, rate: 200, coldStarts: 5, reloads: 4, profileSec: 15, quietSec: 20, memoryRounds: 100 };
+  ? {
+    connections: 16, saturate: { warmupSec: 1, durationSec: 4 }, paced: { warmupSec: 1, durationSec: 4 }, autocannonRate: 0, rate: 200,
+    coldStarts: 3, reloads: 2, profileSec: 8, quietSec: 0, memoryRounds: 40,
+  }
+  : {
+    connections: 16, saturate: { warmupSec: 3, durationSec: 15 }, paced: { warmupSec: 2, durationSec: 15 }, autocannonRate: 10, rate: 200,
+    coldStarts: 5, reloads: 4, profileSec: 15, quietSec: 20, memoryRounds: 100,
+  };
 
 const body = reviewBody();
 const work = await mkdtemp(join(tmpdir(), 'portcullis-bench-'));
@@ -206,11 +212,11 @@ async function child<T>(args: string[], nodeFlags: string[] = []): Promise<T> {
   const proc = spawn(process.execPath, [...nodeFlags, ...args], { cwd: root, env, stdio: ['ignore', 'pipe', 'pipe'] });
   let stdout = '';
   let stderr = '';
-  proc.stdout.on('data', (d: Buffer) => (stdout += d));
-  proc.stderr.on('data', (d: Buffer) => (stderr += d));
+  proc.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
+  proc.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
   const code = await new Promise<number | null>((resolve) => proc.once('close', resolve));
   if (code !== 0) throw new Error(`${args[0]} failed (${code}):\n${stderr.slice(-3000)}`);
-  return JSON.parse(stdout.trim().split('\n').at(-1)!) as T;
+  return JSON.parse(stdout.trim().split('\n').at(-1)) as T;
 }
 
 const load = (spec: Omit<LoadSpec, 'body'>) => child<LoadResult>(['bench/load.ts', JSON.stringify({ ...spec, body })]);
@@ -303,7 +309,10 @@ async function runScenario(scenario: Scenario): Promise<HttpResult> {
       const lines = (await readFile(server.logFile, 'utf8')).split('\n').filter((l) => l.includes('"policy failed"') || l.includes('"level":"error"'));
       Object.assign(checked, { log: lines.slice(0, 5) });
     }
-    return { label: scenario.label, fanout, idleBefore, saturation, fixed, ...(autocannonRate ? { autocannonRate } : {}), rssAfterLoad, sample, ...(checked ? { verdicts: checked } : {}) };
+    return {
+      label: scenario.label, fanout, idleBefore, saturation, fixed, ...(autocannonRate ? { autocannonRate } : {}), rssAfterLoad, sample,
+      ...(checked ? { verdicts: checked } : {}),
+    };
   } finally {
     await server.stop();
   }
@@ -460,7 +469,7 @@ async function gitState(): Promise<string> {
   const run = (args: string[]) => new Promise<string>((resolve) => {
     const proc = spawn('git', args, { cwd: root, stdio: ['ignore', 'pipe', 'ignore'] });
     let out = '';
-    proc.stdout.on('data', (d: Buffer) => (out += d));
+    proc.stdout.on('data', (d: Buffer) => (out += d.toString()));
     proc.once('close', () => resolve(out.trim()));
     proc.once('error', () => resolve(''));
   });
@@ -485,7 +494,7 @@ const ms = (v: number | undefined) => (v === undefined || Number.isNaN(v) ? '–
 const x = (v: number) => `${v.toFixed(2)}×`;
 const cores = (c: CpuShare) => `${c.server.toFixed(2)} / ${c.loadgen.toFixed(2)} / ${c.others.toFixed(2)}${c.others > 0.1 ? ' ⚠' : ''}`;
 const pct = (v: number) => `${Math.round(v * 100)}%`;
-const p = (pc: Percentiles | undefined) => pc ?? ({ p50: NaN, p90: NaN, p99: NaN, p999: NaN, max: NaN, mean: NaN, count: 0 } as Percentiles);
+const p = (pc: Percentiles | undefined) => pc ?? ({ p50: NaN, p90: NaN, p99: NaN, p999: NaN, max: NaN, mean: NaN, count: 0 });
 
 /** The limit: the better of its two runs (start and end), since others share the machine. */
 function reference(http: Record<string, HttpResult>): HttpResult | undefined {

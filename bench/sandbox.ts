@@ -78,7 +78,7 @@ async function sampleRound(pool: SandboxPool, policy: LoadedPolicy, iterations: 
 /** AS and TS interleaved in rounds, so a slow moment of the machine does not land on one of them only. */
 async function singles(pool: SandboxPool, policies: { policy: LoadedPolicy; language: 'AS' | 'TS' }[], iterations: number, rounds: number): Promise<SingleResult[]> {
   for (const { policy } of policies) for (let i = 0; i < 500; i++) await evaluatePolicy(pool, policy, 'validate', freshInput());
-  const samples = policies.map(() => ({ guest: [], total: [], wall: [], roundMedians: [] }) as Samples);
+  const samples = policies.map(() => ({ guest: [], total: [], wall: [], roundMedians: [] }));
   for (let r = 0; r < rounds; r++) {
     for (const [i, { policy }] of policies.entries()) await sampleRound(pool, policy, Math.ceil(iterations / rounds), samples[i]!);
   }

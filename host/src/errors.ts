@@ -1,14 +1,81 @@
-// Every error the host raises is a PortcullisError: a stable `code` for logs and tests, and
-// a message an operator can act on (which policy, which request, what to do next).
+// Every error the host raises is a PortcullisError: a stable `code` from the catalog below (for
+// logs, metrics, /readyz and tests), the HTTP status when the error answers a request, and a
+// message an operator can act on (which policy, which request, what to do next). The catalog
+// is the one list of codes: a new error adds its line here and its class where it is thrown.
+
+export const ERRORS = {
+  // Requests to the webhook (the status is the HTTP answer).
+  BAD_ADMISSION_REVIEW: { status: 400, meaning: 'the body is not a usable AdmissionReview' },
+  REQUEST_TIMEOUT: { status: 408, meaning: 'the client sent its headers or body too slowly' },
+  BAD_HTTP: { status: 400, meaning: 'the request is not valid HTTP' },
+  NOT_FOUND: { status: 404, meaning: 'no such endpoint' },
+  UNKNOWN_POLICY: { status: 404, meaning: 'a per-policy endpoint for a policy or mode that is not configured' },
+  METHOD_NOT_ALLOWED: { status: 405, meaning: 'wrong HTTP method for the endpoint' },
+  BODY_TOO_LARGE: { status: 413, meaning: 'the body is above server.maxBodyBytes' },
+  UNSUPPORTED_MEDIA_TYPE: { status: 415, meaning: 'the body is not application/json' },
+  NOT_READY: { status: 503, meaning: 'the policies are still loading' },
+  INTERNAL_ERROR: { status: 500, meaning: 'a bug in the host; its log has the stack' },
+  // Configuration and command line.
+  BAD_CONFIGURATION: { meaning: 'the configuration file or a flag cannot be used' },
+  USAGE: { meaning: 'wrong words on the command line' },
+  BAD_REQUEST_INPUT: { meaning: 'portcullis run/test/bench: the request, manifest or settings file cannot be used' },
+  BAD_TEST_SUITE: { meaning: 'portcullis test: a suite file cannot be used' },
+  // Policies: loading them, and what they do when they run.
+  POLICY_LOAD_FAILED: { meaning: 'a policy could not be loaded (its message says which step)' },
+  POLICY_SETTINGS_INVALID: { meaning: 'a policy refused its settings, or they break its settings schema' },
+  POLICY_METADATA_INVALID: { meaning: 'the portcullis.metadata section of a module is unusable' },
+  MODULE_REFUSED: { meaning: 'a module asks for what the sandbox does not give, or is not WebAssembly' },
+  MODULE_OVER_BUDGET: { meaning: 'a module declares more memory, tables or sections than its budget allows' },
+  GUEST_FAULT: { meaning: 'a policy trapped, ran out of time or memory, or crashed its sandbox' },
+  MALFORMED_OUTPUT: { meaning: 'a policy answered outside the contract' },
+  BAD_SELECTOR: { meaning: 'a policy listed cluster objects with a selector that does not parse' },
+  CONTEXT_NOT_GRANTED: { meaning: 'a policy read a kind of cluster object it is not granted' },
+  CONTEXT_BAD_REQUEST: { meaning: 'a policy asked for cluster objects in a way the contract does not allow' },
+  CONTEXT_TOO_LARGE: { meaning: 'a policy\'s list of cluster objects is above the output limit' },
+  CONTEXT_NOT_SYNCED: { meaning: 'the cache of a granted kind has not synced yet (temporary)' },
+  CONTEXT_CACHE_FAILED: { meaning: 'the cache of a granted kind could not be kept (RBAC, API errors)' },
+  SANDBOX_LOAD_FAILED: { meaning: 'a module could not be instantiated in a sandbox worker' },
+  SANDBOX_CLOSED: { meaning: 'the sandbox pool was shut down' },
+  // Registries.
+  BAD_REFERENCE: { meaning: 'an oci:// reference does not parse' },
+  REGISTRY_UNAUTHORIZED: { meaning: 'the registry refused the credentials (or there were none)' },
+  REGISTRY_NOT_FOUND: { meaning: 'no such repository, tag or digest' },
+  REGISTRY_UNREACHABLE: { meaning: 'the registry could not be reached (the cache may stand in)' },
+  REGISTRY_UNAVAILABLE: { meaning: 'the registry answered 5xx or 429 (the cache may stand in)' },
+  REGISTRY_TLS: { meaning: 'the registry\'s certificate is not trusted' },
+  REGISTRY_PROTOCOL: { meaning: 'the registry answered something the OCI distribution spec does not allow' },
+  DIGEST_MISMATCH: { meaning: 'content does not match its digest' },
+  NO_WASM_LAYER: { meaning: 'the artifact holds no Wasm layer' },
+  SEVERAL_WASM_LAYERS: { meaning: 'the artifact holds more than one Wasm layer' },
+  UNSUPPORTED_MANIFEST: { meaning: 'the manifest type is not one Portcullis reads' },
+  // The cluster.
+  KUBECONFIG_UNUSABLE: { meaning: 'no usable cluster credentials' },
+  KUBE_API_FAILED: { meaning: 'a call to the Kubernetes API failed' },
+  NOT_LEADER: { meaning: 'a cluster write was fenced off: this replica no longer holds the Lease' },
+  WEBHOOK_CONFIGURATION_FOREIGN: { meaning: 'a webhook configuration of the managed name exists and is not ours' },
+  CERTIFICATE_INVALID: { meaning: 'a certificate or key does not parse, or they do not match' },
+  CERTIFICATE_SECRET_UNUSABLE: { meaning: 'the certificate Secret cannot be read or written' },
+} as const satisfies Record<string, { status?: number; meaning: string }>;
+
+export type ErrorCode = keyof typeof ERRORS;
 
 export class PortcullisError extends Error {
-  readonly code: string;
-  constructor(code: string, message: string, options?: { cause?: unknown }) {
+  readonly code: ErrorCode;
+  constructor(code: ErrorCode, message: string, options?: { cause?: unknown }) {
     super(message, options);
     this.name = new.target.name;
     this.code = code;
   }
+
+  /** The HTTP status the catalog gives this code; 500 for codes that never answer a request. */
+  get httpStatus(): number {
+    const entry = ERRORS[this.code] as { status?: number };
+    return entry.status ?? 500;
+  }
 }
+
+/** An HTTP request the webhook refuses before any policy runs. */
+export class HttpError extends PortcullisError {}
 
 /** A .wasm that cannot be used: unreadable, not WebAssembly, or asking for what the host will not give. */
 export class PolicyLoadError extends PortcullisError {
@@ -30,16 +97,13 @@ export class PolicySettingsError extends PortcullisError {
 
 /** The body of an HTTP request is not a usable AdmissionReview. */
 export class ReviewError extends PortcullisError {
-  readonly status: number;
-  constructor(message: string, status = 400) {
+  constructor(message: string) {
     super('BAD_ADMISSION_REVIEW', message);
-    this.status = status;
   }
 }
 
 /** A per-policy endpoint for a policy (or mode) that is not configured: HTTP 404. */
 export class UnknownPolicyError extends PortcullisError {
-  readonly status = 404;
   constructor(policy: string, mode: string, modes?: string[]) {
     super('UNKNOWN_POLICY', modes
       ? `policy "${policy}" does not ${mode} (it serves: ${modes.join(', ')})`
@@ -52,6 +116,11 @@ export class ConfigError extends PortcullisError {
   constructor(message: string) {
     super('BAD_CONFIGURATION', message);
   }
+}
+
+/** The catalog code of an error, or INTERNAL_ERROR for anything that is not ours. */
+export function errorCode(error: unknown): ErrorCode {
+  return error instanceof PortcullisError ? error.code : 'INTERNAL_ERROR';
 }
 
 export function errorMessage(error: unknown): string {

@@ -11,7 +11,7 @@ it('sets requests to limits times the factors, for each quantity style', async (
   const result = await policy.mutate(request({ object: pod([
     { name: 'a', resources: { limits: { cpu: '500m', memory: '1Gi' } } },
     { name: 'b', resources: { limits: { cpu: '1', memory: '128Mi' } } },
-    { name: 'c', resources: { limits: { cpu: 2, memory: '1G' } }, },
+    { name: 'c', resources: { limits: { cpu: 2, memory: '1G' } } },
   ]) }));
   const spec = (result.patched as { spec: { containers: { resources: { requests: unknown } }[] } }).spec;
   expect(spec.containers.map((c) => c.resources.requests)).toEqual([

@@ -64,14 +64,14 @@ async function buildTypeScript(source: string, stubWasi: boolean, timeoutMs: num
   // The entry connects the SDK's log to the host import and exports the policy under the
   // interface name the WIT world expects; authors only write `export default definePolicy(...)`.
   const entry = [
-    `import '@portcullis/sdk/no-ambient';`, // first: clock, timers and random throw clear errors
-    `import { log } from 'portcullis:policy/host@0.1.0';`,
-    `import { read } from 'portcullis:policy/context@0.1.0';`, // issue 15: context reads
-    `import { bindContextReader, bindHostLog } from '@portcullis/sdk/runtime';`,
+    'import \'@portcullis/sdk/no-ambient\';', // first: clock, timers and random throw clear errors
+    'import { log } from \'portcullis:policy/host@0.1.0\';',
+    'import { read } from \'portcullis:policy/context@0.1.0\';', // issue 15: context reads
+    'import { bindContextReader, bindHostLog } from \'@portcullis/sdk/runtime\';',
     `import definition from ${JSON.stringify(source)};`,
-    `bindHostLog((level, message) => log(level, message));`,
-    `bindContextReader((request) => read(request));`,
-    `export const policy = definition;`,
+    'bindHostLog((level, message) => log(level, message));',
+    'bindContextReader((request) => read(request));',
+    'export const policy = definition;',
   ].join('\n');
   let bundled;
   try {

@@ -4,6 +4,7 @@
 // strict defaults that fit the SDK apply.
 import { dirname, resolve, sep } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import type { CompilerOptions } from 'typescript';
 
 /** The SDK's own files are checked where the SDK is built, not in every policy that uses it. */
 const sdkRoot = resolve(dirname(fileURLToPath(import.meta.url)), '..') + sep;
@@ -15,10 +16,10 @@ const DEFAULTS = {
 /** Type errors, one per line with file:line:column, or an empty list. */
 export async function typeErrors(source: string): Promise<string[]> {
   const ts = (await import('typescript')).default;
-  const configFile = ts.findConfigFile(dirname(source), ts.sys.fileExists);
-  let options: import('typescript').CompilerOptions;
+  const configFile = ts.findConfigFile(dirname(source), (file) => ts.sys.fileExists(file));
+  let options: CompilerOptions;
   if (configFile) {
-    const read = ts.readConfigFile(configFile, ts.sys.readFile);
+    const read = ts.readConfigFile(configFile, (file) => ts.sys.readFile(file));
     if (read.error) return [ts.flattenDiagnosticMessageText(read.error.messageText, '\n')];
     options = ts.parseJsonConfigFileContent(read.config, ts.sys, dirname(configFile)).options;
   } else {

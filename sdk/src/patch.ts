@@ -128,7 +128,7 @@ export function applyOperation(doc: JsonValue | undefined, operation: PatchOpera
       const value = getPath(doc, from);
       if (value === undefined) fail(operation, `"from" ${operation.from} does not exist`);
       const without = operation.op === 'move' ? removeAt(doc, from, operation) : doc;
-      return insert(without, segments, clone(value as JsonValue), operation.path, false);
+      return insert(without, segments, clone(value), operation.path, false);
     }
     default:
       throw new TypeError(`unknown patch operation ${JSON.stringify((operation as { op: unknown }).op)}`);
@@ -220,8 +220,8 @@ export function deepEqual(a: JsonValue | undefined, b: JsonValue | undefined): b
   if (typeof a !== 'object' || typeof b !== 'object' || a === null || b === null) return false;
   if (Array.isArray(a) !== Array.isArray(b)) return false;
   if (Array.isArray(a) && Array.isArray(b)) return a.length === b.length && a.every((v, i) => deepEqual(v, b[i]));
-  const ka = Object.keys(a as JsonObject);
-  const kb = Object.keys(b as JsonObject);
+  const ka = Object.keys(a);
+  const kb = Object.keys(b);
   return ka.length === kb.length && ka.every((k) => deepEqual((a as JsonObject)[k], (b as JsonObject)[k]));
 }
 

@@ -4,6 +4,7 @@
 //   const result = await policy.validate(request({ object: { spec: { numbers: [500] } } }));
 //   expect(result).toMatchObject({ allowed: false, code: 499 });
 //   await policy.close();
+import type * as HostModule from '@portcullis/host';
 import type { AdmissionRequest, EvaluationInput, JsonObject, JsonValue, Mode, PatchOperation, PeerCertificate } from './contract.ts';
 import { applyOperation } from './patch.ts';
 
@@ -46,7 +47,7 @@ export interface TestPolicy {
   close(): Promise<void>;
 }
 
-type HostApi = typeof import('@portcullis/host');
+type HostApi = typeof HostModule;
 
 export async function testPolicy(path: string, options: TestOptions = {}): Promise<TestPolicy> {
   const host: HostApi = await import('@portcullis/host');
@@ -58,7 +59,9 @@ export async function testPolicy(path: string, options: TestOptions = {}): Promi
     hub.attach(pool);
   }
   const name = path.replace(/^.*[\\/]/, '').replace(/\.wasm$/, '');
-  const limits = { ...host.DEFAULT_LIMITS, ...(options.timeoutMs ? { timeoutMs: options.timeoutMs } : {}), ...(options.memoryMiB ? { memoryMiB: options.memoryMiB } : {}) };
+  const limits = {
+    ...host.DEFAULT_LIMITS, ...(options.timeoutMs ? { timeoutMs: options.timeoutMs } : {}), ...(options.memoryMiB ? { memoryMiB: options.memoryMiB } : {}),
+  };
   let policy;
   try {
     policy = await host.loadPolicy(pool, {
@@ -79,7 +82,7 @@ export async function testPolicy(path: string, options: TestOptions = {}): Promi
     if (outcome.status === 'failed') Object.assign(result, { failure: outcome.failure, message: outcome.message });
     if (outcome.status === 'allowed') {
       result.patch = outcome.patch;
-      let doc: JsonValue | undefined = request.object ? JSON.parse(JSON.stringify(request.object)) : undefined;
+      let doc: JsonValue | undefined = request.object ? structuredClone(request.object) : undefined;
       for (const op of outcome.patch) doc = applyOperation(doc, op);
       if (doc !== undefined) result.patched = doc;
     }
@@ -95,7 +98,10 @@ export async function testPolicy(path: string, options: TestOptions = {}): Promi
 
 function kindsOf(objects: JsonObject[]): { apiVersion: string; kind: string }[] {
   const kinds = new Map<string, { apiVersion: string; kind: string }>();
-  for (const o of objects) kinds.set(`${String(o.apiVersion)} ${String(o.kind)}`, { apiVersion: String(o.apiVersion), kind: String(o.kind) });
+  for (const o of objects) {
+    const grant = { apiVersion: typeof o.apiVersion === 'string' ? o.apiVersion : '', kind: typeof o.kind === 'string' ? o.kind : '' };
+    kinds.set(`${grant.apiVersion} ${grant.kind}`, grant);
+  }
   return [...kinds.values()];
 }
 

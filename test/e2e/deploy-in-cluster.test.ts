@@ -117,8 +117,8 @@ async function startReplica(name: string, configText: string, saKubeconfig: stri
     cwd: root, env: { ...process.env, KUBECONFIG: saKubeconfig, POD_NAMESPACE: NS, POD_NAME: name }, stdio: ['ignore', 'pipe', 'pipe'],
   });
   let output = '';
-  child.stdout!.on('data', (d) => (output += d));
-  child.stderr!.on('data', (d) => (output += d));
+  child.stdout.on('data', (d) => (output += d));
+  child.stderr.on('data', (d) => (output += d));
   const exited = new Promise<number | null>((ok) => child.on('exit', (code) => ok(code)));
   const replica: Replica = {
     name, port, metricsPort, child, exited, output: () => output,

@@ -50,7 +50,7 @@ export async function waitFor<T>(what: string, probe: () => Promise<T | undefine
     } catch (error) {
       last = error;
     }
-    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}${last ? `: ${String(last)}` : ''}`);
+    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}${last ? `: ${JSON.stringify(last)}` : ''}`);
     await new Promise((r) => setTimeout(r, intervalMs));
   }
 }
@@ -149,8 +149,8 @@ export async function startHost(options: HostOptions): Promise<Host> {
     cwd: root, env: { ...process.env, KUBECONFIG: kubeconfig(), ...options.env }, stdio: ['ignore', 'pipe', 'pipe'],
   });
   let output = '';
-  child.stdout!.on('data', (d) => (output += d));
-  child.stderr!.on('data', (d) => (output += d));
+  child.stdout.on('data', (d) => (output += d));
+  child.stderr.on('data', (d) => (output += d));
   const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
   const host: Host = {
     port, url: `https://127.0.0.1:${port}`, dir, configFile, caFile: join(dir, 'ca.pem'), child, exited,

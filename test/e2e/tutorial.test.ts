@@ -81,8 +81,8 @@ describe.each([['tutorial-ts', 'my-policy'], ['tutorial-as', 'my-as-policy']])('
         const server = spawn('bash', ['-c', command.slice(0, -1)], { cwd, detached: true, env: { ...process.env, KUBECONFIG: kubeconfig() }, stdio: ['ignore', 'pipe', 'pipe'] });
         servers.add(server);
         let log = '';
-        server.stdout!.on('data', (d) => (log += d));
-        server.stderr!.on('data', (d) => (log += d));
+        server.stdout.on('data', (d) => (log += d));
+        server.stderr.on('data', (d) => (log += d));
         await waitFor(`the tutorial's serve to register ${name}.portcullis.dev (log: ${log.slice(-2000)})`, async () => {
           const got = await kubectl(['get', 'validatingwebhookconfiguration', `${name}.portcullis.dev`, '-o', 'json']);
           return got.code === 0 && (JSON.parse(got.stdout) as { webhooks?: { clientConfig?: { caBundle?: string } }[] }).webhooks?.[0]?.clientConfig?.caBundle;

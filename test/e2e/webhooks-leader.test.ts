@@ -10,7 +10,10 @@ import {
 const NAME = 'leader.e2e.dev';
 const policies = [policy('require-labels', { modes: ['validate'], failurePolicy: 'Ignore', settings: { labels: { team: 'x' } }, rules: [{ operations: ['CREATE'], apiGroups: [''], apiVersions: ['v1'], resources: ['configmaps'] }] })];
 
-interface Lease { metadata: { resourceVersion: string }; spec: { holderIdentity?: string; leaseDurationSeconds: number; leaseTransitions: number; renewTime: string; acquireTime: string } }
+interface Lease {
+  metadata: { resourceVersion: string };
+  spec: { holderIdentity?: string; leaseDurationSeconds: number; leaseTransitions: number; renewTime: string; acquireTime: string };
+}
 const lease = async () => (await getObject<Lease>('lease', NAME, HOST_NAMESPACE))!;
 const managedBy = async (host: Host) => (await getValidating(NAME))?.webhooks?.[0]?.clientConfig.url?.startsWith(host.url) === true;
 

@@ -65,7 +65,7 @@ export async function startRegistry(options: { tls?: boolean; auth?: RegistryAut
 
   const child = spawn(REGISTRY_BINARY, ['serve', join(dir, 'config.yml')], { stdio: ['ignore', 'ignore', 'pipe'] });
   let stderr = '';
-  child.stderr!.on('data', (d) => (stderr += d));
+  child.stderr.on('data', (d) => (stderr += d));
   const url = `${options.tls ? 'https' : 'http'}://${host}`;
   try {
     await waitUntilServing(child, `${url}/v2/`, ca, () => stderr);

@@ -15,6 +15,7 @@ export interface TestServer {
   configPath: string;
   agent: Agent;
   logs: string[];
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any -- tests assert on any response shape
   post(path: string, body: unknown, headers?: Record<string, string>): Promise<{ status: number; body: any }>;
   get(path: string): Promise<{ status: number; text: string }>;
   close(): Promise<void>;

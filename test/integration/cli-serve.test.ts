@@ -15,7 +15,7 @@ it('exits 1 with one clear line when the port is taken, instead of hanging', asy
 
 it('refuses an invalid configuration file with the path of the bad field', async () => {
   const { writeFile, mkdtemp } = await import('node:fs/promises');
-  const { join } = await import('node:path');
+  const { join } = await import('node:path'); // eslint-disable-line @typescript-eslint/unbound-method -- path.join does not use this
   const { tmpdir } = await import('node:os');
   const dir = await mkdtemp(join(tmpdir(), 'portcullis-cfg-'));
   await writeFile(join(dir, 'bad.yaml'), 'policies:\n  - { name: x, module: x.wasm, enforcement: sometimes }\n');

@@ -31,9 +31,9 @@ afterAll(() => pool.close());
 const pod = { apiVersion: 'v1', kind: 'Pod', metadata: { name: 'web' }, spec: { numbers: [5, '300'], containers: [{ name: 'c', resources: { limits: { cpu: '1', memory: '1Gi' } } }] } };
 
 async function review(policies: LoadedPolicy[], mode: Mode) {
-  const evaluation = input({ object: pod as never });
+  const evaluation = input({ object: pod });
   const outcomes = await Promise.all(policies.map((p) => evaluatePolicy(pool, p, mode, evaluation)));
-  return merge(policies.map((p, i) => ({ policy: p, outcome: outcomes[i]! })), 'CREATE', pod as never).decision;
+  return merge(policies.map((p, i) => ({ policy: p, outcome: outcomes[i]! })), 'CREATE', pod).decision;
 }
 
 it('composes the patches of several mutating policies into one that applies', async () => {

@@ -46,7 +46,7 @@ ${policyYaml('added-by', `settings: { value: t }\n${rule}`)}  - name: broken
     expect(base).toMatch(/^http:\/\/127\.0\.0\.1:\d+$/);
     const ready = await get(`${base}/readyz`);
     expect(ready.status).toBe(503);
-    expect(JSON.parse(ready.text)).toMatchObject({ status: 'not ready', failed: [{ policy: 'broken' }] });
+    expect(JSON.parse(ready.text)).toMatchObject({ status: 'not ready', failed: [{ policy: 'broken', code: 'POLICY_LOAD_FAILED', error: expect.stringMatching(/does-not-exist\.wasm does not exist/) }] });
     expect((await current.get('/readyz')).status).toBe(503);
     expect((await get(`${base}/healthz`)).status).toBe(200);
     expect((await get(`${base}/validate`)).status).toBe(404);
@@ -54,8 +54,8 @@ ${policyYaml('added-by', `settings: { value: t }\n${rule}`)}  - name: broken
     expect(metrics).toMatch(/^portcullis_build_info\{version="0\.1\.0",revision="[^"]+",node="v24\.[^"]+"\} 1$/m);
     expect(metrics).toMatch(/^process_cpu_user_seconds_total \d/m);
     expect(metrics).toMatch(/^nodejs_heap_size_total_bytes \d/m);
-    expect(metrics).toMatch(new RegExp(`^portcullis_policy_info\\{policy="added-by",digest="sha256:[0-9a-f]{64}",source="${POLICIES}/added-by/added-by.wasm",state="loaded"\\} 1$`, 'm'));
-    expect(metrics).toMatch(/^portcullis_policy_info\{policy="broken",digest="",source="[^"]*does-not-exist.wasm",state="failed"\} 0$/m);
+    expect(metrics).toMatch(new RegExp(`^portcullis_policy_info\\{policy="added-by",digest="sha256:[0-9a-f]{64}",source="${POLICIES}/added-by/added-by.wasm",state="loaded",code=""\\} 1$`, 'm'));
+    expect(metrics).toMatch(/^portcullis_policy_info\{policy="broken",digest="",source="[^"]*does-not-exist.wasm",state="failed",code="POLICY_LOAD_FAILED"\} 0$/m);
     expect(metrics).toMatch(/^portcullis_leader 0$/m);
     const lines = current.logs.map((l) => JSON.parse(l) as Record<string, unknown>);
     expect(lines.find((l) => l.msg === 'TLS')).toMatchObject({ mode: 'self-signed', source: expect.stringContaining('generated at start') });
@@ -120,7 +120,7 @@ policies:
       const host = registry.host.replace(/[.]/g, '\\.');
       expect(metrics).toMatch(new RegExp(`^portcullis_registry_pulls_total\\{registry="${host}",result="ok"\\} 1$`, 'm'));
       expect(metrics).toMatch(new RegExp(`^portcullis_registry_pulls_total\\{registry="${host}",result="failed"\\} 1$`, 'm'));
-      expect(metrics).toMatch(new RegExp(`^portcullis_policy_info\\{policy="pulled",digest="sha256:[0-9a-f]{64}",source="oci://${host}/policies/metrics-added-by:v1",state="loaded"\\} 1$`, 'm'));
+      expect(metrics).toMatch(new RegExp(`^portcullis_policy_info\\{policy="pulled",digest="sha256:[0-9a-f]{64}",source="oci://${host}/policies/metrics-added-by:v1",state="loaded",code=""\\} 1$`, 'm'));
     } finally {
       await current?.close();
       current = undefined;

@@ -74,7 +74,7 @@ describe('certificate files', () => {
   });
 
   it('refuses to start with an unreadable or non-PEM certificate, naming the file', async () => {
-    await expect(startServer(`server: { tls: { certFile: /nonexistent.crt, keyFile: /nonexistent.key } }\npolicies: []`)).rejects.toThrow('cannot use the TLS certificate file /nonexistent.crt');
+    await expect(startServer('server: { tls: { certFile: /nonexistent.crt, keyFile: /nonexistent.key } }\npolicies: []')).rejects.toThrow('cannot use the TLS certificate file /nonexistent.crt');
   });
 });
 
@@ -92,7 +92,7 @@ describe('client certificates', () => {
     const ca = await generate([{ name: 'commonName', value: 'client-ca' }], { keyType: 'ec', curve: 'P-256', algorithm: 'sha256', extensions: [{ name: 'basicConstraints', cA: true }, { name: 'keyUsage', keyCertSign: true, digitalSignature: true }] });
     const client = await generate([{ name: 'commonName', value: 'kube-apiserver' }], { keyType: 'ec', curve: 'P-256', algorithm: 'sha256', ca: { key: ca.private, cert: ca.cert }, extensions: [{ name: 'extKeyUsage', clientAuth: true }] });
     const stranger = await generate([{ name: 'commonName', value: 'mallory' }], { keyType: 'ec', curve: 'P-256', algorithm: 'sha256' });
-    const t0 = await startServer(`policies: []`);
+    const t0 = await startServer('policies: []');
     const caFile = join(t0.dir, 'client-ca.pem');
     await writeFile(caFile, ca.cert);
     await t0.close();

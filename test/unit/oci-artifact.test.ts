@@ -44,7 +44,7 @@ describe('manifest shapes', () => {
     const index = new TextEncoder().encode(JSON.stringify({ schemaVersion: 2, mediaType: 'application/vnd.oci.image.index.v1+json', manifests: [d(9, 'application/vnd.oci.image.manifest.v1+json')] }));
     expect(() => parseManifest(index, undefined, 'REF')).toThrow(`REF is an image index of 1 manifest(s), not a single policy artifact; reference one manifest by digest (for example @sha256:${'9'.repeat(64)})`);
     expect(() => parseManifest(manifest([{ ...d(1, 'application/wasm'), digest: `sha512:${'1'.repeat(128)}` }]), undefined, 'REF')).toThrow("REF: the manifest's layer 0 has digest sha512:");
-    expect(() => parseManifest(manifest([{ ...d(1, 'application/wasm'), size: -1 }]), undefined, 'REF')).toThrow("layer 0 has no valid size");
+    expect(() => parseManifest(manifest([{ ...d(1, 'application/wasm'), size: -1 }]), undefined, 'REF')).toThrow('layer 0 has no valid size');
     expect(() => parseManifest(new TextEncoder().encode('<html>'), 'text/html', 'REF')).toThrow('REF: the manifest is not JSON');
   });
 

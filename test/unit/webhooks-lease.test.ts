@@ -169,7 +169,7 @@ describe('Kubernetes API errors', () => {
   it('tell what to grant on 403', () => {
     const error = describeKubeError(api(403, 'forbidden'), op, 'https://k');
     expect(error).toBeInstanceOf(KubeApiError);
-    expect(error.message).toBe(`403 Forbidden: cannot patch validatingwebhookconfigurations "portcullis.dev": forbidden; grant the host's ServiceAccount 'patch' on validatingwebhookconfigurations (deploy/10-rbac.yaml has the exact rules)`);
+    expect(error.message).toBe('403 Forbidden: cannot patch validatingwebhookconfigurations "portcullis.dev": forbidden; grant the host\'s ServiceAccount \'patch\' on validatingwebhookconfigurations (deploy/10-rbac.yaml has the exact rules)');
     expect([error.retryable, error.transient]).toEqual([true, false]);
   });
 

@@ -45,7 +45,7 @@ export default async function bench(args: string[]): Promise<number> {
     });
     const loadMs = performance.now() - loadStarted;
     const rssLoaded = process.memoryUsage().rss;
-    const mode: Mode = (values.mode as Mode | undefined) ?? (policy.modes.includes('validate') ? 'validate' : 'mutate');
+    const mode: Mode = (values.mode) ?? (policy.modes.includes('validate') ? 'validate' : 'mutate');
     if (!policy.modes.includes(mode)) throw new ConfigError(`policy "${name}" (${values.policy}) does not ${mode}; it supports: ${policy.modes.join(', ')}`);
     const input = { request: review.request, settings, headers: {}, sslpeer: null, dryRun: review.request.dryRun === true, webhook: `/${mode}/${name}` };
     const micros: number[] = [];

@@ -10,7 +10,7 @@ export async function loadContext(file: string, grantFlags: string[]): Promise<{
   const objects = await loadContextFile(file);
   const grants = grantFlags.length > 0
     ? grantFlags.map(parseGrantFlag)
-    : grantedKinds([objects.map((o) => ({ apiVersion: String(o.apiVersion), kind: String(o.kind) }))]);
+    : grantedKinds([objects.map((o) => ({ apiVersion: asText(o.apiVersion), kind: asText(o.kind) }))]);
   const hub = new ContextHub();
   loadOffline(hub, objects, grants);
   return { hub, grants };
@@ -25,4 +25,8 @@ export function parseGrantFlag(flag: string): Grant {
     throw new UsageError(`--grant takes apiVersion/Kind, like v1/Namespace or networking.k8s.io/v1/Ingress; not "${flag}"`);
   }
   return { apiVersion, kind };
+}
+
+function asText(value: unknown): string {
+  return typeof value === 'string' ? value : JSON.stringify(value) ?? '';
 }

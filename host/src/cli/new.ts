@@ -51,7 +51,7 @@ function projectFiles(name: string, lang: Lang, registry: string, port: number):
   const version = cliVersion();
   const pkg = {
     name, version: '0.1.0', private: true, type: 'module',
-    description: `Pods must carry the label named in the settings (a Portcullis policy)`,
+    description: 'Pods must carry the label named in the settings (a Portcullis policy)',
     scripts: {
       build: `portcullis build ${source} -o ${name}.wasm`,
       test: `portcullis build ${source} -o ${name}.wasm && portcullis test tests`,

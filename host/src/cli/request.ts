@@ -56,7 +56,7 @@ export function requestFor(facts: RequestFacts, uid: string): AdmissionRequest {
     name: typeof metadata.name === 'string' ? metadata.name : '',
     ...(namespace !== undefined ? { namespace } : {}),
     operation: operation as Operation,
-    userInfo: { username: typeof facts.user === 'string' ? facts.user : 'portcullis-test', groups: groups as string[] },
+    userInfo: { username: typeof facts.user === 'string' ? facts.user : 'portcullis-test', groups: groups },
     object: object ?? null,
     oldObject: oldObject ?? null,
     dryRun: facts.dryRun === true,

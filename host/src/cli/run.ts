@@ -37,7 +37,7 @@ export default async function run(args: string[]): Promise<number> {
   if (values.show !== undefined && values.show !== 'response' && values.show !== 'patched') throw new UsageError(`--show must be response or patched, not "${values.show}"`);
   const review = await readRequest(values);
   const registryFlags: RegistryOptions = { insecure: [], ...(values['docker-config'] ? { dockerConfig: values['docker-config'] } : {}) };
-  if (values.config) return runConfig(values.config, review, values.mode as Mode | undefined, values.show === 'patched', registryFlags, values.insecure ?? false);
+  if (values.config) return runConfig(values.config, review, values.mode, values.show === 'patched', registryFlags, values.insecure ?? false);
   // oci:// modules: --insecure allows plain HTTP to the module's registry (a loopback registry).
   if (values.insecure && values.policy!.startsWith('oci://')) registryFlags.insecure.push(registryOf(values.policy!));
   const module = values.policy!;
@@ -57,7 +57,7 @@ export default async function run(args: string[]): Promise<number> {
       name, module, settings, limits, failurePolicy: 'Fail', enforcement: 'enforce', isolation: 'reuse',
       ...(context ? { context: context.grants } : {}),
     }, undefined, registryFlags);
-    const mode: Mode = (values.mode as Mode | undefined) ?? (policy.modes.includes('validate') ? 'validate' : 'mutate');
+    const mode: Mode = (values.mode) ?? (policy.modes.includes('validate') ? 'validate' : 'mutate');
     if (!policy.modes.includes(mode)) throw new ConfigError(`policy "${name}" (${values.policy}) does not ${mode}; it supports: ${policy.modes.join(', ')}`);
     const outcome = await evaluatePolicy(pool, policy, mode, {
       request: review.request, settings, headers: {}, sslpeer: null, dryRun: review.request.dryRun === true, webhook: `/${mode}/${name}`,
@@ -153,14 +153,16 @@ function print(review: AdmissionReview, decision: Decision, patched: boolean): v
  * `serve` does (without a mode, the mutating pass runs first and the validating pass sees its
  * result, as in the apiserver's admission chain).
  */
-async function runConfig(path: string, review: AdmissionReview, mode: Mode | undefined, patched: boolean, flags: RegistryOptions, insecure: boolean): Promise<number> {
+async function runConfig(
+  path: string, review: AdmissionReview, mode: Mode | undefined, patched: boolean, flags: RegistryOptions, insecure: boolean,
+): Promise<number> {
   const config = await loadConfigFile(resolve(path));
   const everyRegistry = config.policies.filter((p) => p.module.startsWith('oci://')).map((p) => registryOf(p.module));
   const registries = { ...config.registries, ...flags, insecure: [...config.registries.insecure, ...(insecure ? everyRegistry : [])] };
   const pool = new SandboxPool(Math.min(2, Math.max(1, config.policies.length)));
   try {
     const set = await loadPolicySet(pool, config, registries);
-    for (const entry of set.failed) process.stderr.write(`portcullis run: policy "${entry.config.name}" failed to load: ${entry.error}\n`);
+    for (const entry of set.failed) process.stderr.write(`portcullis run: policy "${entry.config.name}" failed to load: ${entry.error?.message ?? 'unknown reason'}\n`);
     const modes: Mode[] = mode ? [mode] : ['mutate', 'validate'];
     let request = review.request;
     const patch: Decision['patch'] = [];

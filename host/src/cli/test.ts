@@ -144,7 +144,8 @@ function parsePolicies(doc: Record<string, unknown>, base: string): PolicyRef[] 
 function parseRules(value: unknown, where: string): RuleWithOperations[] | undefined {
   if (value === undefined) return undefined;
   const strings = (v: unknown) => Array.isArray(v) && v.length > 0 && v.every((x) => typeof x === 'string');
-  if (!Array.isArray(value) || !value.every((r) => isObject(r) && strings(r.operations) && strings(r.apiGroups) && strings(r.apiVersions) && strings(r.resources))) {
+  const isRule = (r: unknown) => isObject(r) && strings(r.operations) && strings(r.apiGroups) && strings(r.apiVersions) && strings(r.resources);
+  if (!Array.isArray(value) || !value.every(isRule)) {
     throw new SuiteError(`${where}.rules must be a list of {operations, apiGroups, apiVersions, resources} lists of strings`);
   }
   return value as RuleWithOperations[];
@@ -159,7 +160,7 @@ function parseCase(value: unknown, index: number): Case {
   const at = `${where} ("${name}")`;
   if (value.mode !== undefined && value.mode !== 'validate' && value.mode !== 'mutate') throw new SuiteError(`${at}: mode must be validate or mutate`);
   if (!isObject(value.expect)) throw new SuiteError(`${at}: "expect" must be a mapping with at least one of ${[...EXPECT_KEYS].join(', ')}`);
-  return { name, mode: value.mode as Mode | undefined, request: caseRequest(value, at), expect: parseExpect(value.expect, at) };
+  return { name, mode: value.mode, request: caseRequest(value, at), expect: parseExpect(value.expect, at) };
 }
 
 function parseExpect(value: Record<string, unknown>, at: string): Expectation {
@@ -173,7 +174,7 @@ function parseExpect(value: Record<string, unknown>, at: string): Expectation {
   if (warnings !== undefined && !(Array.isArray(warnings) && warnings.every((w) => typeof w === 'string'))) {
     throw new SuiteError(`${at}: expect.warnings must be a list of strings`);
   }
-  return value as Expectation;
+  return value;
 }
 
 /** A case gives either a whole request (an AdmissionRequest or AdmissionReview) or an object to build one around. */
@@ -212,7 +213,7 @@ async function runSuite(suite: Suite): Promise<{ name: string; problems: string[
 async function evaluateCase(pool: SandboxPool, all: (LoadedPolicy & { rules: RuleWithOperations[] })[], c: Case): Promise<Decision> {
   const policies = all.filter((p) => p.rules.length === 0 || p.rules.some((rule) => ruleMatches(rule, c.request)));
   // Without a mode, a policy runs as a validating webhook if it can, else as a mutating one.
-  const runs = policies.map((policy) => ({ policy, mode: c.mode ?? (policy.modes.includes('validate') ? 'validate' : 'mutate') as Mode }))
+  const runs = policies.map((policy) => ({ policy, mode: c.mode ?? (policy.modes.includes('validate') ? 'validate' : 'mutate') }))
     .filter(({ policy, mode }) => policy.modes.includes(mode));
   const evaluated = await Promise.all(runs.map(async ({ policy, mode }) => ({
     policy,

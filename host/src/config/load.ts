@@ -5,19 +5,17 @@ import { dirname, isAbsolute, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Ajv, type ErrorObject } from 'ajv';
 import { parse as parseYaml } from 'yaml';
-import schema from '../../config.schema.json' with { type: 'json' };
+import { defaultOf, defaultsAt, schema } from './schema.ts';
 import { ConfigError, errorMessage } from '../errors.ts';
 import { DEFAULT_LIMITS } from './limits.ts';
-import type { Grant } from './types.ts';
-import type { Config, PolicyConfig, TlsConfig } from './types.ts';
+import type {
+  Config, Grant, PolicyConfig, RawConfig, RawPolicy, RawRegistries, RawServer, RawTls, RawWebhooks, TlsConfig, WebhooksConfig,
+} from './types.ts';
 
 const ajv = new Ajv({ allErrors: false, strict: false });
 const validate = ajv.compile(schema);
 
-export const DEFAULT_PORT = 8443;
-const DEFAULT_TIMEOUT_SECONDS = 10;
-
-type Raw = Record<string, any>; // eslint-disable-line @typescript-eslint/no-explicit-any -- schema-checked JSON
+export const DEFAULT_PORT: number = defaultOf('server', 'port');
 
 export async function loadConfigFile(path: string): Promise<Config> {
   let text: string;
@@ -37,7 +35,7 @@ export function parseConfig(text: string, source: string): Config {
     throw new ConfigError(`${source}: not valid YAML: ${errorMessage(error).split('\n')[0]}`);
   }
   if (!validate(raw)) throw new ConfigError(`${source}: ${describeSchemaError(validate.errors?.[0])}`);
-  return normalize(raw as Raw, source);
+  return normalize(raw as RawConfig, source);
 }
 
 function describeSchemaError(error: ErrorObject | undefined): string {
@@ -49,99 +47,95 @@ function describeSchemaError(error: ErrorObject | undefined): string {
   return `${path} ${error.message ?? 'is invalid'}`;
 }
 
-function normalize(raw: Raw, source: string): Config {
+/**
+ * Fills in the schema's defaults and resolves paths; what is left here is what a schema cannot
+ * say: defaults that fall back through the file's own `defaults:` section, rules across
+ * fields, and paths relative to the file.
+ */
+function normalize(raw: RawConfig, source: string): Config {
   const base = dirname(source);
-  const defaults: Raw = raw.defaults ?? {};
-  const webhookTimeout: number = raw.webhooks?.timeoutSeconds ?? DEFAULT_TIMEOUT_SECONDS;
+  const defaults = raw.defaults ?? {};
+  // The schema gives a default for every field the types below make required
+  // (test/unit/config-schema.test.ts checks it).
+  const server = { ...defaultsAt<RawServer>('server'), ...raw.server } as Required<Omit<RawServer, 'tls' | 'metricsPort'>> & RawServer;
+  const webhooks = { ...defaultsAt<RawWebhooks>('webhooks'), ...raw.webhooks } as Omit<WebhooksConfig, 'service'> & RawWebhooks;
   const names = new Set<string>();
-  const policies = (raw.policies as Raw[]).map((p, index): PolicyConfig => {
+  const policies = raw.policies.map((p, index): PolicyConfig => {
     if (names.has(p.name)) throw new ConfigError(`${source}: /policies/${index}/name: "${p.name}" is used twice; policy names must be unique`);
     names.add(p.name);
     const limits = { ...DEFAULT_LIMITS, ...defaults.limits, ...p.limits };
     // The apiserver gives up after timeoutSeconds; a policy must be stopped before that so the
     // response can still say which policy was too slow.
-    if (limits.timeoutMs >= webhookTimeout * 1000) {
-      throw new ConfigError(`${source}: /policies/${index}/limits/timeoutMs (${limits.timeoutMs}) must be below the webhook timeout (${webhookTimeout}s)`);
+    if (limits.timeoutMs >= webhooks.timeoutSeconds * 1000) {
+      throw new ConfigError(`${source}: /policies/${index}/limits/timeoutMs (${limits.timeoutMs}) must be below the webhook timeout (${webhooks.timeoutSeconds}s)`);
     }
+    const { digest, modes, objectSelector, namespaceSelector, ...rest } = { ...defaultsAt<RawPolicy>('policies'), ...p };
     return {
-      name: p.name,
+      ...rest,
       module: resolveModule(p.module, base),
-      ...(p.modes ? { modes: p.modes } : {}),
+      ...(modes ? { modes } : {}),
+      ...(digest ? { digest } : {}),
+      ...(objectSelector ? { objectSelector } : {}),
+      ...(namespaceSelector ? { namespaceSelector } : {}),
       settings: p.settings ?? {},
       limits,
-      failurePolicy: p.failurePolicy ?? defaults.failurePolicy ?? 'Fail',
-      enforcement: p.enforcement ?? defaults.enforcement ?? 'enforce',
-      isolation: p.isolation ?? defaults.isolation ?? 'reuse',
-      ...(p.digest ? { digest: p.digest } : {}),
-      persistent: p.persistent ?? false,
+      failurePolicy: p.failurePolicy ?? defaults.failurePolicy ?? defaultOf('failurePolicy'),
+      enforcement: p.enforcement ?? defaults.enforcement ?? defaultOf('enforcement'),
+      isolation: p.isolation ?? defaults.isolation ?? defaultOf('isolation'),
+      persistent: rest.persistent ?? false,
+      sideEffects: rest.sideEffects ?? 'None',
+      reinvocationPolicy: rest.reinvocationPolicy ?? 'Never',
       rules: p.rules ?? [],
       rulesGiven: p.rules !== undefined,
-      ...(p.objectSelector ? { objectSelector: p.objectSelector } : {}),
-      ...(p.namespaceSelector ? { namespaceSelector: p.namespaceSelector } : {}),
       match: p.match ?? [],
-      sideEffects: p.sideEffects ?? 'None',
-      reinvocationPolicy: p.reinvocationPolicy ?? 'Never',
       context: uniqueGrants(p.context ?? [], source, index),
     };
   });
-  const server: Raw = raw.server ?? {};
-  const webhooks: Raw = raw.webhooks ?? {};
   if (server.tls?.mode === 'secret' && !(webhooks.managed && webhooks.service)) {
     throw new ConfigError(`${source}: /server/tls: mode "secret" keeps the certificate for the in-cluster Service: set webhooks.managed and webhooks.service (its DNS names go in the certificate)`);
   }
   if (webhooks.managed && !webhooks.url && !webhooks.service) {
     throw new ConfigError(`${source}: /webhooks: with "managed" set, give "url" (https://host:port) or "service" so the apiserver can reach the host`);
   }
+  const { tls, metricsPort, ...serverRest } = server;
+  const { service, ...webhooksRest } = webhooks;
+  const registries = { ...defaultsAt<RawRegistries>('registries'), ...raw.registries };
   return {
     source,
-    server: {
-      host: server.host ?? '0.0.0.0',
-      port: server.port ?? DEFAULT_PORT,
-      tls: normalizeTls(server.tls ?? {}, base),
-      maxBodyBytes: server.maxBodyBytes ?? 3 * 2 ** 20,
-      headersTimeoutMs: server.headersTimeoutMs ?? 10_000,
-      requestTimeoutMs: server.requestTimeoutMs ?? 30_000,
-      ...(server.metricsPort !== undefined ? { metricsPort: server.metricsPort } : {}),
-      readyWhenAllPoliciesLoaded: server.readyWhenAllPoliciesLoaded ?? false,
-      logAllowedReviews: server.logAllowedReviews ?? false,
-    },
-    workers: raw.workers ?? 0,
-    logLevel: raw.logLevel ?? 'info',
+    server: { ...serverRest, tls: normalizeTls(tls ?? {}, base), ...(metricsPort !== undefined ? { metricsPort } : {}) },
+    workers: raw.workers ?? defaultOf('workers'),
+    logLevel: raw.logLevel ?? defaultOf('logLevel'),
     policies,
     webhooks: {
-      ...(webhooks.managed ? { managed: webhooks.managed } : {}),
-      singleWebhook: webhooks.singleWebhook ?? false,
-      timeoutSeconds: webhookTimeout,
-      ...(webhooks.url ? { url: webhooks.url } : {}),
-      ...(webhooks.service ? { service: { port: 443, ...webhooks.service } } : {}),
-      ...(webhooks.namespace ? { namespace: webhooks.namespace } : {}),
-      excludeNamespaces: webhooks.excludeNamespaces ?? ['kube-system'],
-      leaderElection: webhooks.leaderElection ?? true,
-      leaseDurationSeconds: webhooks.leaseDurationSeconds ?? 15,
-      resyncSeconds: webhooks.resyncSeconds ?? 60,
+      ...webhooksRest,
+      ...(service ? { service: { port: defaultOf<number>('webhooks', 'service', 'port'), ...service } } : {}),
     },
     registries: {
-      insecure: raw.registries?.insecure ?? [],
-      ...(raw.registries?.dockerConfig ? { dockerConfig: resolve(base, raw.registries.dockerConfig) } : {}),
-      ...(raw.registries?.cacheDir ? { cacheDir: resolve(base, raw.registries.cacheDir) } : {}),
+      insecure: registries.insecure ?? [],
+      ...(registries.dockerConfig ? { dockerConfig: resolve(base, registries.dockerConfig) } : {}),
+      ...(registries.cacheDir ? { cacheDir: resolve(base, registries.cacheDir) } : {}),
     },
   };
 }
 
-function normalizeTls(tls: Raw, base: string): TlsConfig {
+function normalizeTls(tls: RawTls, base: string): TlsConfig {
+  const defaults = defaultsAt<RawTls>('server', 'tls');
   const mode = tls.mode ?? (tls.certFile ? 'files' : 'self-signed');
   const client = { ...(tls.clientCA ? { clientCA: resolve(base, tls.clientCA) } : {}), requireClientCert: tls.requireClientCert ?? Boolean(tls.clientCA) };
   if (mode === 'insecure') return { mode };
   if (mode === 'secret') {
     return {
-      mode, secretName: tls.secretName ?? 'portcullis-tls', ...(tls.hostnames ? { hostnames: tls.hostnames } : {}),
-      validityDays: tls.validityDays ?? 365, ...client,
+      mode, secretName: tls.secretName ?? defaults.secretName!, ...(tls.hostnames ? { hostnames: tls.hostnames } : {}),
+      validityDays: tls.validityDays ?? defaults.validityDays!, ...client,
     };
   }
   if (mode === 'files') {
     if (!tls.certFile || !tls.keyFile) throw new ConfigError('/server/tls: mode "files" needs certFile and keyFile');
-    return { mode, certFile: resolve(base, tls.certFile), keyFile: resolve(base, tls.keyFile), ...(tls.caFile ? { caFile: resolve(base, tls.caFile) } : {}), ...client };
+    return {
+      mode, certFile: resolve(base, tls.certFile), keyFile: resolve(base, tls.keyFile), ...(tls.caFile ? { caFile: resolve(base, tls.caFile) } : {}), ...client,
+    };
   }
+  // Only a self-signed certificate needs names of its own; a Secret's come from the Service.
   return { mode: 'self-signed', hostnames: tls.hostnames ?? ['localhost', '127.0.0.1'], ...(tls.cadump ? { cadump: resolve(base, tls.cadump) } : {}), ...client };
 }
 

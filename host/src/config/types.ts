@@ -37,6 +37,95 @@ export interface ResourceSelector {
   fieldSelector?: string;
 }
 
+// ---- The file as written: exactly the fields of config.schema.json (checked by
+// test/unit/config-schema.test.ts). Optional unless the schema requires them.
+
+export type LogLevel = 'debug' | 'info' | 'warn' | 'error';
+export type TlsMode = 'self-signed' | 'files' | 'secret' | 'insecure';
+
+export interface RawConfig {
+  server?: RawServer;
+  workers?: number;
+  logLevel?: LogLevel;
+  defaults?: RawDefaults;
+  policies: RawPolicy[];
+  webhooks?: RawWebhooks;
+  registries?: RawRegistries;
+}
+
+export interface RawServer {
+  host?: string;
+  port?: number;
+  maxBodyBytes?: number;
+  headersTimeoutMs?: number;
+  requestTimeoutMs?: number;
+  metricsPort?: number;
+  readyWhenAllPoliciesLoaded?: boolean;
+  logAllowedReviews?: boolean;
+  tls?: RawTls;
+}
+
+export interface RawTls {
+  mode?: TlsMode;
+  secretName?: string;
+  validityDays?: number;
+  hostnames?: string[];
+  cadump?: string;
+  certFile?: string;
+  keyFile?: string;
+  caFile?: string;
+  clientCA?: string;
+  requireClientCert?: boolean;
+}
+
+export interface RawDefaults {
+  limits?: Partial<SandboxLimits>;
+  failurePolicy?: FailurePolicy;
+  enforcement?: Enforcement;
+  isolation?: Isolation;
+}
+
+export interface RawPolicy {
+  name: string;
+  module: string;
+  digest?: string;
+  modes?: Mode[];
+  settings?: JsonValue;
+  limits?: Partial<SandboxLimits>;
+  failurePolicy?: FailurePolicy;
+  enforcement?: Enforcement;
+  isolation?: Isolation;
+  persistent?: boolean;
+  sideEffects?: 'None' | 'NoneOnDryRun';
+  reinvocationPolicy?: 'Never' | 'IfNeeded';
+  rules?: RuleWithOperations[];
+  objectSelector?: LabelSelector;
+  namespaceSelector?: LabelSelector;
+  match?: ResourceSelector[];
+  context?: Grant[];
+}
+
+export interface RawWebhooks {
+  managed?: string;
+  singleWebhook?: boolean;
+  timeoutSeconds?: number;
+  url?: string;
+  service?: { name: string; namespace: string; port?: number };
+  namespace?: string;
+  excludeNamespaces?: string[];
+  leaderElection?: boolean;
+  leaseDurationSeconds?: number;
+  resyncSeconds?: number;
+}
+
+export interface RawRegistries {
+  insecure?: string[];
+  dockerConfig?: string;
+  cacheDir?: string;
+}
+
+// ---- The configuration as the rest of the host sees it.
+
 export interface PolicyConfig {
   name: string;
   module: string;
@@ -70,45 +159,30 @@ export type TlsConfig =
   | { mode: 'secret'; secretName: string; hostnames?: string[]; validityDays: number; clientCA?: string; requireClientCert: boolean }
   | { mode: 'insecure' };
 
-export interface ServerConfig {
-  host: string;
-  port: number;
+/** Every field of the file's `server` with its schema default; tls resolved by mode. */
+export type ServerConfig = Required<Omit<RawServer, 'tls' | 'metricsPort'>> & {
   tls: TlsConfig;
-  maxBodyBytes: number;
-  headersTimeoutMs: number;
-  requestTimeoutMs: number;
   /** Plain-HTTP listener for /metrics, /healthz and /readyz only; absent: off. */
   metricsPort?: number;
-  /** /readyz answers 503 while any policy of the current set failed to load. */
-  readyWhenAllPoliciesLoaded: boolean;
-  /** Log allowed and mutated reviews at info level too (with the requesting user). */
-  logAllowedReviews: boolean;
-}
+};
 
-export interface WebhooksConfig {
-  /** Name of the managed Validating/MutatingWebhookConfiguration; absent: management off. */
+/**
+ * The file's `webhooks` with schema defaults. managed (absent: management off), url / service
+ * (how the apiserver reaches us) and namespace (where the Lease lives) have none.
+ */
+export type WebhooksConfig = Required<Omit<RawWebhooks, 'managed' | 'url' | 'service' | 'namespace'>> & {
   managed?: string;
-  /** One webhook per policy (false) or one for /validate and one for /mutate (true). */
-  singleWebhook: boolean;
-  timeoutSeconds: number;
-  /** How the apiserver reaches us: a URL base, or an in-cluster Service. */
   url?: string;
   service?: { name: string; namespace: string; port: number };
-  /** Namespaces no managed webhook ever applies to (the host's own is added when known). */
-  excludeNamespaces: string[];
   namespace?: string;
-  leaderElection: boolean;
-  leaseDurationSeconds: number;
-  /** How often the leader re-applies the configurations, undoing drift. */
-  resyncSeconds: number;
-}
+};
 
 export interface Config {
   /** The file it came from, for messages and reload; undefined for the built-in set. */
   source?: string;
   server: ServerConfig;
   workers: number;
-  logLevel: 'debug' | 'info' | 'warn' | 'error';
+  logLevel: LogLevel;
   policies: PolicyConfig[];
   webhooks: WebhooksConfig;
   registries: { insecure: string[]; dockerConfig?: string; cacheDir?: string };

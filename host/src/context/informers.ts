@@ -163,6 +163,6 @@ export class ClusterContext {
       if (!this.#stopped) void this.#start(grant, key, running);
     }, RETRY_MS);
     timer.unref();
-    running.stop = async () => clearTimeout(timer);
+    running.stop = () => Promise.resolve(clearTimeout(timer));
   }
 }

@@ -54,7 +54,7 @@ export function loadOffline(hub: ContextHub, objects: readonly JsonObject[], kin
   const byKind = new Map<string, ContextEntry[]>();
   for (const grant of kinds) byKind.set(kindKey(grant.apiVersion, grant.kind), []);
   for (const object of objects) {
-    const key = kindKey(String(object.apiVersion), String(object.kind));
+    const key = kindKey(asText(object.apiVersion), asText(object.kind));
     const entry = toEntry(object);
     if (!entry) continue;
     let list = byKind.get(key);
@@ -62,4 +62,8 @@ export function loadOffline(hub: ContextHub, objects: readonly JsonObject[], kin
     list.push(entry);
   }
   for (const [kind, entries] of byKind) hub.apply({ type: 'context', op: 'reset', kind, entries, synced: true });
+}
+
+function asText(value: unknown): string {
+  return typeof value === 'string' ? value : JSON.stringify(value) ?? '';
 }

@@ -1,12 +1,17 @@
 // Kubernetes label selector strings ("app=web,tier!=db,env in (a,b),!legacy"), parsed into the
 // structured LabelSelector the rest of the host already matches (select/match.ts).
 import type { LabelSelector } from '../config/types.ts';
+import { PortcullisError } from '../errors.ts';
 
 const KEY = String.raw`[A-Za-z0-9](?:[A-Za-z0-9._/-]*[A-Za-z0-9])?`;
 const VALUE = String.raw`(?:[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?)?`;
 const TERM = new RegExp(String.raw`^\s*(?:(!)\s*(${KEY})|(${KEY})\s*(?:(==|=|!=)\s*(${VALUE})|\s(in|notin)\s*\(([^)]*)\))?)\s*$`);
 
-export class SelectorSyntaxError extends Error {}
+export class SelectorSyntaxError extends PortcullisError {
+  constructor(message: string) {
+    super('BAD_SELECTOR', message);
+  }
+}
 
 /** Throws SelectorSyntaxError naming the term it cannot read. */
 export function parseLabelSelector(text: string): LabelSelector {

@@ -56,7 +56,7 @@ export function evaluateEntry(pool: SandboxPool, entry: PolicyEntry, mode: Mode,
   if (!entry.loaded) {
     // A policy that failed to load still answers, per its failure policy: failing closed is
     // the default, so a broken module never silently stops guarding the cluster.
-    return Promise.resolve({ policy: entry.config.name, status: 'failed', failure: 'permanent', message: `is not loaded: ${entry.error}`, warnings: [] });
+    return Promise.resolve({ policy: entry.config.name, status: 'failed', failure: 'permanent', message: `is not loaded: ${entry.error?.message ?? 'unknown reason'}`, warnings: [] });
   }
   return evaluatePolicy(pool, entry.loaded, mode, input);
 }

@@ -45,7 +45,7 @@ export function forbiddenChange(original: JsonValue, operations: PatchOperation[
     (pointer === '' || IDENTITY_POINTERS.some((p) => p === pointer || p.startsWith(`${pointer}/`)));
   const root = operations.find((op) => op.path === '' || ('from' in op && op.from === ''));
   if (root) return `returned a patch that would ${root.op === 'remove' ? 'remove' : 'replace'} the whole object (path ""); a policy may change parts of it only`;
-  if (!operations.some((op) => touches(op.path) || ('from' in op && touches(op.from as string)))) return undefined;
+  if (!operations.some((op) => touches(op.path) || ('from' in op && touches(op.from)))) return undefined;
   let patched: JsonValue;
   try {
     patched = applyPatch(deepClone(original), operations as Operation[], false, false).newDocument as JsonValue;

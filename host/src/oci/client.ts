@@ -176,7 +176,8 @@ function registryDetail(response: Exchange): string {
     const json = JSON.parse(Buffer.from(response.body).toString('utf8')) as { errors?: { code?: unknown; message?: unknown }[] };
     const first = json.errors?.[0];
     if (!first) return '';
-    return oneLine(`${String(first.code ?? '')}: ${String(first.message ?? '')}`).slice(0, 200);
+    const text = (value: unknown) => (typeof value === 'string' ? value : JSON.stringify(value) ?? '');
+    return oneLine(`${text(first.code)}: ${text(first.message)}`).slice(0, 200);
   } catch {
     return '';
   }

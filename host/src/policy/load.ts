@@ -8,7 +8,7 @@ import type { SandboxPool } from '../sandbox/pool.ts';
 import { prepareSandbox } from '../sandbox/prepare.ts';
 import { DEFAULT_LIMITS } from '../config/limits.ts';
 import type { LoadedPolicy, PolicyOptions } from './loaded.ts';
-import { readPolicyInfo, type PolicyInfo } from './metadata.ts';
+import { readPolicyInfo } from './metadata.ts';
 import { readModule, type RegistryOptions } from './source.ts';
 
 const SETUP_TIMEOUT_MS = 10_000;
@@ -17,41 +17,28 @@ export async function loadPolicy(pool: SandboxPool, options: PolicyOptions, byte
   const fail = (reason: string, cause?: unknown): never => {
     throw new PolicyLoadError(options.name, reason, { cause });
   };
-  let moduleBytes = bytes;
-  if (!moduleBytes) {
+  // Each step's failure becomes one PolicyLoadError naming the policy.
+  const step = async <T>(run: () => T | Promise<T>): Promise<T> => {
     try {
-      moduleBytes = await readModule(options.module, options.limits.maxModuleMiB * 2 ** 20, registries);
+      return await run();
     } catch (error) {
-      fail(errorMessage(error), error);
+      return fail(errorMessage(error), error);
     }
-  }
-  let spec;
-  try {
-    const prepared = await prepareSandbox(options.name, moduleBytes!, options.limits, options.isolation === 'fresh');
-    // The grants travel with the spec: each worker's guest gets a reader limited to them.
-    spec = { ...prepared, context: options.context ?? [] };
-  } catch (error) {
-    fail(errorMessage(error), error);
-  }
-  let info: PolicyInfo | undefined;
-  try {
-    // After prepare: its bounded walk has already refused malformed and hostile shapes.
-    info = readPolicyInfo(moduleBytes!);
-  } catch (error) {
-    fail(errorMessage(error), error);
-  }
+  };
+  const moduleBytes = bytes ?? await step(() => readModule(options.module, options.limits.maxModuleMiB * 2 ** 20, registries));
+  // The grants travel with the spec: each worker's guest gets a reader limited to them.
+  const prepared = await step(() => prepareSandbox(options.name, moduleBytes, options.limits, options.isolation === 'fresh'));
+  const spec = { ...prepared, context: options.context ?? [] };
+  // After prepare: its bounded walk has already refused malformed and hostile shapes.
+  const info = await step(() => readPolicyInfo(moduleBytes));
   // The schema is checked before the guest's own validator runs: a wrong type gets a message
   // with the field's path even from a policy that checks nothing itself.
   if (info?.settingsSchema) {
     const problem = schemaProblem(info.settingsSchema, options.settings);
     if (problem) throw new PolicySettingsError(options.name, problem);
   }
-  try {
-    await pool.load(spec!);
-  } catch (error) {
-    fail(errorMessage(error), error);
-  }
-  const loaded: LoadedPolicy = { ...options, key: spec!.key, digest: spec!.digest, kind: spec!.kind, modes: [], ...(info ? { info } : {}) };
+  await step(() => pool.load(spec));
+  const loaded: LoadedPolicy = { ...options, key: spec.key, digest: spec.digest, kind: spec.kind, modes: [], ...(info ? { info } : {}) };
   try {
     const metadata = parseMetadata(await setupCall(pool, loaded, 'metadata', '{}'));
     loaded.modes = metadata.modes;

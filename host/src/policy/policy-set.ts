@@ -4,7 +4,7 @@
 // review that holds it has finished.
 import type { Mode } from '@portcullis/sdk';
 import type { Config, PolicyConfig } from '../config/types.ts';
-import { errorMessage, PolicyLoadError } from '../errors.ts';
+import { errorMessage, PolicyLoadError, PortcullisError } from '../errors.ts';
 import type { SandboxPool } from '../sandbox/pool.ts';
 import { sha256 } from '../util/files.ts';
 import { loadPolicy } from './load.ts';
@@ -16,7 +16,8 @@ export interface PolicyEntry {
   modes: Mode[];
   /** Present when the policy loaded; otherwise `error` says why it did not. */
   loaded?: LoadedPolicy;
-  error?: string;
+  /** Kept as the typed error so /readyz and metrics can say which code made it fail. */
+  error?: PortcullisError;
 }
 
 export class PolicySet {
@@ -81,7 +82,8 @@ async function loadEntry(pool: SandboxPool, config: PolicyConfig, registries: Re
     const effective = config.rulesGiven === false && rules ? { ...config, rules } : config;
     return { config: effective, modes, loaded };
   } catch (error) {
-    return { config, modes: config.modes ?? ['validate', 'mutate'], error: errorMessage(error) };
+    const failure = error instanceof PortcullisError ? error : new PolicyLoadError(config.name, errorMessage(error), { cause: error });
+    return { config, modes: config.modes ?? ['validate', 'mutate'], error: failure };
   }
 }
 

@@ -82,7 +82,7 @@ async function instantiateComponent(spec: SandboxSpec, logs: LogBuffer): Promise
     mutate: (input) => exports.mutate(input),
   };
   return {
-    call: async (fn, input) => fns[fn](inputText(input)),
+    call: (fn, input) => Promise.resolve(fns[fn](inputText(input))),
     memoryBytes: () => largest(memories),
     close: () => {},
   };

@@ -139,7 +139,7 @@ export class SandboxPool {
     const slot: Slot = { worker, job: undefined, timer: undefined, loads: new Map() };
     for (const change of this.#contextSnapshot?.() ?? []) worker.postMessage(change); // issue 15: before any call
     worker.on('message', (message: FromWorker) => this.#onMessage(slot, message));
-    worker.on('error', (error) => this.#replace(slot, `its sandbox worker failed: ${error.message}`));
+    worker.on('error', (error: Error) => this.#replace(slot, `its sandbox worker failed: ${error.message}`));
     worker.on('exit', () => {
       if (!this.#closed && this.#slots.includes(slot)) this.#replace(slot, 'its sandbox worker exited unexpectedly');
     });

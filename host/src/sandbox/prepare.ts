@@ -146,7 +146,7 @@ async function transpileAndStore(bytes: Uint8Array, digest: string): Promise<Tra
   }
   const root = join(cacheDir(), 'transpiled');
   const index: TranspiledIndex = { glue: '', cores: {} };
-  for (const [name, content] of Object.entries(out.files as Record<string, Uint8Array>)) {
+  for (const [name, content] of Object.entries(out.files)) {
     if (name.includes('/') || name.endsWith('.d.ts')) continue;
     const hash = sha256(content);
     if (name.endsWith('.js')) {

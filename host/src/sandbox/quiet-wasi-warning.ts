@@ -4,4 +4,4 @@ const emitWarning = process.emitWarning.bind(process);
 process.emitWarning = ((warning: string | Error, ...rest: unknown[]) => {
   if (String(warning).includes('WASI is an experimental feature')) return;
   (emitWarning as (w: string | Error, ...r: unknown[]) => void)(warning, ...rest);
-}) as typeof process.emitWarning;
+});

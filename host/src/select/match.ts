@@ -46,7 +46,8 @@ function listHas(list: string[], value: string): boolean {
 
 /** As the apiserver: the new object's labels, or the old object's for DELETE. */
 function objectSelectorMatches(selector: LabelSelector, request: AdmissionRequest): boolean {
-  return labelSelectorMatches(selector, labelsOf(request.object) ?? {}) || (request.oldObject != null && labelSelectorMatches(selector, labelsOf(request.oldObject) ?? {}));
+  return labelSelectorMatches(selector, labelsOf(request.object) ?? {})
+    || (request.oldObject != null && labelSelectorMatches(selector, labelsOf(request.oldObject) ?? {}));
 }
 
 /**

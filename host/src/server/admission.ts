@@ -44,7 +44,9 @@ export async function review(deps: AdmissionDeps, caller: Caller, body: string):
     // between the HTTP layer's early check and here answers 404, never a crash.
     const candidates = caller.policy ? [findPolicy(deps.registry, caller.policy, caller.mode)] : set.entries;
     const selected = candidates.filter((entry) => policyMatches(entry, caller.mode, request, deps.namespaceLabels));
-    const input: EvaluationInput = { request, settings: null, headers: caller.headers, sslpeer: caller.sslpeer, dryRun: request.dryRun === true, webhook: caller.endpoint };
+    const input: EvaluationInput = {
+      request, settings: null, headers: caller.headers, sslpeer: caller.sslpeer, dryRun: request.dryRun === true, webhook: caller.endpoint,
+    };
     const outcomes = await Promise.all(selected.map((entry) => evaluateEntry(deps.pool, entry, caller.mode, input)));
     const evaluated = selected.map((entry, i) => ({ policy: entry.config, outcome: outcomes[i]! }));
     const { decision, deciding, audited } = merge(evaluated, request.operation, request.object);
@@ -71,7 +73,7 @@ export async function review(deps: AdmissionDeps, caller: Caller, body: string):
       };
       const mutated = decision.allowed && (decision.patch?.length ?? 0) > 0;
       if (!decision.allowed) deps.log.info('denied', { ...fields, policy: deciding?.policy, code: decision.status?.code, message: decision.status?.message });
-      else if (logAllowed) deps.log.info(mutated ? 'mutated' : 'allowed', { ...fields, ...(mutated ? { patchOperations: decision.patch!.length } : {}) });
+      else if (logAllowed) deps.log.info(mutated ? 'mutated' : 'allowed', { ...fields, ...(mutated ? { patchOperations: decision.patch.length } : {}) });
       else deps.log.debug('reviewed', fields);
     }
     return respond(parsed.apiVersion, request.uid, decision);

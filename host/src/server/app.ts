@@ -119,7 +119,8 @@ export class PortcullisServer {
     }
     if (config.server.metricsPort !== undefined) {
       try {
-        server.#metricsServer = await listenMetrics(config.server.host, config.server.metricsPort, { metrics: server.metrics, isReady: () => server.#readiness() });
+        const endpoints = { metrics: server.metrics, isReady: () => server.#readiness() };
+        server.#metricsServer = await listenMetrics(config.server.host, config.server.metricsPort, endpoints);
         log.info('metrics listening', { url: metricsUrl(server.#metricsServer) });
       } catch (error) {
         await server.stop(0);
@@ -161,7 +162,7 @@ export class PortcullisServer {
   }
 
   #readiness(): { ready: boolean; detail: Record<string, unknown> } {
-    const failed = this.registry.current.failed.map((e) => ({ policy: e.config.name, error: e.error }));
+    const failed = this.registry.current.failed.map((e) => ({ policy: e.config.name, code: e.error?.code, error: e.error?.message }));
     // Optional: an operator who would rather have no traffic than a policy that is not enforcing.
     // Not ready until every cached context kind has synced (reads before that fail as temporary).
     const ready = this.#ready && this.context.waiting().length === 0 && !(this.config.server.readyWhenAllPoliciesLoaded && failed.length > 0);
@@ -227,7 +228,7 @@ export class PortcullisServer {
     if (set.failed.length > 0) {
       this.registry.discard(set);
       this.metrics.reloads.inc({ result: 'failed' });
-      for (const entry of set.failed) this.log.error('configuration reload refused; the current policies keep serving', { file: source, policy: entry.config.name, message: entry.error });
+      for (const entry of set.failed) this.log.error('configuration reload refused; the current policies keep serving', { file: source, policy: entry.config.name, code: entry.error?.code, message: entry.error?.message });
       return false;
     }
     if (JSON.stringify(config.server) !== JSON.stringify(this.config.server)) {
@@ -318,7 +319,7 @@ export class PortcullisServer {
     this.metrics.policies.set({ state: 'loaded' }, set.entries.length - set.failed.length);
     this.metrics.policies.set({ state: 'failed' }, set.failed.length);
     this.metrics.recordPolicies(set);
-    for (const entry of set.failed) this.log.error('policy not loaded; requests it matches fail per its failurePolicy', { policy: entry.config.name, message: entry.error });
+    for (const entry of set.failed) this.log.error('policy not loaded; requests it matches fail per its failurePolicy', { policy: entry.config.name, code: entry.error?.code, message: entry.error?.message });
     for (const entry of set.entries) if (entry.loaded) this.log.info('policy loaded', { policy: entry.config.name, kind: entry.loaded.kind, modes: entry.modes, digest: `sha256:${entry.loaded.digest}` });
   }
 
@@ -334,7 +335,7 @@ export class PortcullisServer {
   }
 
   #watchCertificates(tls: Extract<Config['server']['tls'], { mode: 'files' }>): void {
-    const stop = watchCertificates(tls, (material) => this.useCertificate(material, `file ${tls.certFile}`),
+    const stop = watchCertificates(tls, (material) => void this.useCertificate(material, `file ${tls.certFile}`),
       (error) => this.log.error('TLS certificate reload failed; keeping the current one', { message: errorMessage(error) }));
     this.#cleanups.push(stop);
   }

@@ -5,7 +5,7 @@ import { createServer as createHttpsServer } from 'node:https';
 import type { TLSSocket } from 'node:tls';
 import type { Mode, PeerCertificate } from '@portcullis/sdk';
 import type { ServerConfig } from '../config/types.ts';
-import { errorMessage, ReviewError, UnknownPolicyError } from '../errors.ts';
+import { errorMessage, HttpError, type PortcullisError, ReviewError, UnknownPolicyError } from '../errors.ts';
 import { review, type AdmissionDeps } from './admission.ts';
 import type { TlsMaterial } from './tls.ts';
 
@@ -24,7 +24,7 @@ export function createServer(config: ServerConfig, tls: TlsMaterial | undefined,
   const handler = (req: IncomingMessage, res: ServerResponse) => {
     handle(config, deps, req, res).catch((error: unknown) => {
       deps.log.error('unexpected error handling a request', { path: req.url, message: errorMessage(error) });
-      sendError(res, 500, 'INTERNAL_ERROR', 'the webhook failed unexpectedly; see its logs');
+      sendError(res, new HttpError('INTERNAL_ERROR', 'the webhook failed unexpectedly; see its logs'));
     });
   };
   // Node checks header and request timeouts only every connectionsCheckingInterval (30 s by
@@ -32,9 +32,9 @@ export function createServer(config: ServerConfig, tls: TlsMaterial | undefined,
   const timing = { connectionsCheckingInterval: Math.max(50, Math.min(1000, config.headersTimeoutMs / 2)) };
   const server = tls
     ? createHttpsServer({
-        ...timing, key: tls.key, cert: tls.cert,
-        ...(tls.clientCA ? { ca: tls.clientCA, requestCert: true, rejectUnauthorized: tls.requireClientCert } : {}),
-      }, handler)
+      ...timing, key: tls.key, cert: tls.cert,
+      ...(tls.clientCA ? { ca: tls.clientCA, requestCert: true, rejectUnauthorized: tls.requireClientCert } : {}),
+    }, handler)
     : createHttpServer(timing, handler);
   // Slow or stalled clients are cut off instead of holding sockets: headers must arrive within
   // headersTimeout, the whole request within requestTimeout; idle keep-alive sockets close.
@@ -42,14 +42,15 @@ export function createServer(config: ServerConfig, tls: TlsMaterial | undefined,
   server.requestTimeout = config.requestTimeoutMs;
   server.keepAliveTimeout = 30_000;
   server.on('clientError', (error: NodeJS.ErrnoException, socket) => {
-    const timedOut = error.code === 'ERR_HTTP_REQUEST_TIMEOUT';
-    deps.metrics.badRequests.inc({ code: timedOut ? 'REQUEST_TIMEOUT' : 'CLIENT_ERROR' });
-    deps.log.info(timedOut ? 'client too slow; connection closed' : 'malformed HTTP; connection closed', { message: errorMessage(error) });
+    const refused = error.code === 'ERR_HTTP_REQUEST_TIMEOUT'
+      ? new HttpError('REQUEST_TIMEOUT', 'the request did not arrive in time')
+      : new HttpError('BAD_HTTP', 'the request is not valid HTTP');
+    deps.metrics.badRequests.inc({ code: refused.code });
+    deps.log.info(refused.code === 'REQUEST_TIMEOUT' ? 'client too slow; connection closed' : 'malformed HTTP; connection closed', { message: errorMessage(error) });
     if (!socket.writable) return void socket.destroy();
-    const body = JSON.stringify({ error: timedOut
-      ? { code: 'REQUEST_TIMEOUT', message: 'the request did not arrive in time' }
-      : { code: 'BAD_HTTP', message: 'the request is not valid HTTP' } });
-    socket.end(`HTTP/1.1 ${timedOut ? '408 Request Timeout' : '400 Bad Request'}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`);
+    const body = JSON.stringify({ error: { code: refused.code, message: refused.message } });
+    const reason = refused.httpStatus === 408 ? 'Request Timeout' : 'Bad Request';
+    socket.end(`HTTP/1.1 ${refused.httpStatus} ${reason}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`);
   });
   return server;
 }
@@ -70,33 +71,33 @@ async function handle(config: ServerConfig, deps: HttpDeps, req: IncomingMessage
     });
   }
   const route = ROUTE.exec(path);
-  if (!route) return refuse(deps, res, 404, 'NOT_FOUND', `no such endpoint ${path}; use /validate, /mutate, /validate/<policy> or /mutate/<policy>`);
+  if (!route) return refuse(deps, res, new HttpError('NOT_FOUND', `no such endpoint ${path}; use /validate, /mutate, /validate/<policy> or /mutate/<policy>`));
   const mode = route[1] as Mode;
   const policy = route[2] === undefined ? undefined : decodeURIComponent(route[2]);
   if (req.method !== 'POST') {
     res.setHeader('allow', 'POST');
-    return refuse(deps, res, 405, 'METHOD_NOT_ALLOWED', `${path} takes POST with an AdmissionReview, not ${req.method}`);
+    return refuse(deps, res, new HttpError('METHOD_NOT_ALLOWED', `${path} takes POST with an AdmissionReview, not ${req.method}`));
   }
   if (!(deps.acceptsReviews ? deps.acceptsReviews() : deps.isReady().ready)) {
     // Until the first policy set is loaded an empty set would allow everything: say 503 and
     // let the apiserver apply the webhook's failurePolicy instead.
     res.setHeader('retry-after', '1');
-    return refuse(deps, res, 503, 'NOT_READY', 'the webhook is still loading its policies');
+    return refuse(deps, res, new HttpError('NOT_READY', 'the webhook is still loading its policies'));
   }
   // Early answer without reading the body; review() looks the policy up again, and owns the answer.
   if (policy !== undefined && !deps.registry.lookup(policy, mode)) {
     const configured = deps.registry.current.byName.get(policy);
     const error = new UnknownPolicyError(policy, mode, configured?.modes);
-    return refuse(deps, res, error.status, error.code, error.message);
+    return refuse(deps, res, error);
   }
   const contentType = (req.headers['content-type'] ?? '').split(';')[0]!.trim().toLowerCase();
   if (contentType !== 'application/json') {
-    return refuse(deps, res, 415, 'UNSUPPORTED_MEDIA_TYPE', `expected Content-Type application/json, got ${contentType ? JSON.stringify(contentType) : 'none'}`);
+    return refuse(deps, res, new HttpError('UNSUPPORTED_MEDIA_TYPE', `expected Content-Type application/json, got ${contentType ? JSON.stringify(contentType) : 'none'}`));
   }
   const body = await readBody(req, config.maxBodyBytes);
   if (body === undefined) {
     res.setHeader('connection', 'close');
-    refuse(deps, res, 413, 'BODY_TOO_LARGE', `the body is larger than the ${config.maxBodyBytes}-byte limit`);
+    refuse(deps, res, new HttpError('BODY_TOO_LARGE', `the body is larger than the ${config.maxBodyBytes}-byte limit`));
     req.resume();
     return;
   }
@@ -105,7 +106,7 @@ async function handle(config: ServerConfig, deps: HttpDeps, req: IncomingMessage
     const answer = await review(deps, { endpoint: path.replace(/\/$/, ''), mode, ...(policy !== undefined ? { policy } : {}), headers: headersOf(req), sslpeer: peerOf(req) }, body);
     sendJson(res, 200, answer);
   } catch (error) {
-    if (error instanceof ReviewError || error instanceof UnknownPolicyError) return refuse(deps, res, error.status, error.code, error.message);
+    if (error instanceof ReviewError || error instanceof UnknownPolicyError) return refuse(deps, res, error);
     throw error;
   }
 }
@@ -113,7 +114,7 @@ async function handle(config: ServerConfig, deps: HttpDeps, req: IncomingMessage
 function get(req: IncomingMessage, res: ServerResponse, then: () => void | Promise<void>): void | Promise<void> {
   if (req.method === 'GET' || req.method === 'HEAD') return then();
   res.setHeader('allow', 'GET');
-  sendError(res, 405, 'METHOD_NOT_ALLOWED', `use GET, not ${req.method}`);
+  sendError(res, new HttpError('METHOD_NOT_ALLOWED', `use GET, not ${req.method}`));
 }
 
 /** The body as text; undefined when over the limit, null when the client disconnected. */
@@ -158,18 +159,22 @@ function peerOf(req: IncomingMessage): PeerCertificate | null {
   if (!cert || Object.keys(cert).length === 0) return null;
   const flat = (names: object | undefined): Record<string, string> =>
     Object.fromEntries(Object.entries(names ?? {}).map(([k, v]) => [k, Array.isArray(v) ? v.join(', ') : String(v)]));
-  return { subject: flat(cert.subject), issuer: flat(cert.issuer), serialNumber: cert.serialNumber, validFrom: cert.valid_from, validTo: cert.valid_to, fingerprint256: cert.fingerprint256 };
+  return {
+    subject: flat(cert.subject), issuer: flat(cert.issuer), serialNumber: cert.serialNumber,
+    validFrom: cert.valid_from, validTo: cert.valid_to, fingerprint256: cert.fingerprint256,
+  };
 }
 
-function refuse(deps: HttpDeps, res: ServerResponse, status: number, code: string, message: string): void {
-  deps.metrics.badRequests.inc({ code });
-  deps.log.info('request refused', { status, code, message });
-  sendError(res, status, code, message);
+/** Answers with the error's catalog status and code; counted and logged as a refused request. */
+function refuse(deps: HttpDeps, res: ServerResponse, error: PortcullisError): void {
+  deps.metrics.badRequests.inc({ code: error.code });
+  deps.log.info('request refused', { status: error.httpStatus, code: error.code, message: error.message });
+  sendError(res, error);
 }
 
-function sendError(res: ServerResponse, status: number, code: string, message: string): void {
+function sendError(res: ServerResponse, error: PortcullisError): void {
   if (res.headersSent) return void res.destroy();
-  sendJson(res, status, { error: { code, message } });
+  sendJson(res, error.httpStatus, { error: { code: error.code, message: error.message } });
 }
 
 function sendJson(res: ServerResponse, status: number, body: unknown): void {

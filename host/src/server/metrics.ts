@@ -20,7 +20,7 @@ export class Metrics {
   readonly audited = new Counter({ name: 'portcullis_audit_decisions_total', help: 'Decisions of audit-mode policies (not enforced)', labelNames: ['policy', 'outcome'] as const, registers: [this.registry] });
   readonly policies = new Gauge({ name: 'portcullis_policies', help: 'Policies in the current set, by state', labelNames: ['state'] as const, registers: [this.registry] });
   readonly reloads = new Counter({ name: 'portcullis_reloads_total', help: 'Configuration reloads, by result', labelNames: ['result'] as const, registers: [this.registry] });
-  readonly policyInfo = new Gauge({ name: 'portcullis_policy_info', help: 'One series per policy of the current set: 1 if loaded, 0 if it failed to load', labelNames: ['policy', 'digest', 'source', 'state'] as const, registers: [this.registry] });
+  readonly policyInfo = new Gauge({ name: 'portcullis_policy_info', help: 'One series per policy of the current set: 1 if loaded, 0 if it failed to load', labelNames: ['policy', 'digest', 'source', 'state', 'code'] as const, registers: [this.registry] });
   readonly registryPulls = new Counter({ name: 'portcullis_registry_pulls_total', help: 'oci:// module fetches (cache or registry), by registry and result', labelNames: ['registry', 'result'] as const, registers: [this.registry] });
   #leader: (() => boolean) | undefined;
 
@@ -29,10 +29,10 @@ export class Metrics {
     collectDefaultMetrics({ register: this.registry });
     const build = new Gauge({ name: 'portcullis_build_info', help: 'Always 1; the labels say which build runs', labelNames: ['version', 'revision', 'node'] as const, registers });
     build.set({ version: hostVersion(), revision: process.env.PORTCULLIS_REVISION || 'unknown', node: process.version }, 1);
-    const metrics = this;
+    const leader = () => this.#leader?.() ?? false;
     new Gauge({
       name: 'portcullis_leader', help: '1 while this replica holds the Lease (writes webhook configurations, rotates the certificate); 0 otherwise', registers,
-      collect() { this.set(metrics.#leader?.() ? 1 : 0); },
+      collect() { this.set(leader() ? 1 : 0); },
     });
     new Gauge({ name: 'portcullis_sandbox_workers', help: 'Sandbox worker threads', registers, collect() { this.set(pool.stats.size); } });
     new Gauge({ name: 'portcullis_sandbox_busy', help: 'Sandbox workers running a policy now', registers, collect() { this.set(pool.stats.busy); } });
@@ -49,7 +49,8 @@ export class Metrics {
     this.policyInfo.reset();
     for (const entry of set.entries) {
       const digest = entry.loaded ? `sha256:${entry.loaded.digest}` : '';
-      this.policyInfo.set({ policy: entry.config.name, digest, source: entry.config.module, state: entry.loaded ? 'loaded' : 'failed' }, entry.loaded ? 1 : 0);
+      const state = entry.loaded ? 'loaded' : 'failed';
+      this.policyInfo.set({ policy: entry.config.name, digest, source: entry.config.module, state, code: entry.error?.code ?? '' }, entry.loaded ? 1 : 0);
     }
   }
 

@@ -61,7 +61,7 @@ export function watchCertificates(tls: Extract<TlsConfig, { mode: 'files' }>, on
   const listener = () => {
     // Cert and key are usually written one after the other: wait for both.
     clearTimeout(pending);
-    pending = setTimeout(() => tlsMaterial(tls).then(onChange, onError), 200);
+    pending = setTimeout(() => void tlsMaterial(tls).then(onChange, onError), 200);
   };
   for (const file of files) watchFile(file, { interval: intervalMs }, listener);
   return () => {

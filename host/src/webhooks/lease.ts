@@ -236,7 +236,10 @@ export class LeaderElector {
         const body: V1Lease = {
           apiVersion: 'coordination.k8s.io/v1',
           kind: 'Lease',
-          metadata: { name, namespace, ...(lease.metadata?.resourceVersion ? { resourceVersion: lease.metadata.resourceVersion } : {}), labels: { [MANAGED_BY_LABEL]: MANAGED_BY_VALUE } },
+          metadata: {
+            name, namespace, ...(lease.metadata?.resourceVersion ? { resourceVersion: lease.metadata.resourceVersion } : {}),
+            labels: { [MANAGED_BY_LABEL]: MANAGED_BY_VALUE },
+          },
           // leaseDurationSeconds 1, as client-go does: a candidate that only looks at expiry
           // still waits no more than a second.
           spec: { ...lease.spec, holderIdentity: '', leaseDurationSeconds: 1, renewTime: new V1MicroTime(this.#now()) },

@@ -382,8 +382,8 @@ export class WebhookManager {
       resource,
       get: (): Promise<AnyConfiguration> => kubeCall(op('get'), server, () => (validating ? api.readValidatingWebhookConfiguration({ name }, options) : api.readMutatingWebhookConfiguration({ name }, options))),
       create: (body: AnyConfiguration): Promise<AnyConfiguration> => this.fence(`${resource} ${name}`, () => kubeCall(op('create'), server, () => (validating
-        ? api.createValidatingWebhookConfiguration({ body: body as V1ValidatingWebhookConfiguration }, options)
-        : api.createMutatingWebhookConfiguration({ body: body as V1MutatingWebhookConfiguration }, options)))),
+        ? api.createValidatingWebhookConfiguration({ body: body }, options)
+        : api.createMutatingWebhookConfiguration({ body: body }, options)))),
       patch: (body: object): Promise<AnyConfiguration> => this.fence(`${resource} ${name}`, () => kubeCall(op('patch'), server, () => (validating
         ? api.patchValidatingWebhookConfiguration({ name, body }, patchOptions)
         : api.patchMutatingWebhookConfiguration({ name, body }, patchOptions)))),

@@ -1,0 +1,58 @@
+// config.schema.json is the one description of the configuration file: types, limits and
+// defaults. The host validates against it and reads every default from it here, and
+// test/unit/config-schema.test.ts checks that the TypeScript types in types.ts list the same
+// fields, so a new field is added in the schema and in types.ts, and nowhere else.
+import schemaJson from '../../config.schema.json' with { type: 'json' };
+
+export const schema: JsonSchema = schemaJson;
+
+export interface JsonSchema {
+  type?: string;
+  properties?: Record<string, JsonSchema>;
+  required?: string[];
+  items?: JsonSchema;
+  $ref?: string;
+  default?: unknown;
+  definitions?: Record<string, JsonSchema>;
+  [keyword: string]: unknown;
+}
+
+/** The schema of an object at a path of property names ("server", "tls"), following $refs. */
+export function schemaAt(...path: string[]): JsonSchema {
+  let node = schema;
+  for (const name of path) {
+    const next = resolveRef(node).properties?.[name];
+    if (!next) throw new Error(`config.schema.json has no property ${path.join('.')}`);
+    node = resolveRef(next);
+  }
+  node = resolveRef(node);
+  // A list of objects stands for one entry: "policies" means the schema of one policy.
+  const entry = node.type === 'array' && node.items ? resolveRef(node.items) : undefined;
+  return entry?.type === 'object' ? entry : node;
+}
+
+function resolveRef(node: JsonSchema): JsonSchema {
+  if (!node.$ref) return node;
+  const name = node.$ref.replace('#/definitions/', '');
+  const target = schema.definitions?.[name];
+  if (!target) throw new Error(`config.schema.json: unresolved $ref ${node.$ref}`);
+  return target;
+}
+
+/** The schema's default for each property of the object at `path` that declares one. */
+export function defaultsAt<T extends object>(...path: string[]): Partial<T> {
+  const properties = schemaAt(...path).properties ?? {};
+  const out: Record<string, unknown> = {};
+  for (const [name, property] of Object.entries(properties)) {
+    const value = resolveRef(property).default;
+    if (value !== undefined) out[name] = structuredClone(value);
+  }
+  return out as Partial<T>;
+}
+
+/** The default of one value (a property, or a shared definition such as "failurePolicy"). */
+export function defaultOf<T>(...path: string[]): T {
+  const value = path.length === 1 && schema.definitions?.[path[0]!] ? schema.definitions[path[0]!]!.default : schemaAt(...path).default;
+  if (value === undefined) throw new Error(`config.schema.json gives no default for ${path.join('.')}`);
+  return structuredClone(value) as T;
+}
