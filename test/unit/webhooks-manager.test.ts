@@ -75,4 +75,57 @@ describe('WebhookManager', () => {
     expect(reports[0]).toContain('ValidatingWebhookConfiguration');
     await manager.stop();
   });
+
+  it('re-reads and writes again when a write conflicts (409), and removes non-persistent webhooks on stop', async () => {
+    const { store, api } = fakeAdmission();
+    const conflicts = { left: 2 };
+    const patch = api.patchMutatingWebhookConfiguration.bind(api);
+    Object.assign(api, {
+      patchMutatingWebhookConfiguration: (args: Parameters<typeof patch>[0]) => {
+        if (conflicts.left-- > 0) return Promise.reject(new ApiException(409, 'conflict', {}, {}));
+        return patch(args);
+      },
+    });
+    const lines: string[] = [];
+    const manager = new WebhookManager({
+      clients: { admission: api, coordination: {} as CoordinationV1Api, version: { getCode: async () => ({ major: '1', minor: '21' }) } as unknown as VersionApi, server: 'https://fake' },
+      log: createLogger('info', (line) => lines.push(line)), webhooks: () => webhooks, policies: () => policies, caBundle: 'CA',
+    });
+    manager.start();
+    await manager.syncNow();
+    expect(store.mutating?.webhooks).toHaveLength(1);
+    // A change that needs a patch: the first two attempts conflict, the third lands.
+    expect(await manager.publishCa('CA-2')).toBe(true);
+    expect(conflicts.left).toBeLessThan(0);
+    expect(Buffer.from(store.mutating!.webhooks![0]!.clientConfig!.caBundle!, 'base64').toString()).toContain('CA-2');
+    // The only policy is not persistent: on stop both configurations are left empty and deleted.
+    await manager.stop();
+    expect(store.validating).toBeUndefined();
+    expect(store.mutating).toBeUndefined();
+    expect(lines.some((l) => l.includes('removed the webhooks of non-persistent policies'))).toBe(true);
+  });
+
+  it('on stop, retries a transient failure within the grace period, and gives up on a permanent one with one line', async () => {
+    for (const [status, removed] of [[503, true], [403, false]] as const) {
+      const { store, api } = fakeAdmission();
+      let failures = 1;
+      const del = api.deleteMutatingWebhookConfiguration.bind(api);
+      Object.assign(api, {
+        deleteMutatingWebhookConfiguration: (args: Parameters<typeof del>[0]) => {
+          if (failures-- > 0 || status === 403) return Promise.reject(new ApiException(status, 'nope', {}, {}));
+          return del(args);
+        },
+      });
+      const lines: string[] = [];
+      const manager = new WebhookManager({
+        clients: { admission: api, coordination: {} as CoordinationV1Api, version: { getCode: async () => ({ major: '1', minor: '21' }) } as unknown as VersionApi, server: 'https://fake' },
+        log: createLogger('info', (line) => lines.push(line)), webhooks: () => webhooks, policies: () => policies,
+      });
+      manager.start();
+      await manager.syncNow();
+      await manager.stop({ timeoutMs: 5_000 });
+      expect({ status, removed: store.mutating === undefined }).toEqual({ status, removed });
+      expect(lines.filter((l) => l.includes('could not remove the webhooks on exit'))).toHaveLength(removed ? 0 : 1);
+    }
+  });
 });

@@ -26,7 +26,7 @@ export default async function serve(args: string[]): Promise<number> {
   if (config.webhooks.managed) {
     try {
       // Imported only when management is on: the Kubernetes client costs ~1 s and ~80 MiB.
-      const { startWebhookManager } = await import('../webhooks/manager.ts');
+      const { startWebhookManager } = await import('../webhooks/attach.ts');
       manager = startWebhookManager(server);
       const leading = manager;
       server.metrics.watchLeader(() => leading.isLeader);

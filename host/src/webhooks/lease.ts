@@ -14,6 +14,7 @@ import { errorMessage, PortcullisError } from '../errors.ts';
 import type { Logger } from '../util/log.ts';
 import { MANAGED_BY_LABEL, MANAGED_BY_VALUE } from './build.ts';
 import { callOptions, kubeCall, statusOf, type Operation } from './kube.ts';
+import { retry } from './retry.ts';
 
 export interface LeaderElectorOptions {
   api: CoordinationV1Api;
@@ -229,8 +230,9 @@ export class LeaderElector {
     this.#leader = false;
     const { api, name, namespace, server } = this.#o;
     const options = callOptions(this.retryMs);
-    for (let attempt = 0; attempt < 3; attempt++) {
-      try {
+    try {
+      // A conflict means the Lease changed under us (a renewal racing us): read it again.
+      await retry(async () => {
         const lease = await kubeCall({ verb: 'get', resource: 'leases', name, namespace }, server, () => api.readNamespacedLease({ name, namespace }, options));
         if (lease.spec?.holderIdentity !== this.identity) return; // already someone else's
         const body: V1Lease = {
@@ -246,12 +248,9 @@ export class LeaderElector {
         };
         await kubeCall({ verb: 'update', resource: 'leases', name, namespace }, server, () => api.replaceNamespacedLease({ name, namespace, body }, options));
         this.#o.log.info('leader election: released the lease', { lease: `${namespace}/${name}`, identity: this.identity });
-        return;
-      } catch (error) {
-        if (statusOf(error) === 409) continue;
-        this.#o.log.error('leader election: could not release the lease; another replica takes over once it expires', { lease: `${namespace}/${name}`, message: errorMessage(error) });
-        return;
-      }
+      }, { retryable: (error: unknown) => statusOf(error) === 409, attempts: 3 });
+    } catch (error) {
+      this.#o.log.error('leader election: could not release the lease; another replica takes over once it expires', { lease: `${namespace}/${name}`, message: errorMessage(error) });
     }
   }
 }

@@ -23,7 +23,6 @@ import {
 } from './build.ts';
 import {
   callOptions,
-  createKubeClients,
   ForeignObjectError,
   KubeApiError,
   kubeCall,
@@ -32,7 +31,9 @@ import {
   type KubeClients,
   type Resource,
 } from './kube.ts';
+import { CaBundle } from './ca-bundle.ts';
 import { LeaderElector } from './lease.ts';
+import { nextBackoff, retry } from './retry.ts';
 
 export interface WebhookManagerOptions {
   clients: KubeClients;
@@ -70,7 +71,7 @@ export class WebhookManager {
   readonly #log: Logger;
   readonly #elector: LeaderElector | undefined;
   readonly #timeoutMs: number;
-  #ca: { current?: string; previous?: string; overlapUntil: number };
+  readonly #ca: CaBundle;
   #stopping = false;
   #started = false;
   #pending = false;
@@ -92,7 +93,7 @@ export class WebhookManager {
     this.name = webhooks.managed;
     this.namespace = hostNamespace(webhooks, options.env);
     this.#timeoutMs = options.requestTimeoutMs ?? 10_000;
-    this.#ca = { ...(options.caBundle ? { current: options.caBundle } : {}), overlapUntil: 0 };
+    this.#ca = new CaBundle(options.caBundle);
     this.#elector = webhooks.leaderElection
       ? new LeaderElector({
         api: options.clients.coordination, server: options.clients.server, name: this.name, namespace: this.namespace,
@@ -176,32 +177,30 @@ export class WebhookManager {
    * that is being replaced (perhaps because it expires) is not safer.
    */
   async publishCa(pem: string): Promise<boolean> {
-    if (pem === this.#ca.current) return true;
     const overlapMs = this.#o.caOverlapMs ?? 5 * 60_000;
-    this.#ca = { current: pem, ...(this.#ca.current ? { previous: this.#ca.current } : {}), overlapUntil: Date.now() + overlapMs };
+    if (!this.#ca.rotate(pem, overlapMs)) return true;
     clearTimeout(this.#overlapTimer);
     this.#overlapTimer = setTimeout(() => this.requestSync('CA overlap ended'), overlapMs + 100);
     this.#overlapTimer.unref();
-    const deadline = Date.now() + (this.#o.caPublishTimeoutMs ?? 30_000);
-    let delay = 250;
-    let lastError = '';
-    while (Date.now() < deadline && !this.#stopping) {
-      try {
+    try {
+      await retry(async () => {
         if (this.isLeader) {
           await this.syncNow();
           this.#log.info('webhook configurations: published the new serving CA', { name: this.name });
-          return true;
+        } else if (!await this.#published(pem)) {
+          throw new Error('the leader has not published it yet');
         }
-        if (await this.#published(pem)) return true;
-        lastError = 'the leader has not published it yet';
-      } catch (error) {
-        lastError = errorMessage(error);
-      }
-      await sleep(Math.min(delay, Math.max(0, deadline - Date.now())));
-      delay = Math.min(delay * 2, 5_000);
+      }, {
+        // Every failure may clear: the leader publishes, the apiserver comes back.
+        retryable: () => true, deadline: Date.now() + (this.#o.caPublishTimeoutMs ?? 30_000), firstDelayMs: 250, maxDelayMs: 5_000,
+        stopped: () => this.#stopping,
+      });
+      return true;
+    } catch (error) {
+      this.#log.error('webhook configurations: the new serving CA could not be published in time; the apiserver may reject the new certificate until it is',
+        { name: this.name, message: errorMessage(error) });
+      return false;
     }
-    this.#log.error('webhook configurations: the new serving CA could not be published in time; the apiserver may reject the new certificate until it is', { name: this.name, message: lastError });
-    return false;
   }
 
   /**
@@ -215,21 +214,15 @@ export class WebhookManager {
     await this.#running;
     await this.#elector?.halt();
     if (this.isLeader) {
-      const deadline = Date.now() + timeoutMs;
-      for (let delay = 250; ; delay = Math.min(delay * 2, 2_000)) {
-        try {
-          const results = await this.#apply(this.#desired(true));
-          this.#log.info('webhook configurations: removed the webhooks of non-persistent policies', { name: this.name, validating: results[0], mutating: results[1] });
-          break;
-        } catch (error) {
-          // Shutdown has a grace period: retry only what can clear up within it.
-          const transient = error instanceof KubeApiError && error.transient;
-          if (!transient || Date.now() + delay > deadline) {
-            this.#log.error('webhook configurations: could not remove the webhooks on exit; remove them by hand if the host is not coming back', { name: this.name, message: errorMessage(error) });
-            break;
-          }
-          await sleep(delay);
-        }
+      try {
+        // Shutdown has a grace period: retry only what can clear up within it.
+        const results = await retry(() => this.#apply(this.#desired(true)), {
+          retryable: (error) => error instanceof KubeApiError && error.transient, deadline: Date.now() + timeoutMs, firstDelayMs: 250, maxDelayMs: 2_000,
+        });
+        this.#log.info('webhook configurations: removed the webhooks of non-persistent policies', { name: this.name, validating: results[0], mutating: results[1] });
+      } catch (error) {
+        this.#log.error('webhook configurations: could not remove the webhooks on exit; remove them by hand if the host is not coming back',
+          { name: this.name, message: errorMessage(error) });
       }
     }
     await this.#elector?.release();
@@ -277,7 +270,7 @@ export class WebhookManager {
   }
 
   #nextBackoff(): number {
-    this.#backoffMs = this.#backoffMs === 0 ? 1_000 : Math.min(this.#backoffMs * 2, MAX_BACKOFF_MS);
+    this.#backoffMs = nextBackoff(this.#backoffMs, MAX_BACKOFF_MS);
     return this.#backoffMs;
   }
 
@@ -286,16 +279,10 @@ export class WebhookManager {
     return [...new Set([this.namespace, ...excludedNamespaces(webhooks, this.#o.env)])].sort();
   }
 
-  #caBundle(): string | undefined {
-    const { current, previous, overlapUntil } = this.#ca;
-    if (!current) return undefined;
-    return previous && Date.now() < overlapUntil ? `${current.trim()}\n${previous.trim()}\n` : current;
-  }
-
   #desired(final: boolean): DesiredConfigurations {
     const webhooks = this.#o.webhooks();
     const policies = final ? persistentOnly(this.#o.policies()) : this.#o.policies();
-    const ca = this.#caBundle();
+    const ca = this.#ca.bundle();
     return buildConfigurations({ name: this.name, policies, webhooks, ...(ca ? { caBundle: ca } : {}), excludeNamespaces: this.#excluded(webhooks) });
   }
 
@@ -327,17 +314,11 @@ export class WebhookManager {
 
   async #applyOne(kind: Kind, desired: AnyConfiguration): Promise<Result> {
     // A conflict means someone wrote between our read and write: read again, a few times.
-    for (let attempt = 1; ; attempt++) {
-      try {
-        const result = await this.#applyOnce(kind, desired);
-        const fields = { kind, name: this.name, webhooks: (desired.webhooks ?? []).map((w) => w.name) };
-        if (result === 'unchanged' || result === 'absent') this.#log.debug(`webhook configuration ${result}`, fields);
-        else this.#log.info(`webhook configuration ${result}`, fields);
-        return result;
-      } catch (error) {
-        if (statusOf(error) !== 409 || attempt >= 3) throw error;
-      }
-    }
+    const result = await retry(() => this.#applyOnce(kind, desired), { retryable: (error) => statusOf(error) === 409, attempts: 3 });
+    const fields = { kind, name: this.name, webhooks: (desired.webhooks ?? []).map((w) => w.name) };
+    if (result === 'unchanged' || result === 'absent') this.#log.debug(`webhook configuration ${result}`, fields);
+    else this.#log.info(`webhook configuration ${result}`, fields);
+    return result;
   }
 
   async #applyOnce(kind: Kind, desired: AnyConfiguration): Promise<Result> {
@@ -403,10 +384,7 @@ export class WebhookManager {
         if (statusOf(error) === 404) continue;
         throw error;
       }
-      for (const hook of current.webhooks ?? []) {
-        const bundle = hook.clientConfig.caBundle ? Buffer.from(hook.clientConfig.caBundle, 'base64').toString('utf8') : '';
-        if (!bundle.includes(pem.trim())) return false;
-      }
+      if (!(current.webhooks ?? []).every((hook) => CaBundle.trusts(hook.clientConfig.caBundle, pem))) return false;
     }
     return true;
   }
@@ -435,56 +413,3 @@ export class WebhookManager {
  * After a sync that removed a webhook succeeded, how long its policy is still answered: the
  * apiserver sees configuration changes through a watch, typically within a second.
  */
-export const RETIRE_MARGIN_MS = 3_000;
-
-export interface AttachOptions {
-  clients?: KubeClients;
-  kubeconfig?: string;
-  identity?: string;
-  env?: NodeJS.ProcessEnv;
-  resyncMs?: number;
-}
-
-/**
- * What the manager needs of the server it manages webhooks for. server/app.ts's
- * PortcullisServer is one; declared here so this layer does not import the server.
- */
-export interface ManagedServer {
-  readonly config: { webhooks: WebhooksConfig };
-  readonly log: Logger;
-  readonly registry: { readonly current: { readonly entries: readonly ManagedPolicy[] } };
-  readonly tls: { caBundle: string } | undefined;
-  retireRemovedPolicies(syncStarted: number, marginMs: number): void;
-  onReload(listener: () => void): void;
-  onCertificate(listener: (tls: { caBundle: string }) => void | Promise<void>): void;
-}
-
-/**
- * Starts managing webhooks for a running server: follows its reloads and certificate
- * rotations. Throws only for a configuration that can never work (bad name, no credentials).
- */
-export function startWebhookManager(server: ManagedServer, options: AttachOptions = {}): WebhookManager {
-  // A name the apiserver would refuse is the more basic mistake: report it before credentials.
-  if (server.config.webhooks.managed) checkManagedName(server.config.webhooks.managed);
-  const clients = options.clients ?? createKubeClients(options.kubeconfig);
-  const manager = new WebhookManager({
-    clients,
-    log: server.log,
-    webhooks: () => server.config.webhooks,
-    policies: () => server.registry.current.entries,
-    ...(server.tls ? { caBundle: server.tls.caBundle } : {}),
-    ...(options.identity ? { identity: options.identity } : {}),
-    ...(options.env ? { env: options.env } : {}),
-    ...(options.resyncMs ? { resyncMs: options.resyncMs } : {}),
-    // Removed policies stop being answered once the apiserver has had time to see their webhooks go.
-    onSynced: (started) => server.retireRemovedPolicies(started, RETIRE_MARGIN_MS),
-  });
-  server.onReload(() => manager.requestSync('configuration reloaded'));
-  server.onCertificate(async (tls) => void await manager.publishCa(tls.caBundle));
-  manager.start();
-  return manager;
-}
-
-function sleep(ms: number): Promise<void> {
-  return new Promise((resolve) => setTimeout(resolve, ms));
-}
