@@ -36,10 +36,37 @@ export class Patch {
   ops: string[] = [];
   constructor(private object: JSON.Obj | null) {}
 
-  /** Sets a string at a path of keys, creating missing parent maps. */
+  /**
+   * Sets a value at a path of keys, creating missing parent maps: any type json-as encodes
+   * (string, numbers, bool, arrays, @json classes). Named as in the TypeScript SDK.
+   */
+  set<T>(path: string[], value: T): void {
+    this.setRaw(path, JSON.stringify<T>(value));
+  }
+
+  /** Sets a string at a path of keys (kept for older policies; set<string> does the same). */
   setString(path: string[], value: string): void {
     this.setRaw(path, JSON.stringify<string>(value));
   }
+
+  /**
+   * RFC 7386 merge patch, given as JSON text, under `base`: objects merge key by key, null
+   * removes, anything else replaces. Named as in the TypeScript SDK.
+   */
+  merge(json: string, base: string[] = []): void {
+    const partial = JSON.parse<JSON.Obj>(json);
+    const keys = partial.keys();
+    for (let i = 0; i < keys.length; i++) {
+      const path = base.concat([keys[i]]);
+      const value = partial.get(keys[i]);
+      if (value == null || value.type == JSON.Types.Null) this.remove(path);
+      else if (value.type == JSON.Types.Object) this.merge(JSON.stringify(value.get<JSON.Obj>()), path);
+      else this.setRaw(path, JSON.stringify(value));
+    }
+  }
+
+  /** Adds a raw RFC 6902 operation, as JSON text; the host checks that it applies. As `patch.apply` in TypeScript. */
+  apply(operationJson: string): void { this.ops.push(operationJson); }
 
   /** Sets any JSON value (given as JSON text) at a path of keys, creating missing parent maps. */
   setRaw(path: string[], json: string): void {
@@ -75,7 +102,7 @@ export class Patch {
     this.ops.push('{"op":"remove","path":' + JSON.stringify<string>(pointer(path, path.length)) + '}');
   }
 
-  /** Adds a raw RFC 6902 operation, as JSON text. The host checks that it applies. */
+  /** Same as apply (kept for older policies). */
   raw(operationJson: string): void { this.ops.push(operationJson); }
 }
 
