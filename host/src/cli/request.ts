@@ -4,11 +4,15 @@
 // that the caller prefixes with where the input came from.
 import type { AdmissionRequest, JsonObject, Operation } from '@portcullis/sdk';
 import { parseReview } from '../review/parse.ts';
-import { errorMessage } from '../errors.ts';
+import { errorMessage, PortcullisError } from '../errors.ts';
 
 const OPERATIONS = new Set(['CREATE', 'UPDATE', 'DELETE', 'CONNECT']);
 
-export class RequestInputError extends Error {}
+export class RequestInputError extends PortcullisError {
+  constructor(message: string) {
+    super('BAD_REQUEST_INPUT', message);
+  }
+}
 
 export interface RequestFacts {
   object?: unknown;

@@ -10,7 +10,7 @@ import { parseArgs } from 'node:util';
 import type { AdmissionRequest, JsonValue, Mode } from '@portcullis/sdk';
 import { parse as parseYaml } from 'yaml';
 import { evaluatePolicy } from '../evaluate/evaluate.ts';
-import { errorMessage } from '../errors.ts';
+import { errorMessage, PortcullisError } from '../errors.ts';
 import { merge } from '../merge/merge.ts';
 import { patchedObject } from '../merge/patches.ts';
 import { loadPolicy } from '../policy/load.ts';
@@ -28,7 +28,11 @@ const CASE_KEYS = new Set(['name', 'mode', 'object', 'oldObject', 'operation', '
 const EXPECT_KEYS = new Set(['allowed', 'code', 'message', 'warnings', 'patched']);
 
 /** A suite file that cannot be used: its path and what is wrong, on one line. */
-export class SuiteError extends Error {}
+export class SuiteError extends PortcullisError {
+  constructor(message: string) {
+    super('BAD_TEST_SUITE', message);
+  }
+}
 
 /** rules undefined: the module's embedded default rules, as serve would apply them. */
 interface PolicyRef { name: string; module: string; settings: JsonValue; rules: RuleWithOperations[] | undefined }

@@ -1,6 +1,7 @@
 // The typed result of evaluating one policy, and the validation of what a guest returned.
 // Guest output is untrusted: anything not in the contract's shape is a crash of that policy.
 import type { PatchOperation } from '@portcullis/sdk';
+import { PortcullisError } from '../errors.ts';
 
 /**
  * Why a policy failed, in merge priority order after an explicit denial:
@@ -24,7 +25,11 @@ export type Outcome =
 
 const OPS = new Set(['add', 'remove', 'replace', 'move', 'copy', 'test']);
 
-export class MalformedOutput extends Error {}
+export class MalformedOutput extends PortcullisError {
+  constructor(message: string) {
+    super('MALFORMED_OUTPUT', message);
+  }
+}
 
 export function decodeOutput(policy: string, text: string): Outcome {
   let value: unknown;

@@ -8,6 +8,8 @@ import { Ajv, type ErrorObject } from 'ajv';
 import type { Mode } from '@portcullis/sdk';
 import configSchema from '../../config.schema.json' with { type: 'json' };
 import type { RuleWithOperations } from '../config/types.ts';
+import { PortcullisError } from '../errors.ts';
+import { readLeb as readLebAt, writeLeb } from '../sandbox/memory-cap.ts';
 
 export const METADATA_SECTION = 'portcullis.metadata';
 /** Far above any real policy's metadata (a settings schema of a few KiB), far below harm. */
@@ -26,11 +28,9 @@ export interface PolicyInfo {
   settingsSchema?: Record<string, unknown>;
 }
 
-export class MetadataError extends Error {
-  readonly code = 'POLICY_METADATA_INVALID';
+export class MetadataError extends PortcullisError {
   constructor(message: string) {
-    super(message);
-    this.name = 'MetadataError';
+    super('POLICY_METADATA_INVALID', message);
   }
 }
 
@@ -126,9 +126,9 @@ export function embedPolicyInfo(bytes: Uint8Array, info: PolicyInfo): Uint8Array
   const kept: Uint8Array[] = [bytes.subarray(0, 8)];
   for (const section of sections(bytes)) if (section.name !== METADATA_SECTION) kept.push(bytes.subarray(section.header, section.end));
   const name = new TextEncoder().encode(METADATA_SECTION);
-  const body = [...leb(name.length), ...name];
+  const body = [...writeLeb(name.length), ...name];
   const size = body.length + payload.length;
-  kept.push(Uint8Array.of(0, ...leb(size), ...body), payload);
+  kept.push(Uint8Array.of(0, ...writeLeb(size), ...body), payload);
   const out = new Uint8Array(kept.reduce((n, part) => n + part.length, 0));
   let at = 0;
   for (const part of kept) {
@@ -139,23 +139,9 @@ export function embedPolicyInfo(bytes: Uint8Array, info: PolicyInfo): Uint8Array
 }
 
 function readLeb(bytes: Uint8Array, offset: number): [number, number] {
-  let result = 0;
-  for (let length = 0, shift = 0; ; shift += 7) {
-    if (offset + length >= bytes.length || shift > 28) throw new MetadataError(`bad section size at byte ${offset}`);
-    const byte = bytes[offset + length]!;
-    result += (byte & 0x7f) * 2 ** shift;
-    length++;
-    if ((byte & 0x80) === 0) return [result, length];
+  try {
+    return readLebAt(bytes, offset, bytes.length);
+  } catch {
+    throw new MetadataError(`bad section size at byte ${offset}`);
   }
-}
-
-function leb(value: number): number[] {
-  const out: number[] = [];
-  do {
-    let byte = value & 0x7f;
-    value = Math.floor(value / 128);
-    if (value > 0) byte |= 0x80;
-    out.push(byte);
-  } while (value > 0);
-  return out;
 }

@@ -4,11 +4,12 @@ import createPlugin, { type CallContext, type Plugin } from '@extism/extism';
 import { contextReader } from '../context/replica.ts';
 import { inputBytes, inputText } from './input.ts';
 import type { CallInput, FaultKind, GuestFunction, LogEntry, SandboxSpec } from './protocol.ts';
+import { PortcullisError } from '../errors.ts';
 
-export class GuestFault extends Error {
+export class GuestFault extends PortcullisError {
   readonly fault: FaultKind;
   constructor(fault: FaultKind, message: string) {
-    super(message);
+    super('GUEST_FAULT', message);
     this.fault = fault;
   }
 }

@@ -11,6 +11,7 @@
 // the file's length and the number of sections is capped, and only the table, memory and
 // global sections are looked into, so a header followed by megabytes of zeros (millions of
 // empty custom sections) is refused in microseconds without one object per section.
+import { PortcullisError } from '../errors.ts';
 
 const PAGE = 65536;
 const TABLE_SECTION = 4;
@@ -28,10 +29,9 @@ export const MAX_SECTIONS = 1000;
 /** Memories other than a module's largest share at most this fraction of the room to grow. */
 const SIDE_MEMORY_SHARE = 1 / 16;
 
-export class MemoryCapError extends Error {
+export class MemoryCapError extends PortcullisError {
   constructor(message: string) {
-    super(message);
-    this.name = 'MemoryCapError';
+    super('MODULE_OVER_BUDGET', message);
   }
 }
 
@@ -197,7 +197,8 @@ function mib(bytes: number): string {
   return String(Math.round((bytes / 2 ** 20) * 10) / 10);
 }
 
-function readLeb(bytes: Uint8Array, offset: number, limit: number): [number, number] {
+/** An unsigned LEB128 at `offset`, read no further than `limit`: [value, bytes it took]. */
+export function readLeb(bytes: Uint8Array, offset: number, limit: number): [number, number] {
   let result = 0;
   let shift = 0;
   let length = 0;

@@ -11,6 +11,7 @@ import { cacheDir, sha256 } from '../util/files.ts';
 import { moduleKind, type ModuleKind } from './module-kind.ts';
 import { applyPlan, capMemory, planBudget, readLayout } from './memory-cap.ts';
 import type { SandboxSpec } from './protocol.ts';
+import { PortcullisError } from '../errors.ts';
 
 /** The one interface a component may import. Anything else (WASI files, sockets, clocks...) is refused. */
 // Issue 15: portcullis:policy/context is safe to link for every policy: it refuses kinds not granted.
@@ -26,7 +27,11 @@ const EXTISM_IMPORTS = new Set([
   'config_get', 'var_get', 'var_set', 'log_info', 'log_warn', 'log_debug', 'log_error', 'log_trace', 'get_log_level',
 ]);
 
-export class PrepareError extends Error {}
+export class PrepareError extends PortcullisError {
+  constructor(message: string) {
+    super('MODULE_REFUSED', message);
+  }
+}
 
 function mib(bytes: number): number {
   return Math.round((bytes / 2 ** 20) * 10) / 10;
