@@ -52,7 +52,8 @@ describe('memory cap', () => {
   });
 
   it('counts Extism kernel allocations (outside linear memory) against the cap', async () => {
-    const hog = await load(pool, 'kernel-hog', { limits: { ...DEFAULT_LIMITS, memoryMiB: 128 } });
+    // A long deadline: on a loaded machine the allocation loop must still reach the cap first.
+    const hog = await load(pool, 'kernel-hog', { limits: { ...DEFAULT_LIMITS, memoryMiB: 128, timeoutMs: 20_000 } });
     expect(await evaluatePolicy(pool, hog, 'validate', input())).toMatchObject({
       status: 'failed', failure: 'temporary', message: 'exceeded its 128 MiB memory cap (Extism kernel allocations)',
     });
