@@ -99,6 +99,10 @@ describe.each([['tutorial-ts', 'my-policy'], ['tutorial-as', 'my-as-policy']])('
     expect(outputs[1]).toMatch(/2 passed, 0 failed/);
     expect(outputs[3]).toMatch(new RegExp(`oci://${registry.host}/policies/${name}@sha256:[0-9a-f]{64}`));
     expect((await readdir(cwd)).sort()).toEqual(expect.arrayContaining(['package.json', 'portcullis.yaml', `${name}.wasm`, 'tests', 'examples', 'README.md']));
+    // Without --config the installed CLI says what to do (the examples live in the repository).
+    const bare = await sh('npx --no -- portcullis serve', cwd);
+    expect(bare.code).toBe(2);
+    expect(bare.stderr).toMatch(/portcullis serve: give --config FILE: the installed package has no built-in example policies/);
     // The generated project passes its own type check.
     const typecheck = await sh('npm run typecheck', cwd);
     expect(typecheck.code, typecheck.stdout + typecheck.stderr).toBe(0);

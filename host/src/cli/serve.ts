@@ -1,5 +1,6 @@
 // `portcullis serve`: run the admission webhook until SIGTERM/SIGINT, then stop gracefully.
 import { fileURLToPath } from 'node:url';
+import { existsSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { loadConfigFile } from '../config/load.ts';
 import type { Config, TlsConfig } from '../config/types.ts';
@@ -14,6 +15,10 @@ export const BUILTIN_CONFIG = fileURLToPath(new URL('../../../policies/portculli
 
 export default async function serve(args: string[]): Promise<number> {
   const values = parseCli(args);
+  if (!values.config && !existsSync(BUILTIN_CONFIG)) {
+    // Installed from the package: the example policies live only in the repository and image.
+    throw new UsageError('give --config FILE: the installed package has no built-in example policies (portcullis new DIR writes a portcullis.yaml)');
+  }
   const config = applyFlags(await loadConfigFile(values.config ?? BUILTIN_CONFIG), values);
   const log = createLogger(config.logLevel);
   // tls.mode "secret": the certificate comes from the cluster, before the server can listen.
