@@ -1,7 +1,7 @@
 // One AdmissionReview, start to end: parse and validate -> select matching policies ->
 // evaluate them in parallel in the sandboxes -> merge -> respond. HTTP concerns (routing,
 // bodies, TLS) stay in http.ts; this module only sees text in and a review out.
-import type { EvaluationInput, Mode, PeerCertificate } from '@portcullis/sdk';
+import type { EvaluationInput, Mode } from '@portcullis/sdk';
 import { evaluateEntry } from '../evaluate/evaluate.ts';
 import { ReviewError, UnknownPolicyError } from '../errors.ts';
 import { merge } from '../merge/merge.ts';
@@ -12,6 +12,8 @@ import type { SandboxPool } from '../sandbox/pool.ts';
 import { policyMatches, type NamespaceLabels } from '../select/match.ts';
 import type { Logger } from '../util/log.ts';
 import type { Metrics } from './metrics.ts';
+import type { Caller } from './caller.ts';
+import { recordReview } from './telemetry.ts';
 
 export interface AdmissionDeps {
   registry: PolicyRegistry;
@@ -23,15 +25,7 @@ export interface AdmissionDeps {
   logAllowed?: boolean;
 }
 
-export interface Caller {
-  /** `/validate`, `/mutate`, `/validate/<policy>` or `/mutate/<policy>`. */
-  endpoint: string;
-  mode: Mode;
-  /** Set for per-policy endpoints. */
-  policy?: string;
-  headers: Record<string, string>;
-  sslpeer: PeerCertificate | null;
-}
+export type { Caller } from './caller.ts';
 
 export async function review(deps: AdmissionDeps, caller: Caller, body: string): Promise<AdmissionResponseReview> {
   const started = performance.now();
@@ -51,31 +45,9 @@ export async function review(deps: AdmissionDeps, caller: Caller, body: string):
     const evaluated = selected.map((entry, i) => ({ policy: entry.config, outcome: outcomes[i]! }));
     const { decision, deciding, audited } = merge(evaluated, request.operation, request.object);
 
+    // Beside the pipeline, not in it: metrics and the review's log lines.
     const seconds = (performance.now() - started) / 1000;
-    const label = decision.allowed ? 'allowed' : 'denied';
-    deps.metrics.reviews.inc({ endpoint: caller.policy ? `/${caller.mode}/*` : caller.endpoint, decision: label });
-    deps.metrics.reviewSeconds.observe({ endpoint: caller.policy ? `/${caller.mode}/*` : caller.endpoint }, seconds);
-    for (const outcome of outcomes) deps.metrics.recordOutcome(outcome);
-    for (const outcome of audited) {
-      deps.metrics.audited.inc({ policy: outcome.policy, outcome: outcome.status });
-      deps.log.info('audit decision (not enforced)', { uid: request.uid, policy: outcome.policy, decision: outcome.status, ...(outcome.status !== 'allowed' ? { message: outcome.message } : {}) });
-    }
-    for (const outcome of outcomes) if (outcome.status === 'failed') {
-      deps.log.warn('policy failed', { uid: request.uid, policy: outcome.policy, failure: outcome.failure, message: outcome.message });
-    }
-    // Allowed reviews are logged at debug only unless asked for: build their fields only when logged.
-    const logAllowed = deps.logAllowed === true && deps.log.enabled('info');
-    if (!decision.allowed || logAllowed || deps.log.enabled('debug')) {
-      const fields = {
-        uid: request.uid, endpoint: caller.endpoint, operation: request.operation, kind: request.kind.kind,
-        namespace: request.namespace, name: request.name, user: request.userInfo.username ?? null, decision: label,
-        policies: selected.map((e) => e.config.name), ms: Math.round(seconds * 1e4) / 10,
-      };
-      const mutated = decision.allowed && (decision.patch?.length ?? 0) > 0;
-      if (!decision.allowed) deps.log.info('denied', { ...fields, policy: deciding?.policy, code: decision.status?.code, message: decision.status?.message });
-      else if (logAllowed) deps.log.info(mutated ? 'mutated' : 'allowed', { ...fields, ...(mutated ? { patchOperations: decision.patch.length } : {}) });
-      else deps.log.debug('reviewed', fields);
-    }
+    recordReview(deps, { caller, request, policies: selected.map((e) => e.config.name), outcomes, audited, decision, deciding, seconds });
     return respond(parsed.apiVersion, request.uid, decision);
   } finally {
     set.release();

@@ -1,0 +1,57 @@
+// What a review leaves behind besides its answer: metrics for every outcome, and log lines for
+// denials, failures, audited decisions and (when asked) allowed reviews. Kept out of
+// admission.ts so the pipeline there reads as parse -> select -> evaluate -> merge -> respond.
+import type { AdmissionRequest } from '@portcullis/sdk';
+import type { Outcome } from '../evaluate/outcome.ts';
+import type { MergeResult } from '../merge/merge.ts';
+import type { Logger } from '../util/log.ts';
+import type { Caller } from './caller.ts';
+import type { Metrics } from './metrics.ts';
+
+export interface TelemetryDeps {
+  metrics: Metrics;
+  log: Logger;
+  logAllowed?: boolean;
+}
+
+export interface ReviewRecord {
+  caller: Caller;
+  request: AdmissionRequest;
+  /** Names of the policies that were evaluated. */
+  policies: string[];
+  outcomes: Outcome[];
+  audited: MergeResult['audited'];
+  decision: MergeResult['decision'];
+  deciding: MergeResult['deciding'];
+  seconds: number;
+}
+
+export function recordReview(deps: TelemetryDeps, r: ReviewRecord): void {
+  const { caller, request, decision } = r;
+  const endpoint = caller.policy ? `/${caller.mode}/*` : caller.endpoint;
+  const label = decision.allowed ? 'allowed' : 'denied';
+  deps.metrics.reviews.inc({ endpoint, decision: label });
+  deps.metrics.reviewSeconds.observe({ endpoint }, r.seconds);
+  for (const outcome of r.outcomes) deps.metrics.recordOutcome(outcome);
+  for (const outcome of r.audited) {
+    deps.metrics.audited.inc({ policy: outcome.policy, outcome: outcome.status });
+    deps.log.info('audit decision (not enforced)', {
+      uid: request.uid, policy: outcome.policy, decision: outcome.status, ...(outcome.status !== 'allowed' ? { message: outcome.message } : {}),
+    });
+  }
+  for (const outcome of r.outcomes) {
+    if (outcome.status === 'failed') deps.log.warn('policy failed', { uid: request.uid, policy: outcome.policy, failure: outcome.failure, message: outcome.message });
+  }
+  // Allowed reviews are logged at debug only unless asked for: build their fields only when logged.
+  const logAllowed = deps.logAllowed === true && deps.log.enabled('info');
+  if (decision.allowed && !logAllowed && !deps.log.enabled('debug')) return;
+  const fields = {
+    uid: request.uid, endpoint: caller.endpoint, operation: request.operation, kind: request.kind.kind,
+    namespace: request.namespace, name: request.name, user: request.userInfo.username ?? null, decision: label,
+    policies: r.policies, ms: Math.round(r.seconds * 1e4) / 10,
+  };
+  const mutated = decision.allowed && (decision.patch?.length ?? 0) > 0;
+  if (!decision.allowed) deps.log.info('denied', { ...fields, policy: r.deciding?.policy, code: decision.status?.code, message: decision.status?.message });
+  else if (logAllowed) deps.log.info(mutated ? 'mutated' : 'allowed', { ...fields, ...(mutated ? { patchOperations: decision.patch.length } : {}) });
+  else deps.log.debug('reviewed', fields);
+}
