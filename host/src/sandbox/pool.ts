@@ -8,11 +8,18 @@
 // deadline cannot starve the others; a worker takes calls only once it has loaded every
 // policy; and a call that lands on a worker that does not have its policy is queued again,
 // never answered wrongly. A queued call whose deadline passed is not started.
+//
+// Issue 14: the calls of one review (those sharing one SharedInput envelope) go to a worker
+// together, in one message, and come back in one: one hop per review per worker. Each call
+// keeps its own deadline (the worker publishes which call runs since when, see Progress). When
+// a worker is replaced, only the call that was running is answered with the fault; the others
+// of its batch go back in line as if never started. A policy that ever got a worker replaced is
+// not batched with others again, so a hostile policy delays its batch-mates at most once.
 import { availableParallelism } from 'node:os';
 import { Worker } from 'node:worker_threads';
 import { PortcullisError } from '../errors.ts';
 import type { ContextChange } from '../context/store.ts';
-import type { CallInput, FaultKind, FromWorker, GuestFunction, LogEntry, SandboxSpec, ToWorker } from './protocol.ts';
+import { clock, Progress, type CallInput, type CallReply, type FaultKind, type FromWorker, type GuestFunction, type LogEntry, type SandboxSpec, type ToWorker } from './protocol.ts';
 
 export type CallFault = FaultKind | 'deadline' | 'worker';
 
@@ -28,13 +35,17 @@ interface Job {
   input: CallInput;
   timeoutMs: number;
   started: number;
+  /** Calls with the same group (a review's shared envelope) may share a message. */
+  group: object | undefined;
   resolve: (result: CallResult) => void;
 }
 
 interface Slot {
   worker: Worker;
-  job: Job | undefined;
+  /** The batch running in this worker, in order; empty when idle. */
+  jobs: Job[];
   timer: NodeJS.Timeout | undefined;
+  progress: Progress;
   loads: Map<string, { done: (error?: string) => void; timer: NodeJS.Timeout | undefined }>;
 }
 
@@ -65,6 +76,9 @@ export class SandboxPool {
   /** Round-robin between policies: when each policy last had a call started. */
   #served = new Map<string, number>();
   #turn = 0;
+  /** Policies that got a worker replaced (deadline, crash): they always run alone. */
+  #solo = new Set<string>();
+  #dispatchQueued = false;
 
   constructor(size = Math.max(2, availableParallelism()), options: { loadTimeoutMs?: number } = {}) {
     this.size = size;
@@ -73,7 +87,7 @@ export class SandboxPool {
   }
 
   get stats(): PoolStats {
-    return { size: this.size, busy: this.#slots.filter((s) => s.job).length, queued: this.#queue.length, restarts: this.#restarts };
+    return { size: this.size, busy: this.#slots.filter((s) => s.jobs.length > 0).length, queued: this.#queue.length, restarts: this.#restarts };
   }
 
   /**
@@ -108,6 +122,7 @@ export class SandboxPool {
 
   unload(key: string): void {
     this.#served.delete(key);
+    this.#solo.delete(key);
     if (!this.#specs.delete(key)) return;
     for (const slot of this.#slots) this.#post(slot, { type: 'unload', key });
   }
@@ -115,8 +130,16 @@ export class SandboxPool {
   call(key: string, fn: GuestFunction, input: CallInput, timeoutMs: number): Promise<CallResult> {
     if (this.#closed) return Promise.reject(new PortcullisError('SANDBOX_CLOSED', 'the sandbox pool is shut down'));
     return new Promise((resolve) => {
-      this.#queue.push({ id: this.#nextId++, requeued: 0, key, fn, input, timeoutMs, started: performance.now(), resolve });
-      this.#dispatch();
+      const group = typeof input === 'string' ? undefined : input.envelope;
+      this.#queue.push({ id: this.#nextId++, requeued: 0, key, fn, input, timeoutMs, started: performance.now(), group, resolve });
+      // Dispatch once the caller has queued all of a review's calls (in the same tick), so they can share a message.
+      if (!this.#dispatchQueued) {
+        this.#dispatchQueued = true;
+        queueMicrotask(() => {
+          this.#dispatchQueued = false;
+          this.#dispatch();
+        });
+      }
     });
   }
 
@@ -124,7 +147,9 @@ export class SandboxPool {
     this.#closed = true;
     for (const job of this.#queue.splice(0)) job.resolve(fault(job, 'worker', 'the sandbox pool shut down'));
     await Promise.all(this.#slots.map((slot) => {
-      if (slot.job) this.#finish(slot, fault(slot.job, 'worker', 'the sandbox pool shut down'));
+      const jobs = slot.jobs;
+      this.#idle(slot);
+      for (const job of jobs) job.resolve(fault(job, 'worker', 'the sandbox pool shut down'));
       return slot.worker.terminate();
     }));
   }
@@ -132,8 +157,11 @@ export class SandboxPool {
   #spawn(): Slot {
     // Linear memories are capped per module; this caps the worker's own JS heap (jco glue,
     // strings lifted out of guests) so a runaway there kills this worker, not the host.
-    const worker = new Worker(new URL('./worker.ts', import.meta.url), { stdout: false, stderr: false, resourceLimits: { maxOldGenerationSizeMb: 512 } });
-    const slot: Slot = { worker, job: undefined, timer: undefined, loads: new Map() };
+    const progress = new Progress();
+    const worker = new Worker(new URL('./worker.ts', import.meta.url), {
+      stdout: false, stderr: false, resourceLimits: { maxOldGenerationSizeMb: 512 }, workerData: { progress: progress.buffer },
+    });
+    const slot: Slot = { worker, jobs: [], timer: undefined, progress, loads: new Map() };
     for (const change of this.#contextSnapshot?.() ?? []) worker.postMessage(change); // issue 15: before any call
     worker.on('message', (message: FromWorker) => this.#onMessage(slot, message));
     worker.on('error', (error) => this.#replace(slot, `its sandbox worker failed: ${error.message}`));
@@ -170,15 +198,51 @@ export class SandboxPool {
   }
 
   #dispatch(): void {
-    for (const slot of this.#slots) {
-      // A worker still loading policies would make a call wait behind instantiation, on its clock.
-      if (slot.job || slot.loads.size > 0) continue;
+    // A worker still loading policies would make a call wait behind instantiation, on its clock.
+    const idle = this.#slots.filter((slot) => slot.jobs.length === 0 && slot.loads.size === 0);
+    for (const [i, slot] of idle.entries()) {
       const job = this.#next();
       if (!job) return;
-      slot.job = job;
-      slot.timer = setTimeout(() => this.#expire(slot, job), job.timeoutMs);
-      this.#post(slot, { type: 'call', id: job.id, key: job.key, fn: job.fn, input: job.input });
+      this.#start(slot, [job, ...this.#companions(job, idle.length - i)]);
     }
+  }
+
+  #start(slot: Slot, jobs: Job[]): void {
+    slot.jobs = jobs;
+    slot.progress.mark(0);
+    this.#arm(slot, jobs, jobs[0]!.timeoutMs);
+    this.#post(slot, { type: 'call', batch: jobs[0]!.id, calls: jobs.map(({ id, key, fn, input }) => ({ id, key, fn, input })) });
+  }
+
+  /**
+   * The queued calls of the same review that go with `leader` to one worker: when `free` workers
+   * are idle, the review's calls are shared out between them (latency); when only one is, they
+   * all go together (one message). Subject to the same per-policy worker cap as any call.
+   */
+  #companions(leader: Job, free: number): Job[] {
+    if (leader.group === undefined || this.#solo.has(leader.key)) return [];
+    const cap = this.size > 1 ? this.size - 1 : this.size;
+    const busy = this.#busy();
+    busy.set(leader.key, (busy.get(leader.key) ?? 0) + 1);
+    const candidates: number[] = [];
+    for (let i = 0; i < this.#queue.length; i++) {
+      const job = this.#queue[i]!;
+      if (job.group !== leader.group || this.#solo.has(job.key) || (busy.get(job.key) ?? 0) >= cap) continue;
+      if (performance.now() - job.started >= job.timeoutMs) continue; // #next answers it
+      candidates.push(i);
+    }
+    const take = Math.ceil((candidates.length + 1) / Math.max(1, free)) - 1;
+    const taken = candidates.slice(0, take);
+    const jobs = taken.map((i) => this.#queue[i]!);
+    for (let i = taken.length - 1; i >= 0; i--) this.#queue.splice(taken[i]!, 1);
+    for (const job of jobs) this.#served.set(job.key, ++this.#turn);
+    return jobs;
+  }
+
+  #busy(): Map<string, number> {
+    const busy = new Map<string, number>();
+    for (const slot of this.#slots) for (const job of slot.jobs) busy.set(job.key, (busy.get(job.key) ?? 0) + 1);
+    return busy;
   }
 
   /**
@@ -189,8 +253,7 @@ export class SandboxPool {
    */
   #next(capped = true): Job | undefined {
     const cap = capped && this.size > 1 ? this.size - 1 : this.size;
-    const busy = new Map<string, number>();
-    for (const slot of this.#slots) if (slot.job) busy.set(slot.job.key, (busy.get(slot.job.key) ?? 0) + 1);
+    const busy = this.#busy();
     let best = -1;
     for (let i = 0; i < this.#queue.length; i++) {
       const job = this.#queue[i]!;
@@ -219,40 +282,50 @@ export class SandboxPool {
       this.#dispatch();
       return;
     }
-    const job = slot.job;
-    if (!job || job.id !== message.id) return;
-    // The worker has no instance of this policy (it was replaced or reloaded meanwhile): while the
-    // pool still has the policy, this is no answer about the request, so the call goes back in line.
-    if (message.type === 'fault' && message.fault === 'unloaded' && this.#specs.has(job.key) && job.requeued < REQUEUE_LIMIT) {
-      clearTimeout(slot.timer);
-      slot.job = undefined;
-      slot.timer = undefined;
-      job.requeued++;
-      this.#queue.unshift(job);
-      this.#dispatch();
-      return;
+    const jobs = slot.jobs;
+    if (jobs.length === 0 || jobs[0]!.id !== message.batch) return;
+    this.#idle(slot);
+    const now = performance.now();
+    for (const [i, job] of jobs.entries()) {
+      const reply: CallReply = message.replies[i] ?? { ok: false, fault: 'trap', message: 'the sandbox worker gave no answer', logs: [] };
+      // The worker has no instance of this policy (it was replaced or reloaded meanwhile): while the
+      // pool still has the policy, this is no answer about the request, so the call goes back in line.
+      if (!reply.ok && reply.fault === 'unloaded' && this.#specs.has(job.key) && job.requeued < REQUEUE_LIMIT) {
+        job.requeued++;
+        this.#queue.unshift(job);
+        continue;
+      }
+      const totalMicros = Math.round((now - job.started) * 1000);
+      job.resolve(reply.ok
+        ? { ok: true, output: reply.output, guestMicros: reply.guestMicros, totalMicros, logs: reply.logs }
+        : { ok: false, fault: reply.fault, message: reply.message, totalMicros, logs: reply.logs });
     }
-    const totalMicros = Math.round((performance.now() - job.started) * 1000);
-    this.#finish(slot, message.type === 'result'
-      ? { ok: true, output: message.output, guestMicros: message.guestMicros, totalMicros, logs: message.logs }
-      : { ok: false, fault: message.fault, message: message.message, totalMicros, logs: message.logs });
-  }
-
-  #finish(slot: Slot, result: CallResult): void {
-    const job = slot.job;
-    clearTimeout(slot.timer);
-    slot.job = undefined;
-    slot.timer = undefined;
-    job?.resolve(result);
     this.#dispatch();
   }
 
-  #expire(slot: Slot, job: Job): void {
-    if (slot.job !== job) return;
+  #idle(slot: Slot): void {
+    clearTimeout(slot.timer);
+    slot.jobs = [];
+    slot.timer = undefined;
+  }
+
+  #arm(slot: Slot, jobs: Job[], ms: number): void {
+    slot.timer = setTimeout(() => this.#expire(slot, jobs), Math.max(1, ms));
+  }
+
+  /** The batch's deadline check: the running call outlived its own deadline, or wait until it would. */
+  #expire(slot: Slot, jobs: Job[]): void {
+    if (slot.jobs !== jobs) return;
+    const { index, since } = slot.progress.read();
+    // All done: the answer is on its way; should it never come, the last call's deadline ends the wait.
+    const job = jobs[Math.min(index, jobs.length - 1)]!;
+    if (index >= jobs.length) return this.#arm(slot, jobs, job.timeoutMs);
+    const elapsed = clock() - since;
+    if (elapsed < job.timeoutMs) return this.#arm(slot, jobs, job.timeoutMs - elapsed);
     this.#replace(slot, `exceeded its ${seconds(job.timeoutMs)} CPU deadline`, 'deadline');
   }
 
-  /** Terminates a worker (stuck or dead), fails its call, and puts a fresh worker in its place. */
+  /** Terminates a worker (stuck or dead), fails the call it was running, and puts a fresh worker in its place. */
   #replace(slot: Slot, reason: string, kind: CallFault = 'worker'): void {
     const index = this.#slots.indexOf(slot);
     if (index < 0 || this.#closed) return;
@@ -265,7 +338,25 @@ export class SandboxPool {
     for (const { timer } of pending.values()) clearTimeout(timer);
     slot.loads.clear();
     void slot.worker.terminate();
-    if (slot.job) this.#finish(slot, fault(slot.job, kind, reason));
+    const jobs = slot.jobs;
+    this.#idle(slot);
+    if (jobs.length > 0) {
+      // The call that was running is the one at fault; the others of its batch are put back in
+      // line with a fresh wait, since nothing they did is kept.
+      const running = Math.min(slot.progress.read().index, jobs.length - 1);
+      const culprit = jobs[running]!;
+      if (this.#specs.has(culprit.key)) this.#solo.add(culprit.key);
+      culprit.resolve(fault(culprit, kind, reason));
+      for (const job of jobs.filter((j) => j !== culprit).reverse()) {
+        if (job.requeued >= REQUEUE_LIMIT) {
+          job.resolve(fault(job, 'worker', `its sandbox worker was replaced while it waited (another policy ${reason})`));
+          continue;
+        }
+        job.requeued++;
+        job.started = performance.now();
+        this.#queue.unshift(job);
+      }
+    }
     for (const spec of this.#specs.values()) {
       const waiting = pending.get(spec.key);
       // A first load that was still under way keeps its deadline in the new worker.
