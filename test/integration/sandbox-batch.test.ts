@@ -37,7 +37,7 @@ it('a call that outlives its deadline fails alone: the calls before and after it
   const started = performance.now();
   const [before, stuck, after] = await review([numbers, spin, noDelete], [1]);
   expect(stuck).toMatchObject({ status: 'failed', failure: 'temporary' });
-  expect(stuck.status === 'failed' && stuck.message).toContain('exceeded its 400ms CPU deadline');
+  expect(stuck!.status === 'failed' && stuck!.message).toContain('exceeded its 400ms CPU deadline');
   expect(before).toMatchObject({ status: 'allowed' });
   expect(after).toMatchObject({ status: 'allowed' });
   expect(pool.stats.restarts).toBe(restarts + 1);

@@ -217,17 +217,16 @@ export class SandboxPool {
   /**
    * The queued calls of the same review that go with `leader` to one worker: when `free` workers
    * are idle, the review's calls are shared out between them (latency); when only one is, they
-   * all go together (one message). Subject to the same per-policy worker cap as any call.
+   * all go together (one message). The per-policy worker cap of #next does not apply to them:
+   * they ride on the worker the leader took, and applying it would split a review into single
+   * calls whenever another review's batch (which holds every policy) is running.
    */
   #companions(leader: Job, free: number): Job[] {
     if (leader.group === undefined || this.#solo.has(leader.key)) return [];
-    const cap = this.size > 1 ? this.size - 1 : this.size;
-    const busy = this.#busy();
-    busy.set(leader.key, (busy.get(leader.key) ?? 0) + 1);
     const candidates: number[] = [];
     for (let i = 0; i < this.#queue.length; i++) {
       const job = this.#queue[i]!;
-      if (job.group !== leader.group || this.#solo.has(job.key) || (busy.get(job.key) ?? 0) >= cap) continue;
+      if (job.group !== leader.group || this.#solo.has(job.key)) continue;
       if (performance.now() - job.started >= job.timeoutMs) continue; // #next answers it
       candidates.push(i);
     }
