@@ -64,6 +64,8 @@ it('once it got a worker replaced, a policy runs alone: its neighbours are answe
     };
     // The first time, spin shares a message with a neighbour, which waits for it and is answered after.
     await once();
+    // (Once the replacement worker has loaded every policy.)
+    await new Promise((r) => setTimeout(r, 2000));
     // From then on it runs alone, and the neighbours do not wait for its deadline.
     const answered = await once();
     expect(answered.numbers).toBeLessThan(answered.spin! - 200);

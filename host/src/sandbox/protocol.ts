@@ -41,6 +41,8 @@ export interface CallRequest {
   key: string;
   fn: GuestFunction;
   input: CallInput;
+  /** On the shared clock: a call still waiting in its batch by then is not started. */
+  notAfter: number;
 }
 
 export type ToWorker =
@@ -57,13 +59,17 @@ export type LogEntry = [level: string, message: string];
 /**
  * Why a call produced no usable output. `memory` and `output` are resource caps. `unloaded`:
  * the worker has no instance of the policy (it was replaced or reloaded meanwhile); the pool
- * queues such a call again rather than answer it.
+ * queues such a call again rather than answer it. `late`: its deadline passed while it waited
+ * behind the calls before it in its batch; not started (the pool reports it as a deadline).
  */
-export type FaultKind = 'trap' | 'memory' | 'output' | 'instantiate' | 'unloaded';
+export type FaultKind = 'trap' | 'memory' | 'output' | 'instantiate' | 'unloaded' | 'late';
 
-export type CallReply =
+export type CallAnswer =
   | { ok: true; output: string; guestMicros: number; logs: LogEntry[] }
   | { ok: false; fault: FaultKind; message: string; logs: LogEntry[] };
+
+/** `spentMicros`: the worker's time on the call, instantiation included (the pool's guide to what may share a message). */
+export type CallReply = CallAnswer & { spentMicros: number };
 
 export type FromWorker =
   | { type: 'loaded'; key: string; error?: string }

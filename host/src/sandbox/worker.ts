@@ -4,7 +4,7 @@
 import './quiet-wasi-warning.ts';
 import { parentPort, workerData } from 'node:worker_threads';
 import type { Guest } from './guest.ts';
-import { Progress, type CallReply, type CallRequest, type FromWorker, type SandboxSpec, type ToWorker } from './protocol.ts';
+import { clock, Progress, type CallAnswer, type CallReply, type CallRequest, type FromWorker, type SandboxSpec, type ToWorker } from './protocol.ts';
 
 // Imported only now: node:wasi (pulled in by Extism) is linked before any module body runs,
 // so a static import would warn before the filter above is installed.
@@ -44,7 +44,7 @@ function discard(key: string): void {
   guests.delete(key);
 }
 
-async function call(spec: SandboxSpec, fn: CallRequest['fn'], input: CallRequest['input']): Promise<CallReply> {
+async function call(spec: SandboxSpec, fn: CallRequest['fn'], input: CallRequest['input']): Promise<CallAnswer> {
   let guest: Guest;
   try {
     guest = await guestFor(spec);
@@ -89,10 +89,15 @@ async function call(spec: SandboxSpec, fn: CallRequest['fn'], input: CallRequest
 /** Runs a batch's calls in order, saying in `progress` which one runs since when, and answers once. */
 async function run(batch: number, calls: CallRequest[]): Promise<void> {
   const replies: CallReply[] = [];
-  for (const [i, { key, fn, input }] of calls.entries()) {
+  for (const [i, { key, fn, input, notAfter }] of calls.entries()) {
     progress.mark(i);
+    const started = performance.now();
     const spec = specs.get(key);
-    replies.push(spec ? await call(spec, fn, input) : { ok: false, fault: 'unloaded', message: 'is not loaded in this sandbox', logs: [] });
+    let answer: CallAnswer;
+    if (!spec) answer = { ok: false, fault: 'unloaded', message: 'is not loaded in this sandbox', logs: [] };
+    else if (clock() >= notAfter) answer = { ok: false, fault: 'late', message: 'waited past its deadline behind other calls; not started', logs: [] };
+    else answer = await call(spec, fn, input);
+    replies.push({ ...answer, spentMicros: Math.round((performance.now() - started) * 1000) });
   }
   progress.mark(calls.length);
   send({ type: 'results', batch, replies });
