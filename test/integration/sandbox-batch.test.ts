@@ -74,3 +74,18 @@ it('once it got a worker replaced, a policy runs alone: its neighbours are answe
     await two.close();
   }
 }, 30_000);
+
+it('overloaded, it answers at once the calls that could not start within their deadline, and runs the rest', async () => {
+  const quick = await load(pool, 'numbers', { name: 'numbers-20ms', limits: { ...DEFAULT_LIMITS, timeoutMs: 20 } });
+  await evaluatePolicy(pool, quick, 'validate', input({ object: { spec: { numbers: [1] } } })); // its cost is now known
+  const started = performance.now();
+  const outcomes = await Promise.all(Array.from({ length: 2000 }, () => evaluatePolicy(pool, quick, 'validate', input({ object: { spec: { numbers: [1] } } }))));
+  const shed = outcomes.filter((o) => o.status === 'failed' && o.message.includes('the sandboxes are overloaded'));
+  const allowed = outcomes.filter((o) => o.status === 'allowed');
+  const late = outcomes.filter((o) => o.status === 'failed' && !o.message.includes('the sandboxes are overloaded'));
+  expect(shed.length).toBeGreaterThan(1000);
+  expect(allowed.length).toBeGreaterThan(10);
+  // The queue never held much more than a deadline's worth of work.
+  expect(late.every((o) => o.status === 'failed' && o.failure === 'temporary')).toBe(true);
+  expect(performance.now() - started).toBeLessThan(2000);
+}, 20_000);

@@ -16,7 +16,10 @@
 // of its batch go back in line as if never started. A policy that ever got a worker replaced is
 // not batched with others again, so a hostile policy delays its batch-mates at most once. Under
 // load, calls of other reviews fill the message up to a fair share of the queue; a call still
-// waiting in a batch when its deadline passes is not started (the worker checks).
+// waiting in a batch when its deadline passes is not started (the worker checks). Overload: a
+// call that would find more work queued ahead of it than its deadline allows (by each queued
+// policy's last cost) is answered at once, not queued only to expire there: waiting reviews
+// stay within their deadline and what is started is what gets answered.
 import { availableParallelism } from 'node:os';
 import { Worker } from 'node:worker_threads';
 import { PortcullisError } from '../errors.ts';
@@ -39,6 +42,8 @@ interface Job {
   started: number;
   /** Calls with the same group (a review's shared envelope) may share a message. */
   group: object | undefined;
+  /** Its policy's last cost (µs) when queued: its part of #queuedMicros. */
+  cost: number;
   resolve: (result: CallResult) => void;
 }
 
@@ -90,6 +95,8 @@ export class SandboxPool {
   #solo = new Set<string>();
   /** Each policy's last call, in µs of worker time. */
   #cost = new Map<string, number>();
+  /** The sum of #cost over the queued calls (as counted when each was queued). */
+  #queuedMicros = 0;
   #dispatchQueued = false;
 
   constructor(size = Math.max(2, availableParallelism()), options: { loadTimeoutMs?: number } = {}) {
@@ -142,9 +149,16 @@ export class SandboxPool {
 
   call(key: string, fn: GuestFunction, input: CallInput, timeoutMs: number): Promise<CallResult> {
     if (this.#closed) return Promise.reject(new PortcullisError('SANDBOX_CLOSED', 'the sandbox pool is shut down'));
+    const ahead = this.#queuedMicros / this.size / 1000;
+    if (ahead >= timeoutMs) {
+      return Promise.resolve({
+        ok: false, fault: 'deadline', totalMicros: 0, logs: [],
+        message: `not started: the sandboxes are overloaded (about ${Math.round(ahead)} ms of work queued ahead, past its ${seconds(timeoutMs)} deadline)`,
+      });
+    }
     return new Promise((resolve) => {
       const group = typeof input === 'string' ? undefined : input.envelope;
-      this.#queue.push({ id: this.#nextId++, requeued: 0, key, fn, input, timeoutMs, started: performance.now(), group, resolve });
+      this.#enqueue({ id: this.#nextId++, requeued: 0, key, fn, input, timeoutMs, started: performance.now(), group, cost: 0, resolve });
       // Dispatch once this turn of the event loop has queued its calls (all of a review's, and
       // those of the other requests that arrived together), so they can share messages.
       if (!this.#dispatchQueued) {
@@ -160,6 +174,7 @@ export class SandboxPool {
   async close(): Promise<void> {
     this.#closed = true;
     for (const job of this.#queue.splice(0)) job.resolve(fault(job, 'worker', 'the sandbox pool shut down'));
+    this.#queuedMicros = 0;
     await Promise.all(this.#slots.map((slot) => {
       const jobs = slot.jobs;
       this.#idle(slot);
@@ -275,9 +290,22 @@ export class SandboxPool {
       taken.sort((a, b) => a - b);
     }
     const jobs = taken.map((i) => this.#queue[i]!);
-    for (let i = taken.length - 1; i >= 0; i--) this.#queue.splice(taken[i]!, 1);
+    for (let i = taken.length - 1; i >= 0; i--) this.#take(taken[i]!);
     for (const job of jobs) this.#served.set(job.key, ++this.#turn);
     return jobs;
+  }
+
+  #enqueue(job: Job, front = false): void {
+    job.cost = this.#cost.get(job.key) ?? 0;
+    this.#queuedMicros += job.cost;
+    if (front) this.#queue.unshift(job);
+    else this.#queue.push(job);
+  }
+
+  #take(index: number): Job {
+    const [job] = this.#queue.splice(index, 1);
+    this.#queuedMicros = Math.max(0, this.#queuedMicros - job!.cost);
+    return job!;
   }
 
   #busy(): Map<string, number> {
@@ -300,7 +328,7 @@ export class SandboxPool {
       const job = this.#queue[i]!;
       const waited = performance.now() - job.started;
       if (waited >= job.timeoutMs) {
-        this.#queue.splice(i--, 1);
+        this.#take(i--);
         job.resolve(fault(job, 'deadline', `waited ${Math.round(waited)} ms for a sandbox, past its ${seconds(job.timeoutMs)} deadline; not started`));
         continue;
       }
@@ -309,8 +337,8 @@ export class SandboxPool {
     }
     // Work-conserving: when only policies at their share are waiting, one of them may take the last worker.
     if (best < 0) return capped && this.#queue.length > 0 ? this.#next(false) : undefined;
-    const [job] = this.#queue.splice(best, 1);
-    this.#served.set(job!.key, ++this.#turn);
+    const job = this.#take(best);
+    this.#served.set(job.key, ++this.#turn);
     return job;
   }
 
@@ -334,7 +362,7 @@ export class SandboxPool {
       // pool still has the policy, this is no answer about the request, so the call goes back in line.
       if (!reply.ok && reply.fault === 'unloaded' && this.#specs.has(job.key) && job.requeued < REQUEUE_LIMIT) {
         job.requeued++;
-        this.#queue.unshift(job);
+        this.#enqueue(job, true);
         continue;
       }
       const totalMicros = Math.round((now - job.started) * 1000);
@@ -396,7 +424,7 @@ export class SandboxPool {
         }
         job.requeued++;
         job.started = performance.now();
-        this.#queue.unshift(job);
+        this.#enqueue(job, true);
       }
     }
     for (const spec of this.#specs.values()) {
