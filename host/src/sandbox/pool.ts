@@ -20,6 +20,12 @@
 // call that would find more work queued ahead of it than its deadline allows (by each queued
 // policy's last cost) is answered at once, not queued only to expire there: waiting reviews
 // stay within their deadline and what is started is what gets answered.
+//
+// Placement (issue 14): a policy lives in `instances` workers, not necessarily all. By default
+// every policy is in every worker while policies × workers stays within INSTANCE_BUDGET; past
+// it, each policy gets budget / policies workers (at least one), spread round the pool. Memory
+// then grows as policies × min(workers, max(1, budget / policies)) instances instead of
+// policies × workers. A call goes only to a worker that holds its policy.
 import { availableParallelism } from 'node:os';
 import { Worker } from 'node:worker_threads';
 import { PortcullisError } from '../errors.ts';
@@ -54,6 +60,8 @@ interface Slot {
   timer: NodeJS.Timeout | undefined;
   progress: Progress;
   loads: Map<string, { done: (error?: string) => void; timer: NodeJS.Timeout | undefined }>;
+  /** Its position in the pool: placements name positions, which a replacement worker inherits. */
+  index: number;
 }
 
 /** How long instantiating a policy (its start function included) may take in one worker. */
@@ -68,6 +76,8 @@ const REQUEUE_LIMIT = 3;
 const MAX_BATCH = 32;
 /** A policy whose last call took longer than this in its worker shares messages only with its own review's calls. */
 const SHARE_MAX_MICROS = 1000;
+/** Instances (policies × workers holding each) past which policies are no longer in every worker. */
+export const INSTANCE_BUDGET = 64;
 
 export interface PoolStats {
   size: number;
@@ -97,12 +107,18 @@ export class SandboxPool {
   #cost = new Map<string, number>();
   /** The sum of #cost over the queued calls (as counted when each was queued). */
   #queuedMicros = 0;
+  /** Which worker positions hold each policy. */
+  #placement = new Map<string, Set<number>>();
+  /** Workers each policy loaded from now on gets (see plan()). */
+  #instances: number;
+  #nextHome = 0;
   #dispatchQueued = false;
 
   constructor(size = Math.max(2, availableParallelism()), options: { loadTimeoutMs?: number } = {}) {
     this.size = size;
     this.#loadTimeoutMs = options.loadTimeoutMs ?? LOAD_TIMEOUT_MS;
-    for (let i = 0; i < size; i++) this.#slots.push(this.#spawn());
+    this.#instances = size;
+    for (let i = 0; i < size; i++) this.#slots.push(this.#spawn(i));
   }
 
   get stats(): PoolStats {
@@ -110,12 +126,29 @@ export class SandboxPool {
   }
 
   /**
-   * Loads (or replaces) a sandbox in every worker; rejects with the first error. One worker goes
-   * first: a module that hangs or crashes while instantiating then costs one worker, not all.
+   * Says how many policies are about to be loaded, which sets how many workers each gets (see
+   * INSTANCE_BUDGET); `instances` overrides it. Policies already loaded keep their placement.
+   */
+  plan(policies: number, instances?: number): number {
+    const fit = policies * this.size <= INSTANCE_BUDGET ? this.size : Math.max(1, Math.floor(INSTANCE_BUDGET / Math.max(1, policies)));
+    this.#instances = Math.min(this.size, Math.max(1, instances ?? fit));
+    return this.#instances;
+  }
+
+  /** How many workers hold the policy (0: not loaded). */
+  instancesOf(key: string): number {
+    return this.#placement.get(key)?.size ?? 0;
+  }
+
+  /**
+   * Loads (or replaces) a sandbox in the workers placed to hold it; rejects with the first error.
+   * One worker goes first: a module that hangs or crashes while instantiating then costs one
+   * worker, not all.
    */
   async load(spec: SandboxSpec): Promise<void> {
     this.#specs.set(spec.key, spec);
-    const [first, ...rest] = this.#slots;
+    const homes = this.#place(spec.key);
+    const [first, ...rest] = [...homes].map((i) => this.#slots[i]!);
     let error = await this.#loadInto(first!, spec, true);
     if (error === undefined && this.#specs.get(spec.key) === spec) {
       // Slots replaced meanwhile already received it; load only into those that have not.
@@ -139,8 +172,26 @@ export class SandboxPool {
     for (const slot of this.#slots) this.#post(slot, change);
   }
 
+  /** The worker positions for a policy: kept on reload while the planned count is unchanged. */
+  #place(key: string): Set<number> {
+    const before = this.#placement.get(key);
+    if (before && before.size === this.#instances) return before;
+    const homes = new Set<number>();
+    for (let i = 0; i < this.#instances; i++) homes.add((this.#nextHome + i) % this.size);
+    this.#nextHome = (this.#nextHome + this.#instances) % this.size;
+    this.#placement.set(key, homes);
+    for (const i of before ?? []) if (!homes.has(i)) this.#post(this.#slots[i]!, { type: 'unload', key });
+    return homes;
+  }
+
+  /** A policy the pool no longer has may go anywhere: the worker answers that it is not loaded. */
+  #holds(slot: Slot, key: string): boolean {
+    return this.#placement.get(key)?.has(slot.index) ?? true;
+  }
+
   unload(key: string): void {
     this.#served.delete(key);
+    this.#placement.delete(key);
     this.#solo.delete(key);
     this.#cost.delete(key);
     if (!this.#specs.delete(key)) return;
@@ -183,14 +234,14 @@ export class SandboxPool {
     }));
   }
 
-  #spawn(): Slot {
+  #spawn(index: number): Slot {
     // Linear memories are capped per module; this caps the worker's own JS heap (jco glue,
     // strings lifted out of guests) so a runaway there kills this worker, not the host.
     const progress = new Progress();
     const worker = new Worker(new URL('./worker.ts', import.meta.url), {
       stdout: false, stderr: false, resourceLimits: { maxOldGenerationSizeMb: 512 }, workerData: { progress: progress.buffer },
     });
-    const slot: Slot = { worker, jobs: [], timer: undefined, progress, loads: new Map() };
+    const slot: Slot = { worker, jobs: [], timer: undefined, progress, loads: new Map(), index };
     for (const change of this.#contextSnapshot?.() ?? []) worker.postMessage(change); // issue 15: before any call
     worker.on('message', (message: FromWorker) => this.#onMessage(slot, message));
     worker.on('error', (error) => this.#replace(slot, `its sandbox worker failed: ${error.message}`));
@@ -230,9 +281,9 @@ export class SandboxPool {
     // A worker still loading policies would make a call wait behind instantiation, on its clock.
     const idle = this.#slots.filter((slot) => slot.jobs.length === 0 && slot.loads.size === 0);
     for (const [i, slot] of idle.entries()) {
-      const job = this.#next();
-      if (!job) return;
-      this.#start(slot, [job, ...this.#companions(job, idle.length - i)]);
+      const job = this.#next(slot);
+      if (!job) continue;
+      this.#start(slot, [job, ...this.#companions(slot, job, idle.length - i)]);
     }
   }
 
@@ -256,10 +307,11 @@ export class SandboxPool {
    * took, and applying it would split reviews into single calls while another batch (which
    * holds every policy of its review) runs. Solo policies never share a message.
    */
-  #companions(leader: Job, free: number): Job[] {
+  #companions(slot: Slot, leader: Job, free: number): Job[] {
     if (this.#solo.has(leader.key)) return [];
     const now = performance.now();
-    const eligible = (job: Job) => !this.#solo.has(job.key) && now - job.started < job.timeoutMs; // #next answers the late ones
+    // (Late ones are #next's to answer.)
+    const eligible = (job: Job) => !this.#solo.has(job.key) && now - job.started < job.timeoutMs && this.#holds(slot, job.key);
     // A slow policy would hold up other reviews' calls: it shares a message with its own review only.
     const quick = (job: Job) => (this.#cost.get(job.key) ?? 0) <= SHARE_MAX_MICROS;
     const own: number[] = [];
@@ -320,8 +372,7 @@ export class SandboxPool {
    * policy's call is never stuck behind one policy's flood. Calls that waited past their
    * deadline are answered, not started.
    */
-  #next(capped = true): Job | undefined {
-    const cap = capped && this.size > 1 ? this.size - 1 : this.size;
+  #next(slot: Slot, capped = true): Job | undefined {
     const busy = this.#busy();
     let best = -1;
     for (let i = 0; i < this.#queue.length; i++) {
@@ -332,11 +383,13 @@ export class SandboxPool {
         job.resolve(fault(job, 'deadline', `waited ${Math.round(waited)} ms for a sandbox, past its ${seconds(job.timeoutMs)} deadline; not started`));
         continue;
       }
-      if ((busy.get(job.key) ?? 0) >= cap) continue;
+      if (!this.#holds(slot, job.key)) continue;
+      const instances = this.instancesOf(job.key) || this.size;
+      if ((busy.get(job.key) ?? 0) >= (capped && instances > 1 ? instances - 1 : instances)) continue;
       if (best < 0 || (this.#served.get(job.key) ?? 0) < (this.#served.get(this.#queue[best]!.key) ?? 0)) best = i;
     }
     // Work-conserving: when only policies at their share are waiting, one of them may take the last worker.
-    if (best < 0) return capped && this.#queue.length > 0 ? this.#next(false) : undefined;
+    if (best < 0) return capped && this.#queue.length > 0 ? this.#next(slot, false) : undefined;
     const job = this.#take(best);
     this.#served.set(job.key, ++this.#turn);
     return job;
@@ -400,7 +453,7 @@ export class SandboxPool {
     const index = this.#slots.indexOf(slot);
     if (index < 0 || this.#closed) return;
     this.#restarts++;
-    const fresh = this.#spawn();
+    const fresh = this.#spawn(index);
     this.#slots[index] = fresh;
     // Loads that were under way in the old worker carry on in the new one; only a policy the pool
     // has dropped (the one whose load expired) is told the reason.
@@ -428,6 +481,7 @@ export class SandboxPool {
       }
     }
     for (const spec of this.#specs.values()) {
+      if (!this.#holds(fresh, spec.key)) continue;
       const waiting = pending.get(spec.key);
       // A first load that was still under way keeps its deadline in the new worker.
       void this.#loadInto(fresh, spec, waiting?.timer !== undefined).then((error) => waiting?.done(error));
