@@ -318,6 +318,72 @@ async function runScenario(scenario: Scenario): Promise<HttpResult> {
   }
 }
 
+// ---------------------------------------------------------------- overload (issue 14)
+
+/** The webhook timeout `portcullis serve` is configured with here (its default): the apiserver gives up after it. */
+const WEBHOOK_TIMEOUT_MS = 10_000;
+const OVERLOAD_FACTOR = 4;
+
+interface OverloadResult {
+  label: string;
+  saturationRps: number;
+  offeredRps: number;
+  connections: number;
+  run: LoadResult & { cpu: CpuShare };
+  /** Reviews by decision during the overloaded run (from /metrics): denied ones failed their deadline (failurePolicy Fail). */
+  allowed: number;
+  denied: number;
+  faults: number;
+  /** Responses that came back within the webhook timeout, of those sent. */
+  withinTimeout: number;
+  sent: number;
+  rssBefore: { rssMiB: number; hwmMiB: number };
+  rssAfter: { rssMiB: number; hwmMiB: number };
+}
+
+/**
+ * 10 mixed policies offered 4× what they sustain: an open-loop pacer at 4× the saturation rate
+ * just measured, on many connections. The server must answer everything in time (queued
+ * evaluations past their deadline are not started and fail per failurePolicy), keep its memory
+ * bounded, and keep allowing reviews at close to its saturation rate.
+ */
+async function overload(): Promise<OverloadResult> {
+  const scenario = { id: 'overload', server: 'portcullis' as const, policies: MIXED_10 };
+  log('overload: starting portcullis');
+  const server = await startFor(scenario);
+  try {
+    await ready(server, performance.now());
+    const base = { origin: server.origin, paths: ['/validate'], connections: SETTINGS.connections };
+    await quiet(SETTINGS.quietSec);
+    const saturation = await load({ ...base, kind: 'saturate', ...SETTINGS.saturate });
+    const offered = saturation.rps * OVERLOAD_FACTOR;
+    const before = await verdicts(server.origin);
+    const rssBefore = await memory(server.pid);
+    log(`overload: ${offered} req/s offered (${OVERLOAD_FACTOR}× ${saturation.rps}) for ${SETTINGS.paced.durationSec}s`);
+    const connections = 2048;
+    const run = await measured(server.pid, () => load({ ...base, connections, kind: 'paced', rate: offered, warmupSec: 0, durationSec: SETTINGS.paced.durationSec }));
+    const after = await verdicts(server.origin);
+    const sent = Math.round(offered * SETTINGS.paced.durationSec);
+    return {
+      label: `10 mixed policies, /validate, ${OVERLOAD_FACTOR}× saturation offered`, saturationRps: saturation.rps, offeredRps: offered, connections, run,
+      allowed: after.allowed - before.allowed, denied: after.denied - before.denied, faults: after.faults - before.faults,
+      withinTimeout: withinTimeout(run), sent,
+      rssBefore, rssAfter: await memory(server.pid),
+    };
+  } finally {
+    await server.stop();
+  }
+}
+
+/** Responses within the webhook timeout: all when the slowest was; else estimated from the percentiles. */
+function withinTimeout(run: LoadResult): number {
+  const p = run.latencyMs;
+  if (p.max <= WEBHOOK_TIMEOUT_MS) return run.ok;
+  const within = (ms: number): boolean => ms <= WEBHOOK_TIMEOUT_MS;
+  const share = within(p.p999) ? 0.999 : within(p.p99) ? 0.99 : within(p.p90) ? 0.9 : within(p.p50) ? 0.5 : 0;
+  return Math.floor(run.ok * share);
+}
+
 // ---------------------------------------------------------------- cold start and reload
 
 interface ColdResult {
@@ -502,7 +568,9 @@ function reference(http: Record<string, HttpResult>): HttpResult | undefined {
   return runs.sort((a, b) => b.saturation.rps - a.saturation.rps)[0];
 }
 
-function targets(http: Record<string, HttpResult>, cold?: ColdResult, mem?: MemoryRow[], sandbox?: SandboxResult, context?: ContextBenchResult): Target[] {
+function targets(
+  http: Record<string, HttpResult>, cold?: ColdResult, mem?: MemoryRow[], sandbox?: SandboxResult, context?: ContextBenchResult, over?: OverloadResult,
+): Target[] {
   const out: Target[] = [];
   const limit = reference(http)?.saturation.rps;
   if (limit && http.as1) {
@@ -513,6 +581,12 @@ function targets(http: Record<string, HttpResult>, cold?: ColdResult, mem?: Memo
     out.push({ name: '10 mixed policies, one review: throughput', target: '≥ 1,000 reviews/s', value: `${http.mixed10.saturation.rps} reviews/s`, met: http.mixed10.saturation.rps >= 1000 });
     const p99 = http.mixed10.fixed.latencyMs.p99;
     out.push({ name: '10 mixed policies: p99 at 200 req/s (paced)', target: '≤ 10 ms', value: `${ms(p99)} ms${http.mixed10.autocannonRate ? ` (autocannon -R 200: ${ms(http.mixed10.autocannonRate.latencyMs.p99)} ms)` : ''}`, met: p99 <= 10 });
+  }
+  if (over) {
+    const answered = over.run.ok + over.run.non2xx;
+    out.push({ name: `Overload (${OVERLOAD_FACTOR}× saturation, 10 mixed): every request answered within the webhook timeout`, target: `all within ${WEBHOOK_TIMEOUT_MS / 1000} s`, value: `${over.withinTimeout} of ${over.sent} sent (max ${ms(over.run.latencyMs.max)} ms, ${over.run.errors} errors)`, met: over.withinTimeout === over.sent && answered === over.sent && over.run.errors === 0 });
+    const allowedRate = over.allowed / over.run.durationSec;
+    out.push({ name: 'Overload: reviews allowed per second vs saturation (no collapse)', target: '≥ 75%', value: `${pct(allowedRate / over.saturationRps)} (${Math.round(allowedRate)} / ${over.saturationRps} reviews/s)`, met: allowedRate >= 0.75 * over.saturationRps });
   }
   if (cold) out.push({ name: 'Cold start, 10 cached policies (median)', target: '≤ 1.5 s', value: `${cold.cachedMedianMs} ms`, met: cold.cachedMedianMs <= 1500 });
   const fifty = mem?.find((m) => m.policies === 50);
@@ -579,6 +653,14 @@ function markdown(results: Results): string {
     if (lag) L.push('', `Pacer send lag (limit run): p50 ${ms(lag.p50)} ms, p99 ${ms(lag.p99)} ms — how late the generator's timers fired; not counted in the latencies.`);
     L.push('');
   }
+  if (results.overload) {
+    const o = results.overload;
+    const l = o.run.latencyMs;
+    L.push(`## Overload (${OVERLOAD_FACTOR}× saturation)`, '');
+    L.push(`${o.label}: saturation measured first on the same server (${o.saturationRps} reviews/s), then an open-loop pacer offered ${o.offeredRps} req/s for ${o.run.durationSec}s on up to ${o.connections} connections (more requests than that wait in the generator, and their wait counts in the latency, as it would for the apiserver). Policies have the default 2 s deadline; a queued evaluation past it is not started and the review fails per failurePolicy (Fail: denied).`, '');
+    L.push('| sent | answered 2xx | errors | allowed | denied (deadline) | p50 | p99 | max | within 10 s | RSS before → after (MiB) | peak VmHWM (MiB) | cores: server / load / other |', '|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|');
+    L.push(`| ${o.sent} | ${o.run.ok} | ${o.run.errors + o.run.non2xx} | ${o.allowed} | ${o.denied} | ${ms(l.p50)} | ${ms(l.p99)} | ${ms(l.max)} | ${o.withinTimeout} | ${o.rssBefore.rssMiB} → ${o.rssAfter.rssMiB} | ${o.rssAfter.hwmMiB} | ${cores(o.run.cpu)} |`, '');
+  }
   const plainMutate = http['plain-mutate']?.sample as { patch?: string } | undefined;
   const portMutate = http.mutate5?.sample as { patch?: string } | undefined;
   if (plainMutate?.patch && portMutate?.patch) {
@@ -597,16 +679,16 @@ function markdown(results: Results): string {
     L.push('## Memory of the serve process (VmRSS)', '', `Reference: the limit server after load: ${limit?.rssAfterLoad.rssMiB ?? '–'} MiB.`, '');
     L.push(`| loaded policies | start → ready (ms) | RSS when ready (MiB) | RSS after ${results.settings.memoryRounds * 4} reviews (MiB) | peak VmHWM (MiB) |`, '|---:|---:|---:|---:|---:|');
     for (const r of results.memory) L.push(`| ${r.policies} | ${r.loadMs} | ${r.ready.rssMiB} | ${r.afterTraffic.rssMiB} | ${r.afterTraffic.hwmMiB} |`);
-    L.push('', '50 = the six examples under 50 different names (distinct sandboxes), each in every pool worker.', '');
+    L.push('', '50 = the six examples under 50 different names (distinct sandboxes). Placement (docs/policy-contract.md): past 64 instances (policies × workers) a policy is no longer in every worker, so 50 policies on 2 workers are one instance each; 10 are in both workers.', '');
   }
   if (results.sandbox) {
     const s = results.sandbox;
-    L.push('## Sandbox (in process, issue 3)', '', `A SandboxPool of ${s.poolSize} workers; one evaluation at a time against the same Pod review. guest = inside the guest call (measured in the worker); hop = total − guest (queue, postMessage copy in and out, result); total = the pool call; wall = around \`evaluatePolicy\` (adds input serialization and output decoding). µs.`, '');
+    L.push('## Sandbox (in process, issue 3)', '', `A SandboxPool of ${s.poolSize} workers; one evaluation at a time against the same Pod review. guest = inside the guest call (measured in the worker); hop = total − guest (queue, the message to the worker and back — two thread wake-ups — and the result); total = the pool call; wall = around \`evaluatePolicy\` (adds input serialization and output decoding). µs.`, '');
     L.push('| policy | n | guest p50 | guest p99 | hop p50 | hop p99 | total p50 | total p99 | wall p50 | wall p99 | guest p50 per round |', '|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|');
     for (const r of s.single) L.push(`| ${r.language}: ${r.policy} | ${r.iterations} | ${r.guestMicros.p50} | ${r.guestMicros.p99} | ${r.hopMicros.p50} | ${r.hopMicros.p99} | ${r.totalMicros.p50} | ${r.totalMicros.p99} | ${Math.round(r.wallMicros.p50)} | ${Math.round(r.wallMicros.p99)} | ${r.guestRoundMedians.join(', ')} |`);
     L.push('', `AS and TS are measured in ${s.single[0]?.rounds ?? 1} interleaved rounds; the last column shows how much the medians move from round to round on this machine. Other processes used ${s.othersCores ?? '–'} cores on average during this section. Since commit 640aef4 the guest time includes assembling the input from shared memory in the worker.`);
     const m10 = s.mixed10;
-    L.push('', `**10 mixed policies evaluated together** (Promise.all over the pool, then merge), ${m10.iterations} reviews: whole evaluation p50 **${round(m10.wallMicros.p50 / 1000, 2)} ms**, p99 ${round(m10.wallMicros.p99 / 1000, 2)} ms; sum of the 10 guest calls p50 ${round(m10.guestSumMicros.p50 / 1000, 2)} ms (spread over ${s.poolSize} workers); per call, total − guest (here including the wait in the pool queue) p50 ${m10.hopMicros.p50} µs.`, '');
+    L.push('', `**10 mixed policies evaluated together** (Promise.all over the pool, then merge; the pool sends each worker its share of the review's calls in one message), ${m10.iterations} reviews: whole evaluation p50 **${round(m10.wallMicros.p50 / 1000, 2)} ms**, p99 ${round(m10.wallMicros.p99 / 1000, 2)} ms; sum of the 10 guest calls p50 ${round(m10.guestSumMicros.p50 / 1000, 2)} ms (spread over ${s.poolSize} workers); per call, total − guest (here including the wait in the pool queue) p50 ${m10.hopMicros.p50} µs.`, '');
     L.push('**Memory per loaded policy:** RSS growth after loading N more copies under new names (each instantiated in every worker and called once), divided by N × pool size.', '', '| language | N | instances | RSS growth (MiB) | per instance (MiB) |', '|---|---:|---:|---:|---:|');
     for (const a of s.memory.added) L.push(`| ${a.language} | ${a.policies} | ${a.instances} | ${a.rssGrowthMiB} | ${a.perInstanceMiB} |`);
     L.push('', `(RSS of the benchmark process with a fresh pool and one TS policy loaded, before the copies: ${s.memory.baselineMiB} MiB.)`, '');
@@ -628,6 +710,7 @@ interface Results {
   settings: typeof SETTINGS & { bodyBytes: number };
   targets: Target[];
   http: Record<string, HttpResult>;
+  overload?: OverloadResult;
   cold?: ColdResult;
   memory?: MemoryRow[];
   sandbox?: SandboxResult;
@@ -661,6 +744,7 @@ async function main(): Promise<void> {
   }
   const http: Record<string, HttpResult> = {};
   for (const scenario of SCENARIOS) if (wanted(scenario.id)) http[scenario.id] = await runScenario(scenario);
+  const over = wanted('overload') ? await overload() : undefined;
   let cold: ColdResult | undefined;
   if (wanted('cold')) {
     log('cold start');
@@ -685,8 +769,9 @@ async function main(): Promise<void> {
   }
   const results: Results = {
     date, command, quick, machine: await machine(), settings: { ...SETTINGS, bodyBytes: Buffer.byteLength(body) },
-    targets: targets(http, cold, mem, sandbox, context), http,
-    ...(cold ? { cold } : {}), ...(mem ? { memory: mem } : {}), ...(sandbox ? { sandbox } : {}), ...(context ? { context } : {}),
+    targets: targets(http, cold, mem, sandbox, context, over), http,
+    ...(over ? { overload: over } : {}), ...(cold ? { cold } : {}), ...(mem ? { memory: mem } : {}),
+    ...(sandbox ? { sandbox } : {}), ...(context ? { context } : {}),
     runSeconds: Math.round((performance.now() - t0) / 1000),
     git: await gitState(),
     loadavg: { before: loadBefore, after: (await readFile('/proc/loadavg', 'utf8')).split(' ').slice(0, 3).join(' ') },

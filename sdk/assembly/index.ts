@@ -173,8 +173,20 @@ export function stringAt(obj: JSON.Obj, key: string): string | null {
   return value.get<string>();
 }
 
+// Issue 14: the input in one host call that copies it into a buffer of ours. Extism's
+// Host.input() makes one host call per 8 bytes, a third of a small policy's time.
+// @ts-expect-error: decorators allowed here
+@external('extism:host/user', 'portcullis_input_length')
+declare function portcullisInputLength(): i32;
+
+// @ts-expect-error: decorators allowed here
+@external('extism:host/user', 'portcullis_input_read')
+declare function portcullisInputRead(offset: usize): void;
+
 function readInput(): JSON.Obj {
-  return JSON.parse<JSON.Obj>(String.UTF8.decode(Host.input().buffer));
+  const buffer = new ArrayBuffer(portcullisInputLength());
+  portcullisInputRead(changetype<usize>(buffer));
+  return JSON.parse<JSON.Obj>(String.UTF8.decode(buffer));
 }
 
 function writeOutput(text: string): void {

@@ -1,5 +1,6 @@
-import { expect, it } from 'vitest';
-import { sharedInput } from '../../host/src/evaluate/evaluate.ts';
+import { describe, expect, it } from 'vitest';
+import { rawEnvelope, sharedInput } from '../../host/src/evaluate/evaluate.ts';
+import { requestSpan } from '../../host/src/review/raw.ts';
 import type { LoadedPolicy } from '../../host/src/policy/loaded.ts';
 import { joinInput, joinInputBytes } from '../../host/src/sandbox/input.ts';
 import { request } from '@portcullis/sdk/testing';
@@ -21,4 +22,41 @@ it('handles an empty envelope', () => {
   envelope.set(new TextEncoder().encode('{}'));
   expect(joinInput({ envelope, settings: '{"a":1}' })).toBe('{"settings":{"a":1}}');
   expect(new TextDecoder().decode(joinInputBytes({ envelope, settings: '{"a":1}' }))).toBe('{"settings":{"a":1}}');
+});
+
+describe('issue 14: the request reaches guests as the body\'s own bytes', () => {
+  const body = (text: string) => Buffer.from(text);
+
+  it('finds the top-level request value, whatever comes around it', () => {
+    const request = '{"uid":"1","object":{"a":"}\\"{","request":{"x":[1,{"y":"]"}]}},"n":-1.5e3,"t":true}';
+    for (const text of [
+      `{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1","request":${request}}`,
+      ` { "request" : ${request} , "kind" : "AdmissionReview" , "z" : [ "request" , null ] } `,
+      `{"a":{"request":1},"request":${request}}`,
+    ]) {
+      const bytes = body(text);
+      const span = requestSpan(bytes)!;
+      expect(bytes.subarray(span.start, span.end).toString()).toBe(request);
+    }
+  });
+
+  it('declines when another parser could see a different request', () => {
+    expect(requestSpan(body('{"request":{"a":1},"request":{"a":2}}'))).toBeUndefined();
+    expect(requestSpan(body('{"\\u0072equest":{"a":1}}'))).toBeUndefined();
+    expect(requestSpan(body('{"kind":"x"}'))).toBeUndefined();
+    expect(requestSpan(body('[{"request":{}}]'))).toBeUndefined();
+    expect(requestSpan(body('{"request":{"a":"unterminated}'))).toBeUndefined();
+  });
+
+  it('joins settings, the per-review fields and the raw request into the same input as before', () => {
+    const req = request({ object: { metadata: { name: 'café-ü', labels: { a: 'b' } } } });
+    const text = JSON.stringify({ kind: 'AdmissionReview', apiVersion: 'admission.k8s.io/v1', request: req }, null, 2);
+    const bytes = body(text);
+    const input = { request: req, settings: null, headers: { a: 'b' }, sslpeer: null, dryRun: false, webhook: '/validate' };
+    rawEnvelope(input, bytes, requestSpan(bytes)!);
+    const shared = sharedInput(input, policy({ x: 1 }));
+    expect(shared.envelope.buffer).toBeInstanceOf(SharedArrayBuffer);
+    expect(JSON.parse(joinInput(shared))).toEqual({ ...input, settings: { x: 1 } });
+    expect(JSON.parse(new TextDecoder().decode(joinInputBytes(shared)))).toEqual({ ...input, settings: { x: 1 } });
+  });
 });

@@ -19,11 +19,12 @@ export async function evaluatePolicy(pool: SandboxPool, policy: LoadedPolicy, mo
 // serialized once per policy and travel beside it.
 const envelopes = new WeakMap<EvaluationInput, Uint8Array>();
 const settingsJson = new WeakMap<LoadedPolicy, string>();
+const encoder = new TextEncoder();
 
 export function sharedInput(input: EvaluationInput, policy: LoadedPolicy): SharedInput {
   let envelope = envelopes.get(input);
   if (envelope === undefined) {
-    const encoded = new TextEncoder().encode(JSON.stringify({ ...input, settings: undefined }));
+    const encoded = encoder.encode(JSON.stringify({ ...input, settings: undefined }));
     envelope = new Uint8Array(new SharedArrayBuffer(encoded.length));
     envelope.set(encoded);
     envelopes.set(input, envelope);
@@ -34,6 +35,24 @@ export function sharedInput(input: EvaluationInput, policy: LoadedPolicy): Share
     settingsJson.set(policy, settings);
   }
   return { envelope, settings };
+}
+
+/**
+ * Issue 14: the envelope made from the request body's own bytes. Only the small per-review
+ * fields are serialized; `request` is the body's span, copied once into shared memory, so the
+ * main thread never re-serializes the review. `input.request` must be what that span parses to.
+ */
+export function rawEnvelope(input: EvaluationInput, body: Uint8Array, span: { start: number; end: number }): void {
+  const head = JSON.stringify({ headers: input.headers, sslpeer: input.sslpeer, dryRun: input.dryRun, webhook: input.webhook });
+  // `{...fields,"request":` + span + `}`
+  const prefix = `${head.slice(0, -1)},"request":`;
+  const prefixBytes = Buffer.byteLength(prefix);
+  const length = span.end - span.start;
+  const envelope = new Uint8Array(new SharedArrayBuffer(prefixBytes + length + 1));
+  encoder.encodeInto(prefix, envelope);
+  envelope.set(body.subarray(span.start, span.end), prefixBytes);
+  envelope[prefixBytes + length] = 0x7d; // }
+  envelopes.set(input, envelope);
 }
 
 export function toOutcome(policy: string, result: CallResult): Outcome {

@@ -8,6 +8,8 @@ export type ReviewVersion = 'admission.k8s.io/v1' | 'admission.k8s.io/v1beta1';
 export interface AdmissionReview {
   apiVersion: ReviewVersion;
   request: AdmissionRequest;
+  /** The request differs from the body's (a missing userInfo became {}): its bytes cannot stand in for it. */
+  normalized?: true;
 }
 
 const VERSIONS = new Set<string>(['admission.k8s.io/v1', 'admission.k8s.io/v1beta1']);
@@ -49,7 +51,7 @@ export function parseReview(value: unknown): AdmissionReview {
   if (request.dryRun !== undefined && typeof request.dryRun !== 'boolean') fail('dryRun', 'must be a boolean');
   const typed = { ...request, userInfo: request.userInfo ?? {} } as unknown as AdmissionRequest;
   typed.operation = request.operation as Operation;
-  return { apiVersion: value.apiVersion as ReviewVersion, request: typed };
+  return { apiVersion: value.apiVersion as ReviewVersion, request: typed, ...(request.userInfo === undefined ? { normalized: true as const } : {}) };
 }
 
 function isGvk(value: unknown, last: 'kind' | 'resource'): boolean {

@@ -2,7 +2,7 @@
 // per policy per worker, each with its own linear memories; nothing is shared between them.
 import createPlugin, { type CallContext, type Plugin } from '@extism/extism';
 import { contextReader } from '../context/replica.ts';
-import { inputBytes, inputText } from './input.ts';
+import { inputBytes, inputParts, inputText } from './input.ts';
 import type { CallInput, FaultKind, GuestFunction, LogEntry, SandboxSpec } from './protocol.ts';
 import { PortcullisError } from '../errors.ts';
 
@@ -89,6 +89,8 @@ async function instantiateComponent(spec: SandboxSpec, logs: LogBuffer): Promise
   };
 }
 
+const NO_INPUT: [Uint8Array, Uint8Array] = [new Uint8Array(0), new Uint8Array(0)];
+
 const CORE_EXPORTS: Record<GuestFunction, string> = {
   metadata: '',
   'validate-settings': 'validate_settings',
@@ -128,12 +130,31 @@ async function instantiateCore(spec: SandboxSpec, logs: LogBuffer): Promise<Gues
     }
     return context.store(answer);
   };
+  // Issue 14: Extism's input is read by the guest 8 bytes per host call. A module built with this
+  // SDK asks for it instead in one call that copies it into a buffer it allocated (sdk/assembly).
+  let parts = NO_INPUT;
+  // Filled once the instance exists; the host functions above are created before it.
+  const guest: { memory?: WebAssembly.Memory } = {};
+  const portcullis_input_length = (): number => parts[0].length + parts[1].length;
+  const portcullis_input_read = (_context: CallContext, offset: number): void => {
+    const [head, tail] = parts;
+    const at = offset >>> 0;
+    const length = head.length + tail.length;
+    if (!guest.memory || at + length > guest.memory.buffer.byteLength) {
+      throw new GuestFault('trap', `asked for its input at ${at}, outside its ${guest.memory?.buffer.byteLength ?? 0}-byte memory`);
+    }
+    const view = new Uint8Array(guest.memory.buffer, at, length);
+    view.set(head);
+    view.set(tail, head.length);
+  };
+  const oneCopy = WebAssembly.Module.imports(module).some((i) => i.module === 'extism:host/user' && i.name === 'portcullis_input_read');
   const plugin: Plugin = await createPlugin({ wasm: [{ module }] }, {
     useWasi: false, runInWorker: false, logger, allowedHosts: [],
-    functions: { 'extism:host/env': { alloc }, 'extism:host/user': { portcullis_context_read } },
+    functions: { 'extism:host/env': { alloc }, 'extism:host/user': { portcullis_context_read, portcullis_input_length, portcullis_input_read } },
   });
   const instance = await plugin.getInstance();
   const memories = Object.values(instance.exports).filter((v): v is WebAssembly.Memory => v instanceof WebAssembly.Memory);
+  guest.memory = instance.exports.memory instanceof WebAssembly.Memory ? instance.exports.memory : undefined;
   return {
     call: async (fn, input) => {
       // A core module says what it can do by what it exports.
@@ -147,7 +168,10 @@ async function instantiateCore(spec: SandboxSpec, logs: LogBuffer): Promise<Gues
       // review) until block 32,768 overflows its address encoding, after 16,384 calls.
       // Variables (Var) live in those blocks too and do not survive: linear memory does.
       await plugin.reset();
-      const output = await plugin.call(name, inputBytes(input));
+      if (oneCopy) parts = inputParts(input);
+      const output = await plugin.call(name, oneCopy ? undefined : inputBytes(input)).finally(() => {
+        parts = NO_INPUT;
+      });
       if (output === null) return '';
       const size = (output as unknown as DataView).byteLength;
       if (size > spec.maxOutputBytes) throw outputTooLarge(spec, size);

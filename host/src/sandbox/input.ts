@@ -13,12 +13,24 @@ export function joinInput(input: SharedInput): string {
 }
 
 export function joinInputBytes(input: SharedInput): Uint8Array {
+  const [head, tail] = inputParts(input);
+  const bytes = new Uint8Array(head.length + tail.length);
+  bytes.set(head);
+  bytes.set(tail, head.length);
+  return bytes;
+}
+
+const NOTHING = new Uint8Array(0);
+
+/**
+ * The guest's input as two runs of bytes, one after the other, for a host that writes them
+ * straight into guest memory (issue 14): the shared envelope is not copied to be joined first.
+ */
+export function inputParts(input: CallInput): [head: Uint8Array, tail: Uint8Array] {
+  if (typeof input === 'string') return [encoder.encode(input), NOTHING];
   const { envelope, settings } = input;
   const head = encoder.encode(envelope.byteLength <= 2 ? `{"settings":${settings}` : `{"settings":${settings},`);
-  const bytes = new Uint8Array(head.length + envelope.byteLength - 1);
-  bytes.set(head);
-  bytes.set(envelope.subarray(1), head.length);
-  return bytes;
+  return [head, envelope.subarray(1)];
 }
 
 export function inputText(input: CallInput): string {

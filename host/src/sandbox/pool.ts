@@ -8,13 +8,31 @@
 // deadline cannot starve the others; a worker takes calls only once it has loaded every
 // policy; and a call that lands on a worker that does not have its policy is queued again,
 // never answered wrongly. A queued call whose deadline passed is not started.
+//
+// Issue 14: the calls of one review (those sharing one SharedInput envelope) go to a worker
+// together, in one message, and come back in one: one hop per review per worker. Each call
+// keeps its own deadline (the worker publishes which call runs since when, see Progress). When
+// a worker is replaced, only the call that was running is answered with the fault; the others
+// of its batch go back in line as if never started. A policy that ever got a worker replaced is
+// not batched with others again, so a hostile policy delays its batch-mates at most once. Under
+// load, calls of other reviews fill the message up to a fair share of the queue; a call still
+// waiting in a batch when its deadline passes is not started (the worker checks). Overload: a
+// call that would find more work queued ahead of it than its deadline allows (by each queued
+// policy's last cost) is answered at once, not queued only to expire there: waiting reviews
+// stay within their deadline and what is started is what gets answered.
+//
+// Placement (issue 14): a policy lives in `instances` workers, not necessarily all. By default
+// every policy is in every worker while policies × workers stays within INSTANCE_BUDGET; past
+// it, each policy gets budget / policies workers (at least one), spread round the pool. Memory
+// then grows as policies × min(workers, max(1, budget / policies)) instances instead of
+// policies × workers. A call goes only to a worker that holds its policy.
 import { availableParallelism } from 'node:os';
 import { extname } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Worker } from 'node:worker_threads';
 import { PortcullisError } from '../errors.ts';
 import type { ContextChange } from '../context/store.ts';
-import type { CallInput, FaultKind, FromWorker, GuestFunction, LogEntry, SandboxSpec, ToWorker } from './protocol.ts';
+import { clock, Progress, type CallInput, type CallReply, type FaultKind, type FromWorker, type GuestFunction, type LogEntry, type SandboxSpec, type ToWorker } from './protocol.ts';
 
 export type CallFault = FaultKind | 'deadline' | 'worker';
 
@@ -30,20 +48,38 @@ interface Job {
   input: CallInput;
   timeoutMs: number;
   started: number;
+  /** Calls with the same group (a review's shared envelope) may share a message. */
+  group: object | undefined;
+  /** Its policy's last cost (µs) when queued: its part of #queuedMicros. */
+  cost: number;
   resolve: (result: CallResult) => void;
 }
 
 interface Slot {
   worker: Worker;
-  job: Job | undefined;
+  /** The batch running in this worker, in order; empty when idle. */
+  jobs: Job[];
   timer: NodeJS.Timeout | undefined;
+  progress: Progress;
   loads: Map<string, { done: (error?: string) => void; timer: NodeJS.Timeout | undefined }>;
+  /** Its position in the pool: placements name positions, which a replacement worker inherits. */
+  index: number;
 }
 
 /** How long instantiating a policy (its start function included) may take in one worker. */
 export const LOAD_TIMEOUT_MS = 10_000;
 /** A call that found no instance of its policy in the worker it reached is retried this often. */
 const REQUEUE_LIMIT = 3;
+/**
+ * Most calls in one message. Under load, calls of several reviews share a message (each message
+ * wakes a thread, the largest cost of a call); a bound keeps one worker from taking work that
+ * another could start sooner.
+ */
+const MAX_BATCH = 32;
+/** A policy whose last call took longer than this in its worker shares messages only with its own review's calls. */
+const SHARE_MAX_MICROS = 1000;
+/** Instances (policies × workers holding each) past which policies are no longer in every worker. */
+export const INSTANCE_BUDGET = 64;
 
 export interface PoolStats {
   size: number;
@@ -67,24 +103,54 @@ export class SandboxPool {
   /** Round-robin between policies: when each policy last had a call started. */
   #served = new Map<string, number>();
   #turn = 0;
+  /** Policies that got a worker replaced (deadline, crash): they always run alone. */
+  #solo = new Set<string>();
+  /** Each policy's last call, in µs of worker time. */
+  #cost = new Map<string, number>();
+  /** The sum of #cost over the queued calls (as counted when each was queued). */
+  #queuedMicros = 0;
+  /** Which worker positions hold each policy. */
+  #placement = new Map<string, Set<number>>();
+  /** Workers each policy loaded from now on gets (see plan()). */
+  #instances: number;
+  #nextHome = 0;
+  #dispatchQueued = false;
 
   constructor(size = Math.max(2, availableParallelism()), options: { loadTimeoutMs?: number } = {}) {
     this.size = size;
     this.#loadTimeoutMs = options.loadTimeoutMs ?? LOAD_TIMEOUT_MS;
-    for (let i = 0; i < size; i++) this.#slots.push(this.#spawn());
+    this.#instances = size;
+    for (let i = 0; i < size; i++) this.#slots.push(this.#spawn(i));
   }
 
   get stats(): PoolStats {
-    return { size: this.size, busy: this.#slots.filter((s) => s.job).length, queued: this.#queue.length, restarts: this.#restarts };
+    return { size: this.size, busy: this.#slots.filter((s) => s.jobs.length > 0).length, queued: this.#queue.length, restarts: this.#restarts };
   }
 
   /**
-   * Loads (or replaces) a sandbox in every worker; rejects with the first error. One worker goes
-   * first: a module that hangs or crashes while instantiating then costs one worker, not all.
+   * Says how many policies are about to be loaded, which sets how many workers each gets (see
+   * INSTANCE_BUDGET); `instances` overrides it. Policies already loaded keep their placement.
+   */
+  plan(policies: number, instances?: number): number {
+    const fit = policies * this.size <= INSTANCE_BUDGET ? this.size : Math.max(1, Math.floor(INSTANCE_BUDGET / Math.max(1, policies)));
+    this.#instances = Math.min(this.size, Math.max(1, instances ?? fit));
+    return this.#instances;
+  }
+
+  /** How many workers hold the policy (0: not loaded). */
+  instancesOf(key: string): number {
+    return this.#placement.get(key)?.size ?? 0;
+  }
+
+  /**
+   * Loads (or replaces) a sandbox in the workers placed to hold it; rejects with the first error.
+   * One worker goes first: a module that hangs or crashes while instantiating then costs one
+   * worker, not all.
    */
   async load(spec: SandboxSpec): Promise<void> {
     this.#specs.set(spec.key, spec);
-    const [first, ...rest] = this.#slots;
+    const homes = this.#place(spec.key);
+    const [first, ...rest] = [...homes].map((i) => this.#slots[i]!);
     let error = await this.#loadInto(first!, spec, true);
     if (error === undefined && this.#specs.get(spec.key) === spec) {
       // Slots replaced meanwhile already received it; load only into those that have not.
@@ -108,35 +174,77 @@ export class SandboxPool {
     for (const slot of this.#slots) this.#post(slot, change);
   }
 
+  /** The worker positions for a policy: kept on reload while the planned count is unchanged. */
+  #place(key: string): Set<number> {
+    const before = this.#placement.get(key);
+    if (before && before.size === this.#instances) return before;
+    const homes = new Set<number>();
+    for (let i = 0; i < this.#instances; i++) homes.add((this.#nextHome + i) % this.size);
+    this.#nextHome = (this.#nextHome + this.#instances) % this.size;
+    this.#placement.set(key, homes);
+    for (const i of before ?? []) if (!homes.has(i)) this.#post(this.#slots[i]!, { type: 'unload', key });
+    return homes;
+  }
+
+  /** A policy the pool no longer has may go anywhere: the worker answers that it is not loaded. */
+  #holds(slot: Slot, key: string): boolean {
+    return this.#placement.get(key)?.has(slot.index) ?? true;
+  }
+
   unload(key: string): void {
     this.#served.delete(key);
+    this.#placement.delete(key);
+    this.#solo.delete(key);
+    this.#cost.delete(key);
     if (!this.#specs.delete(key)) return;
     for (const slot of this.#slots) this.#post(slot, { type: 'unload', key });
   }
 
   call(key: string, fn: GuestFunction, input: CallInput, timeoutMs: number): Promise<CallResult> {
     if (this.#closed) return Promise.reject(new PortcullisError('SANDBOX_CLOSED', 'the sandbox pool is shut down'));
+    const ahead = this.#queuedMicros / this.size / 1000;
+    if (ahead >= timeoutMs) {
+      return Promise.resolve({
+        ok: false, fault: 'deadline', totalMicros: 0, logs: [],
+        message: `not started: the sandboxes are overloaded (about ${Math.round(ahead)} ms of work queued ahead, past its ${seconds(timeoutMs)} deadline)`,
+      });
+    }
     return new Promise((resolve) => {
-      this.#queue.push({ id: this.#nextId++, requeued: 0, key, fn, input, timeoutMs, started: performance.now(), resolve });
-      this.#dispatch();
+      const group = typeof input === 'string' ? undefined : input.envelope;
+      this.#enqueue({ id: this.#nextId++, requeued: 0, key, fn, input, timeoutMs, started: performance.now(), group, cost: 0, resolve });
+      // Dispatch once this turn of the event loop has queued its calls (all of a review's, and
+      // those of the other requests that arrived together), so they can share messages.
+      if (!this.#dispatchQueued) {
+        this.#dispatchQueued = true;
+        setImmediate(() => {
+          this.#dispatchQueued = false;
+          this.#dispatch();
+        });
+      }
     });
   }
 
   async close(): Promise<void> {
     this.#closed = true;
     for (const job of this.#queue.splice(0)) job.resolve(fault(job, 'worker', 'the sandbox pool shut down'));
+    this.#queuedMicros = 0;
     await Promise.all(this.#slots.map((slot) => {
-      if (slot.job) this.#finish(slot, fault(slot.job, 'worker', 'the sandbox pool shut down'));
+      const jobs = slot.jobs;
+      this.#idle(slot);
+      for (const job of jobs) job.resolve(fault(job, 'worker', 'the sandbox pool shut down'));
       return slot.worker.terminate();
     }));
   }
 
-  #spawn(): Slot {
+  #spawn(index: number): Slot {
     // Linear memories are capped per module; this caps the worker's own JS heap (jco glue,
     // strings lifted out of guests) so a runaway there kills this worker, not the host.
+    const progress = new Progress();
     // worker.ts in the checkout, worker.js in the installed package: the same folder as this file.
-    const worker = new Worker(new URL(`./worker${extname(fileURLToPath(import.meta.url))}`, import.meta.url), { stdout: false, stderr: false, resourceLimits: { maxOldGenerationSizeMb: 512 } });
-    const slot: Slot = { worker, job: undefined, timer: undefined, loads: new Map() };
+    const worker = new Worker(new URL(`./worker${extname(fileURLToPath(import.meta.url))}`, import.meta.url), {
+      stdout: false, stderr: false, resourceLimits: { maxOldGenerationSizeMb: 512 }, workerData: { progress: progress.buffer },
+    });
+    const slot: Slot = { worker, jobs: [], timer: undefined, progress, loads: new Map(), index };
     for (const change of this.#contextSnapshot?.() ?? []) worker.postMessage(change); // issue 15: before any call
     worker.on('message', (message: FromWorker) => this.#onMessage(slot, message));
     worker.on('error', (error: Error) => this.#replace(slot, `its sandbox worker failed: ${error.message}`));
@@ -173,15 +281,92 @@ export class SandboxPool {
   }
 
   #dispatch(): void {
-    for (const slot of this.#slots) {
-      // A worker still loading policies would make a call wait behind instantiation, on its clock.
-      if (slot.job || slot.loads.size > 0) continue;
-      const job = this.#next();
-      if (!job) return;
-      slot.job = job;
-      slot.timer = setTimeout(() => this.#expire(slot, job), job.timeoutMs);
-      this.#post(slot, { type: 'call', id: job.id, key: job.key, fn: job.fn, input: job.input });
+    // A worker still loading policies would make a call wait behind instantiation, on its clock.
+    const idle = this.#slots.filter((slot) => slot.jobs.length === 0 && slot.loads.size === 0);
+    for (const [i, slot] of idle.entries()) {
+      const job = this.#next(slot);
+      if (!job) continue;
+      this.#start(slot, [job, ...this.#companions(slot, job, idle.length - i)]);
     }
+  }
+
+  #start(slot: Slot, jobs: Job[]): void {
+    slot.jobs = jobs;
+    slot.progress.mark(0);
+    this.#arm(slot, jobs, jobs[0]!.timeoutMs);
+    const origin = clock() - performance.now();
+    this.#post(slot, {
+      type: 'call', batch: jobs[0]!.id,
+      calls: jobs.map(({ id, key, fn, input, started, timeoutMs }) => ({ id, key, fn, input, notAfter: origin + started + timeoutMs })),
+    });
+  }
+
+  /**
+   * The queued calls that go with `leader` to one worker. Its review's calls first: when `free`
+   * workers are idle they are shared out between them (latency); when only one is, they all go
+   * together. Then, while the message holds less than this worker's share of the queue, whole
+   * reviews from the queue in order (throughput under load: fewer messages, fewer wake-ups).
+   * The per-policy worker cap of #next does not apply: companions ride on the worker the leader
+   * took, and applying it would split reviews into single calls while another batch (which
+   * holds every policy of its review) runs. Solo policies never share a message.
+   */
+  #companions(slot: Slot, leader: Job, free: number): Job[] {
+    if (this.#solo.has(leader.key)) return [];
+    const now = performance.now();
+    // (Late ones are #next's to answer.)
+    const eligible = (job: Job) => !this.#solo.has(job.key) && now - job.started < job.timeoutMs && this.#holds(slot, job.key);
+    // A slow policy would hold up other reviews' calls: it shares a message with its own review only.
+    const quick = (job: Job) => (this.#cost.get(job.key) ?? 0) <= SHARE_MAX_MICROS;
+    const own: number[] = [];
+    if (leader.group !== undefined) {
+      for (let i = 0; i < this.#queue.length; i++) {
+        const job = this.#queue[i]!;
+        if (job.group === leader.group && eligible(job)) own.push(i);
+      }
+    }
+    const taken = own.slice(0, Math.min(MAX_BATCH - 1, Math.ceil((own.length + 1) / Math.max(1, free)) - 1));
+    const share = Math.min(MAX_BATCH, Math.ceil((this.#queue.length + 1) / this.size));
+    if (taken.length === own.length && taken.length + 1 < share && quick(leader) && own.every((i) => quick(this.#queue[i]!))) {
+      const chosen = new Set(taken);
+      const groups = new Map<object | number, number[]>();
+      for (let i = 0; i < this.#queue.length; i++) {
+        const job = this.#queue[i]!;
+        if (chosen.has(i) || (leader.group !== undefined && job.group === leader.group) || !eligible(job)) continue;
+        const key = job.group ?? -i - 1; // a call with no review is a group of its own
+        const members = groups.get(key);
+        if (members) members.push(i);
+        else groups.set(key, [i]);
+      }
+      for (const members of groups.values()) {
+        if (taken.length + 1 + members.length > share) break;
+        if (!members.every((i) => quick(this.#queue[i]!))) continue;
+        taken.push(...members);
+      }
+      taken.sort((a, b) => a - b);
+    }
+    const jobs = taken.map((i) => this.#queue[i]!);
+    for (let i = taken.length - 1; i >= 0; i--) this.#take(taken[i]!);
+    for (const job of jobs) this.#served.set(job.key, ++this.#turn);
+    return jobs;
+  }
+
+  #enqueue(job: Job, front = false): void {
+    job.cost = this.#cost.get(job.key) ?? 0;
+    this.#queuedMicros += job.cost;
+    if (front) this.#queue.unshift(job);
+    else this.#queue.push(job);
+  }
+
+  #take(index: number): Job {
+    const [job] = this.#queue.splice(index, 1);
+    this.#queuedMicros = Math.max(0, this.#queuedMicros - job!.cost);
+    return job!;
+  }
+
+  #busy(): Map<string, number> {
+    const busy = new Map<string, number>();
+    for (const slot of this.#slots) for (const job of slot.jobs) busy.set(job.key, (busy.get(job.key) ?? 0) + 1);
+    return busy;
   }
 
   /**
@@ -190,26 +375,26 @@ export class SandboxPool {
    * policy's call is never stuck behind one policy's flood. Calls that waited past their
    * deadline are answered, not started.
    */
-  #next(capped = true): Job | undefined {
-    const cap = capped && this.size > 1 ? this.size - 1 : this.size;
-    const busy = new Map<string, number>();
-    for (const slot of this.#slots) if (slot.job) busy.set(slot.job.key, (busy.get(slot.job.key) ?? 0) + 1);
+  #next(slot: Slot, capped = true): Job | undefined {
+    const busy = this.#busy();
     let best = -1;
     for (let i = 0; i < this.#queue.length; i++) {
       const job = this.#queue[i]!;
       const waited = performance.now() - job.started;
       if (waited >= job.timeoutMs) {
-        this.#queue.splice(i--, 1);
+        this.#take(i--);
         job.resolve(fault(job, 'deadline', `waited ${Math.round(waited)} ms for a sandbox, past its ${seconds(job.timeoutMs)} deadline; not started`));
         continue;
       }
-      if ((busy.get(job.key) ?? 0) >= cap) continue;
+      if (!this.#holds(slot, job.key)) continue;
+      const instances = this.instancesOf(job.key) || this.size;
+      if ((busy.get(job.key) ?? 0) >= (capped && instances > 1 ? instances - 1 : instances)) continue;
       if (best < 0 || (this.#served.get(job.key) ?? 0) < (this.#served.get(this.#queue[best]!.key) ?? 0)) best = i;
     }
     // Work-conserving: when only policies at their share are waiting, one of them may take the last worker.
-    if (best < 0) return capped && this.#queue.length > 0 ? this.#next(false) : undefined;
-    const [job] = this.#queue.splice(best, 1);
-    this.#served.set(job!.key, ++this.#turn);
+    if (best < 0) return capped && this.#queue.length > 0 ? this.#next(slot, false) : undefined;
+    const job = this.#take(best);
+    this.#served.set(job.key, ++this.#turn);
     return job;
   }
 
@@ -222,45 +407,56 @@ export class SandboxPool {
       this.#dispatch();
       return;
     }
-    const job = slot.job;
-    if (!job || job.id !== message.id) return;
-    // The worker has no instance of this policy (it was replaced or reloaded meanwhile): while the
-    // pool still has the policy, this is no answer about the request, so the call goes back in line.
-    if (message.type === 'fault' && message.fault === 'unloaded' && this.#specs.has(job.key) && job.requeued < REQUEUE_LIMIT) {
-      clearTimeout(slot.timer);
-      slot.job = undefined;
-      slot.timer = undefined;
-      job.requeued++;
-      this.#queue.unshift(job);
-      this.#dispatch();
-      return;
+    const jobs = slot.jobs;
+    if (jobs.length === 0 || jobs[0]!.id !== message.batch) return;
+    this.#idle(slot);
+    const now = performance.now();
+    for (const [i, job] of jobs.entries()) {
+      const reply: CallReply = message.replies[i] ?? { ok: false, fault: 'trap', message: 'the sandbox worker gave no answer', logs: [], spentMicros: 0 };
+      if (this.#specs.has(job.key)) this.#cost.set(job.key, reply.spentMicros);
+      // The worker has no instance of this policy (it was replaced or reloaded meanwhile): while the
+      // pool still has the policy, this is no answer about the request, so the call goes back in line.
+      if (!reply.ok && reply.fault === 'unloaded' && this.#specs.has(job.key) && job.requeued < REQUEUE_LIMIT) {
+        job.requeued++;
+        this.#enqueue(job, true);
+        continue;
+      }
+      const totalMicros = Math.round((now - job.started) * 1000);
+      job.resolve(reply.ok
+        ? { ok: true, output: reply.output, guestMicros: reply.guestMicros, totalMicros, logs: reply.logs }
+        : { ok: false, fault: reply.fault === 'late' ? 'deadline' : reply.fault, message: reply.message, totalMicros, logs: reply.logs });
     }
-    const totalMicros = Math.round((performance.now() - job.started) * 1000);
-    this.#finish(slot, message.type === 'result'
-      ? { ok: true, output: message.output, guestMicros: message.guestMicros, totalMicros, logs: message.logs }
-      : { ok: false, fault: message.fault, message: message.message, totalMicros, logs: message.logs });
-  }
-
-  #finish(slot: Slot, result: CallResult): void {
-    const job = slot.job;
-    clearTimeout(slot.timer);
-    slot.job = undefined;
-    slot.timer = undefined;
-    job?.resolve(result);
     this.#dispatch();
   }
 
-  #expire(slot: Slot, job: Job): void {
-    if (slot.job !== job) return;
+  #idle(slot: Slot): void {
+    clearTimeout(slot.timer);
+    slot.jobs = [];
+    slot.timer = undefined;
+  }
+
+  #arm(slot: Slot, jobs: Job[], ms: number): void {
+    slot.timer = setTimeout(() => this.#expire(slot, jobs), Math.max(1, ms));
+  }
+
+  /** The batch's deadline check: the running call outlived its own deadline, or wait until it would. */
+  #expire(slot: Slot, jobs: Job[]): void {
+    if (slot.jobs !== jobs) return;
+    const { index, since } = slot.progress.read();
+    // All done: the answer is on its way; should it never come, the last call's deadline ends the wait.
+    const job = jobs[Math.min(index, jobs.length - 1)]!;
+    if (index >= jobs.length) return this.#arm(slot, jobs, job.timeoutMs);
+    const elapsed = clock() - since;
+    if (elapsed < job.timeoutMs) return this.#arm(slot, jobs, job.timeoutMs - elapsed);
     this.#replace(slot, `exceeded its ${seconds(job.timeoutMs)} CPU deadline`, 'deadline');
   }
 
-  /** Terminates a worker (stuck or dead), fails its call, and puts a fresh worker in its place. */
+  /** Terminates a worker (stuck or dead), fails the call it was running, and puts a fresh worker in its place. */
   #replace(slot: Slot, reason: string, kind: CallFault = 'worker'): void {
     const index = this.#slots.indexOf(slot);
     if (index < 0 || this.#closed) return;
     this.#restarts++;
-    const fresh = this.#spawn();
+    const fresh = this.#spawn(index);
     this.#slots[index] = fresh;
     // Loads that were under way in the old worker carry on in the new one; only a policy the pool
     // has dropped (the one whose load expired) is told the reason.
@@ -268,8 +464,27 @@ export class SandboxPool {
     for (const { timer } of pending.values()) clearTimeout(timer);
     slot.loads.clear();
     void slot.worker.terminate();
-    if (slot.job) this.#finish(slot, fault(slot.job, kind, reason));
+    const jobs = slot.jobs;
+    this.#idle(slot);
+    if (jobs.length > 0) {
+      // The call that was running is the one at fault; the others of its batch are put back in
+      // line with a fresh wait, since nothing they did is kept.
+      const running = Math.min(slot.progress.read().index, jobs.length - 1);
+      const culprit = jobs[running]!;
+      if (this.#specs.has(culprit.key)) this.#solo.add(culprit.key);
+      culprit.resolve(fault(culprit, kind, reason));
+      for (const job of jobs.filter((j) => j !== culprit).reverse()) {
+        if (job.requeued >= REQUEUE_LIMIT) {
+          job.resolve(fault(job, 'worker', `its sandbox worker was replaced while it waited (another policy ${reason})`));
+          continue;
+        }
+        job.requeued++;
+        job.started = performance.now();
+        this.#enqueue(job, true);
+      }
+    }
     for (const spec of this.#specs.values()) {
+      if (!this.#holds(fresh, spec.key)) continue;
       const waiting = pending.get(spec.key);
       // A first load that was still under way keeps its deadline in the new worker.
       void this.#loadInto(fresh, spec, waiting?.timer !== undefined).then((error) => waiting?.done(error));

@@ -94,6 +94,7 @@ function checkCoreImports(module: WebAssembly.Module): void {
   for (const { module: namespace, name } of WebAssembly.Module.imports(module)) {
     if (namespace === 'extism:host/env' && EXTISM_IMPORTS.has(name)) continue;
     if (namespace === 'extism:host/user' && name === 'portcullis_context_read') continue; // issue 15: grant-checked reads
+    if (namespace === 'extism:host/user' && (name === 'portcullis_input_length' || name === 'portcullis_input_read')) continue; // issue 14: input in one copy
     throw new PrepareError(
       `it imports ${namespace}.${name}, which Portcullis does not grant to policies ` +
       '(no files, network, clock, random or environment); build it without that import',

@@ -35,10 +35,22 @@ export interface SharedInput {
 
 export type CallInput = string | SharedInput;
 
+/** One guest call of a batch. */
+export interface CallRequest {
+  id: number;
+  key: string;
+  fn: GuestFunction;
+  input: CallInput;
+  /** On the shared clock: a call still waiting in its batch by then is not started. */
+  notAfter: number;
+}
+
 export type ToWorker =
   | { type: 'load'; spec: SandboxSpec }
   | { type: 'unload'; key: string }
-  | { type: 'call'; id: number; key: string; fn: GuestFunction; input: CallInput }
+  // Issue 14: every call a worker runs for one review travels in one message (`batch` names it),
+  // and their answers come back in one. Run in order; see Progress for the deadline.
+  | { type: 'call'; batch: number; calls: CallRequest[] }
   // Issue 15: changes to the worker's read-only replica of the context cache.
   | ContextChange;
 
@@ -47,11 +59,51 @@ export type LogEntry = [level: string, message: string];
 /**
  * Why a call produced no usable output. `memory` and `output` are resource caps. `unloaded`:
  * the worker has no instance of the policy (it was replaced or reloaded meanwhile); the pool
- * queues such a call again rather than answer it.
+ * queues such a call again rather than answer it. `late`: its deadline passed while it waited
+ * behind the calls before it in its batch; not started (the pool reports it as a deadline).
  */
-export type FaultKind = 'trap' | 'memory' | 'output' | 'instantiate' | 'unloaded';
+export type FaultKind = 'trap' | 'memory' | 'output' | 'instantiate' | 'unloaded' | 'late';
+
+export type CallAnswer =
+  | { ok: true; output: string; guestMicros: number; logs: LogEntry[] }
+  | { ok: false; fault: FaultKind; message: string; logs: LogEntry[] };
+
+/** `spentMicros`: the worker's time on the call, instantiation included (the pool's guide to what may share a message). */
+export type CallReply = CallAnswer & { spentMicros: number };
 
 export type FromWorker =
   | { type: 'loaded'; key: string; error?: string }
-  | { type: 'result'; id: number; output: string; guestMicros: number; logs: LogEntry[] }
-  | { type: 'fault'; id: number; fault: FaultKind; message: string; logs: LogEntry[] };
+  | { type: 'results'; batch: number; replies: CallReply[] };
+
+/**
+ * Issue 14: a batch's calls run one after another, each under its own deadline, and answer only
+ * together. The worker says in shared memory which call is running and since when, so the pool
+ * can tell which call outlived its deadline without a message per call.
+ */
+export class Progress {
+  readonly buffer: SharedArrayBuffer;
+  readonly #index: Int32Array;
+  readonly #since: Float64Array;
+  constructor(buffer = new SharedArrayBuffer(16)) {
+    this.buffer = buffer;
+    this.#index = new Int32Array(buffer, 0, 1);
+    this.#since = new Float64Array(buffer, 8, 1);
+  }
+
+  /** Call `index` of the batch starts now (`index` = the batch's length: all done). */
+  mark(index: number): void {
+    this.#since[0] = clock();
+    // The atomic store publishes the time written before it.
+    Atomics.store(this.#index, 0, index);
+  }
+
+  read(): { index: number; since: number } {
+    const index = Atomics.load(this.#index, 0);
+    return { index, since: this.#since[0]! };
+  }
+}
+
+/** Milliseconds on a clock the main thread and the workers share (each thread's performance.now() has its own origin). */
+export function clock(): number {
+  return performance.timeOrigin + performance.now();
+}

@@ -2,9 +2,9 @@
 // and runs one call at a time; the pool enforces the CPU deadline from outside by terminating
 // this thread, because a guest stuck in a loop never yields back to JavaScript.
 import './quiet-wasi-warning.ts';
-import { parentPort } from 'node:worker_threads';
+import { parentPort, workerData } from 'node:worker_threads';
 import type { Guest } from './guest.ts';
-import type { CallInput, FromWorker, GuestFunction, SandboxSpec, ToWorker } from './protocol.ts';
+import { clock, Progress, type CallAnswer, type CallReply, type CallRequest, type FromWorker, type SandboxSpec, type ToWorker } from './protocol.ts';
 
 // Imported only now: node:wasi (pulled in by Extism) is linked before any module body runs,
 // so a static import would warn before the filter above is installed.
@@ -18,6 +18,7 @@ const specs = new Map<string, SandboxSpec>();
 const guests = new Map<string, Guest>();
 const starting = new Map<string, Promise<Guest>>();
 const logs = new LogBuffer();
+const progress = new Progress((workerData as { progress: SharedArrayBuffer }).progress);
 
 function send(message: FromWorker): void {
   port.postMessage(message);
@@ -43,13 +44,12 @@ function discard(key: string): void {
   guests.delete(key);
 }
 
-async function call(id: number, spec: SandboxSpec, fn: GuestFunction, input: CallInput): Promise<void> {
+async function call(spec: SandboxSpec, fn: CallRequest['fn'], input: CallRequest['input']): Promise<CallAnswer> {
   let guest: Guest;
   try {
     guest = await guestFor(spec);
   } catch (error) {
-    send({ type: 'fault', id, fault: 'instantiate', message: `could not be instantiated: ${describe(error)}`, logs: logs.take() });
-    return;
+    return { ok: false, fault: 'instantiate', message: `could not be instantiated: ${describe(error)}`, logs: logs.take() };
   }
   const started = performance.now();
   try {
@@ -65,26 +65,42 @@ async function call(id: number, spec: SandboxSpec, fn: GuestFunction, input: Cal
     // QuickJS turns a failed memory.grow into an "out of memory" exception, which the SDK
     // reports as an error outcome: that is the cap's doing, not the policy's.
     if (output.includes('"outcome":"error"') && hitCap(spec, used, output)) {
-      send({ type: 'fault', id, fault: 'memory', message: memoryCapMessage(spec), logs: logs.take() });
-      return;
+      return { ok: false, fault: 'memory', message: memoryCapMessage(spec), logs: logs.take() };
     }
-    send({ type: 'result', id, output, guestMicros, logs: logs.take() });
+    return { ok: true, output, guestMicros, logs: logs.take() };
   } catch (error) {
     const used = guest.memoryBytes();
     // After a trap the instance's state is unknown: never reuse it.
     discard(spec.key);
     if (error instanceof GuestFault && error.fault !== 'trap') {
-      send({ type: 'fault', id, fault: error.fault, message: error.message, logs: logs.take() });
+      return { ok: false, fault: error.fault, message: error.message, logs: logs.take() };
     } else if (hitCap(spec, used, String(error))) {
-      send({ type: 'fault', id, fault: 'memory', message: memoryCapMessage(spec), logs: logs.take() });
+      return { ok: false, fault: 'memory', message: memoryCapMessage(spec), logs: logs.take() };
     } else {
       const entries = logs.take();
       // An AssemblyScript abort logs its message and location just before it traps.
       const abort = entries.findLast(([, text]) => text.startsWith('abort: '));
       const message = `crashed: ${describe(error)}${abort ? ` (${abort[1]})` : ''}`;
-      send({ type: 'fault', id, fault: 'trap', message, logs: entries });
+      return { ok: false, fault: 'trap', message, logs: entries };
     }
   }
+}
+
+/** Runs a batch's calls in order, saying in `progress` which one runs since when, and answers once. */
+async function run(batch: number, calls: CallRequest[]): Promise<void> {
+  const replies: CallReply[] = [];
+  for (const [i, { key, fn, input, notAfter }] of calls.entries()) {
+    progress.mark(i);
+    const started = performance.now();
+    const spec = specs.get(key);
+    let answer: CallAnswer;
+    if (!spec) answer = { ok: false, fault: 'unloaded', message: 'is not loaded in this sandbox', logs: [] };
+    else if (clock() >= notAfter) answer = { ok: false, fault: 'late', message: 'waited past its deadline behind other calls; not started', logs: [] };
+    else answer = await call(spec, fn, input);
+    replies.push({ ...answer, spentMicros: Math.round((performance.now() - started) * 1000) });
+  }
+  progress.mark(calls.length);
+  send({ type: 'results', batch, replies });
 }
 
 // A failed memory.grow leaves memory *below* the cap (the request was larger than the room
@@ -129,12 +145,9 @@ port.on('message', (message: ToWorker) => {
       specs.delete(message.key);
       discard(message.key);
       break;
-    case 'call': {
-      const spec = specs.get(message.key);
-      if (!spec) send({ type: 'fault', id: message.id, fault: 'unloaded', message: 'is not loaded in this sandbox', logs: [] });
-      else void call(message.id, spec, message.fn, message.input);
+    case 'call':
+      void run(message.batch, message.calls);
       break;
-    }
     case 'context': // Issue 15
       applyContextChange(message);
       break;

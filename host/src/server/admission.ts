@@ -2,11 +2,12 @@
 // evaluate them in parallel in the sandboxes -> merge -> respond. HTTP concerns (routing,
 // bodies, TLS) stay in http.ts; this module only sees text in and a review out.
 import type { EvaluationInput, Mode } from '@portcullis/sdk';
-import { evaluateEntry } from '../evaluate/evaluate.ts';
+import { evaluateEntry, rawEnvelope } from '../evaluate/evaluate.ts';
 import { ReviewError, UnknownPolicyError } from '../errors.ts';
 import { merge } from '../merge/merge.ts';
 import type { PolicyEntry, PolicyRegistry } from '../policy/policy-set.ts';
 import { parseReviewText } from '../review/parse.ts';
+import { requestSpan } from '../review/raw.ts';
 import { respond, type AdmissionResponseReview } from '../review/respond.ts';
 import type { SandboxPool } from '../sandbox/pool.ts';
 import { policyMatches, type NamespaceLabels } from '../select/match.ts';
@@ -27,9 +28,10 @@ export interface AdmissionDeps {
 
 export type { Caller } from './caller.ts';
 
-export async function review(deps: AdmissionDeps, caller: Caller, body: string): Promise<AdmissionResponseReview> {
+/** `body`: the request body, as bytes when the caller has them (guests then get the request's own bytes). */
+export async function review(deps: AdmissionDeps, caller: Caller, body: string | Buffer): Promise<AdmissionResponseReview> {
   const started = performance.now();
-  const parsed = parseReviewText(body);
+  const parsed = parseReviewText(typeof body === 'string' ? body : body.toString('utf8'));
   const { request } = parsed;
   const set = deps.registry.current;
   set.hold();
@@ -41,6 +43,11 @@ export async function review(deps: AdmissionDeps, caller: Caller, body: string):
     const input: EvaluationInput = {
       request, settings: null, headers: caller.headers, sslpeer: caller.sslpeer, dryRun: request.dryRun === true, webhook: caller.endpoint,
     };
+    // Guests get the request's own bytes spliced into their input, unless parsing had to change it.
+    if (typeof body !== 'string' && !parsed.normalized && selected.length > 0) {
+      const span = requestSpan(body);
+      if (span) rawEnvelope(input, body, span);
+    }
     const outcomes = await Promise.all(selected.map((entry) => evaluateEntry(deps.pool, entry, caller.mode, input)));
     const evaluated = selected.map((entry, i) => ({ policy: entry.config, outcome: outcomes[i]! }));
     const { decision, deciding, audited } = merge(evaluated, request.operation, request.object);

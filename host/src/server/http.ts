@@ -117,15 +117,18 @@ function get(req: IncomingMessage, res: ServerResponse, then: () => void | Promi
   sendError(res, new HttpError('METHOD_NOT_ALLOWED', `use GET, not ${req.method}`));
 }
 
-/** The body as text; undefined when over the limit, null when the client disconnected. */
-function readBody(req: IncomingMessage, limit: number): Promise<string | undefined | null> {
+/**
+ * The body's bytes (kept as bytes: guests get the request from them, issue 14); undefined when
+ * over the limit, null when the client disconnected.
+ */
+function readBody(req: IncomingMessage, limit: number): Promise<Buffer | undefined | null> {
   const declared = Number(req.headers['content-length']);
   if (Number.isFinite(declared) && declared > limit) return Promise.resolve(undefined);
   return new Promise((resolve) => {
     const chunks: Buffer[] = [];
     let size = 0;
     let done = false;
-    const finish = (value: string | undefined | null) => {
+    const finish = (value: Buffer | undefined | null) => {
       if (done) return;
       done = true;
       resolve(value);
@@ -139,7 +142,7 @@ function readBody(req: IncomingMessage, limit: number): Promise<string | undefin
         chunks.push(chunk);
       }
     });
-    req.on('end', () => finish(Buffer.concat(chunks).toString('utf8')));
+    req.on('end', () => finish(chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks)));
     req.on('aborted', () => finish(null));
     req.on('error', () => finish(null));
   });

@@ -1,0 +1,110 @@
+// Issue 14: the calls of one review travel to a worker in one message. Each call keeps its own
+// deadline, and a hostile call in a batch costs its batch-mates a delay, never a wrong answer.
+import { afterAll, beforeAll, expect, it } from 'vitest';
+import { evaluatePolicy } from '../../host/src/evaluate/evaluate.ts';
+import type { LoadedPolicy } from '../../host/src/policy/loaded.ts';
+import { SandboxPool } from '../../host/src/sandbox/pool.ts';
+import { DEFAULT_LIMITS } from '../../host/src/config/limits.ts';
+import { input, load } from '../helpers/policies.ts';
+
+// One worker: every call of a review lands in the same batch.
+let pool: SandboxPool;
+let numbers: LoadedPolicy;
+let noDelete: LoadedPolicy;
+let spin: LoadedPolicy;
+
+beforeAll(async () => {
+  pool = new SandboxPool(1);
+  [numbers, noDelete, spin] = await Promise.all([
+    load(pool, 'numbers'), load(pool, 'no-delete'), load(pool, 'spin', { limits: { ...DEFAULT_LIMITS, timeoutMs: 400 } }),
+  ]);
+}, 60_000);
+afterAll(() => pool.close());
+
+const review = (policies: LoadedPolicy[], numbersInSpec: number[]) => {
+  const shared = input({ object: { spec: { numbers: numbersInSpec } } });
+  return Promise.all(policies.map((p) => evaluatePolicy(pool, p, 'validate', shared)));
+};
+
+it('answers every call of a batch, each with its own verdict', async () => {
+  const [a, b] = await review([numbers, noDelete], [500]);
+  expect(a).toMatchObject({ status: 'denied' });
+  expect(b).toMatchObject({ status: 'allowed' });
+});
+
+it('a call that outlives its deadline fails alone: the calls before and after it in the batch are answered', async () => {
+  const restarts = pool.stats.restarts;
+  const started = performance.now();
+  const [before, stuck, after] = await review([numbers, spin, noDelete], [1]);
+  expect(stuck).toMatchObject({ status: 'failed', failure: 'temporary' });
+  expect(stuck!.status === 'failed' && stuck!.message).toContain('exceeded its 400ms CPU deadline');
+  expect(before).toMatchObject({ status: 'allowed' });
+  expect(after).toMatchObject({ status: 'allowed' });
+  expect(pool.stats.restarts).toBe(restarts + 1);
+  // The deadline is the stuck call's own, not the batch's sum.
+  expect(performance.now() - started).toBeLessThan(3000);
+}, 20_000);
+
+it('once it got a worker replaced, a policy runs alone: its neighbours are answered without waiting for it', async () => {
+  const two = new SandboxPool(2);
+  try {
+    const policies = await Promise.all([
+      load(two, 'spin', { limits: { ...DEFAULT_LIMITS, timeoutMs: 400 } }), load(two, 'numbers'), load(two, 'no-delete'),
+    ]);
+    const once = async () => {
+      const shared = input({ object: { spec: { numbers: [1] } } });
+      const started = performance.now();
+      const answered: Record<string, number> = {};
+      const outcomes = await Promise.all(policies.map((p) => evaluatePolicy(two, p, 'validate', shared).then((o) => {
+        answered[p.name] = performance.now() - started;
+        return o;
+      })));
+      expect(outcomes.map((o) => o.status)).toEqual(['failed', 'allowed', 'allowed']);
+      return answered;
+    };
+    // The first time, spin shares a message with a neighbour, which waits for it and is answered after.
+    await once();
+    // (Once the replacement worker has loaded every policy.)
+    await new Promise((r) => setTimeout(r, 2000));
+    // From then on it runs alone, and the neighbours do not wait for its deadline.
+    const answered = await once();
+    expect(answered.numbers).toBeLessThan(answered.spin! - 200);
+    expect(answered['no-delete']).toBeLessThan(answered.spin! - 200);
+  } finally {
+    await two.close();
+  }
+}, 30_000);
+
+it('overloaded, it answers at once the calls that could not start within their deadline, and runs the rest', async () => {
+  const quick = await load(pool, 'numbers', { name: 'numbers-200ms', limits: { ...DEFAULT_LIMITS, timeoutMs: 200 } });
+  for (let i = 0; i < 20; i++) await evaluatePolicy(pool, quick, 'validate', input({ object: { spec: { numbers: [1] } } })); // its cost is now known
+  const started = performance.now();
+  const outcomes = await Promise.all(Array.from({ length: 6000 }, () => evaluatePolicy(pool, quick, 'validate', input({ object: { spec: { numbers: [1] } } }))));
+  const shed = outcomes.filter((o) => o.status === 'failed' && o.message.includes('the sandboxes are overloaded'));
+  const allowed = outcomes.filter((o) => o.status === 'allowed');
+  const late = outcomes.filter((o) => o.status === 'failed' && !o.message.includes('the sandboxes are overloaded'));
+  expect(shed.length).toBeGreaterThan(1000);
+  expect(allowed.length).toBeGreaterThan(100);
+  // The queue never held much more than a deadline's worth of work.
+  expect(late.every((o) => o.status === 'failed' && o.failure === 'temporary')).toBe(true);
+  expect(performance.now() - started).toBeLessThan(5000);
+}, 20_000);
+
+it('places each policy in fewer workers when many are loaded, and answers each from a worker that holds it', async () => {
+  const placed = new SandboxPool(2);
+  try {
+    expect(placed.plan(3)).toBe(2);
+    const everywhere = await load(placed, 'numbers', { name: 'numbers-everywhere' });
+    expect(placed.instancesOf(everywhere.key)).toBe(2);
+    expect(placed.plan(40)).toBe(1);
+    const policies = await Promise.all(['a', 'b', 'c'].map((n) => load(placed, 'numbers', { name: `numbers-${n}` })));
+    expect(policies.map((p) => placed.instancesOf(p.key))).toEqual([1, 1, 1]);
+    for (let i = 0; i < 5; i++) {
+      const shared = input({ object: { spec: { numbers: [i % 2 === 0 ? 1 : 500] } } });
+      const outcomes = await Promise.all([everywhere, ...policies].map((p) => evaluatePolicy(placed, p, 'validate', shared)));
+      expect(outcomes.map((o) => o.status)).toEqual(Array(4).fill(i % 2 === 0 ? 'allowed' : 'denied'));
+    }
+  } finally {
+    await placed.close();
+  }
+}, 60_000);
