@@ -45,6 +45,18 @@ it('a call that outlives its deadline fails alone: the calls before and after it
   expect(performance.now() - started).toBeLessThan(3000);
 }, 20_000);
 
+it('a quick call with a long deadline ahead of a spinning one does not lend it that deadline', async () => {
+  // Found by the neighbours test under load: the batch's timer was set to its first call's
+  // deadline, so a spinning call behind a patient one ran on for the patient one's 10 s.
+  const patient = await load(pool, 'numbers', { name: 'numbers-patient', limits: { ...DEFAULT_LIMITS, timeoutMs: 10_000 } });
+  const spinning = await load(pool, 'spin', { name: 'spin-fresh', limits: { ...DEFAULT_LIMITS, timeoutMs: 400 } });
+  const started = performance.now();
+  const [first, stuck] = await review([patient, spinning], [1]);
+  expect(stuck).toMatchObject({ status: 'failed', failure: 'temporary' });
+  expect(first).toMatchObject({ status: 'allowed' });
+  expect(performance.now() - started).toBeLessThan(3000);
+}, 30_000);
+
 it('once it got a worker replaced, a policy runs alone: its neighbours are answered without waiting for it', async () => {
   const two = new SandboxPool(2);
   try {

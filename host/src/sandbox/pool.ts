@@ -293,7 +293,7 @@ export class SandboxPool {
   #start(slot: Slot, jobs: Job[]): void {
     slot.jobs = jobs;
     slot.progress.mark(0);
-    this.#arm(slot, jobs, jobs[0]!.timeoutMs);
+    this.#arm(slot, jobs, shortest(jobs, 0));
     const origin = clock() - performance.now();
     this.#post(slot, {
       type: 'call', batch: jobs[0]!.id,
@@ -447,7 +447,9 @@ export class SandboxPool {
     const job = jobs[Math.min(index, jobs.length - 1)]!;
     if (index >= jobs.length) return this.#arm(slot, jobs, job.timeoutMs);
     const elapsed = clock() - since;
-    if (elapsed < job.timeoutMs) return this.#arm(slot, jobs, job.timeoutMs - elapsed);
+    // A later call may have a shorter deadline than what is left of this one: look again by then,
+    // or a quick call with a long deadline would let a spinning batch-mate run on past its own.
+    if (elapsed < job.timeoutMs) return this.#arm(slot, jobs, Math.min(job.timeoutMs - elapsed, shortest(jobs, index + 1)));
     this.#replace(slot, `exceeded its ${seconds(job.timeoutMs)} CPU deadline`, 'deadline');
   }
 
@@ -492,6 +494,13 @@ export class SandboxPool {
     for (const [key, { done }] of pending) if (!this.#specs.has(key)) done(reason);
     this.#dispatch();
   }
+}
+
+/** The shortest deadline among a batch's calls from `from` on (Infinity when none). */
+function shortest(jobs: Job[], from: number): number {
+  let ms = Infinity;
+  for (let i = from; i < jobs.length; i++) ms = Math.min(ms, jobs[i]!.timeoutMs);
+  return ms;
 }
 
 function seconds(ms: number): string {
