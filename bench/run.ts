@@ -7,8 +7,9 @@
 // replaces the full figures).
 //
 // Other flags: --only a,b (run only these sections/scenarios; prints, writes nothing) and
-// --profile a,b (profile `serve` under saturating load with --cpu-prof for these scenarios
-// and write bench/PROFILE.md).
+// --profile a,b (profile `serve` under saturating load with --cpu-prof for these scenarios,
+// `cold` for the start-up and `overload` for the overload scenario's offered load, and write
+// bench/PROFILE.md). BENCH_KEEP=1 keeps the work folder (server logs, configurations).
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdir, mkdtemp, open, readFile, rm, writeFile } from 'node:fs/promises';
 import { createServer } from 'node:net';
@@ -506,8 +507,24 @@ async function profile(ids: string[]): Promise<string> {
       parts.push(renderProfiles(`Cold start, 10 cached policies — ${Math.round(ms)} ms to ready under the profiler`, await summariseProfiles(dir, { fromUs, toUs }, 25)));
       continue;
     }
+    if (id === 'overload') {
+      // The overload scenario's offered load (4× the saturation measured first), profiled.
+      const dir = join(work, 'profile-overload');
+      await mkdir(dir, { recursive: true });
+      const server = await startFor({ id: 'overload', server: 'portcullis', policies: MIXED_10 }, ['--cpu-prof', `--cpu-prof-dir=${dir}`]);
+      await ready(server, performance.now());
+      const base = { origin: server.origin, paths: ['/validate'] };
+      const saturation = await load({ ...base, connections: SETTINGS.connections, kind: 'saturate', warmupSec: 1, durationSec: SETTINGS.profileSec / 2 });
+      log(`profile overload: ${saturation.rps * OVERLOAD_FACTOR} req/s offered`);
+      const fromUs = Number(process.hrtime.bigint() / 1000n);
+      const result = await load({ ...base, connections: 2048, kind: 'paced', rate: saturation.rps * OVERLOAD_FACTOR, warmupSec: 0, durationSec: SETTINGS.profileSec });
+      const toUs = Number(process.hrtime.bigint() / 1000n);
+      await server.stop();
+      parts.push(renderProfiles(`Overload: 10 mixed, ${OVERLOAD_FACTOR}× ${saturation.rps} req/s offered — ${result.rps} answered/s under the profiler`, await summariseProfiles(dir, { fromUs, toUs })));
+      continue;
+    }
     const scenario = SCENARIOS.find((s) => s.id === id);
-    if (!scenario) throw new Error(`--profile: no scenario "${id}" (${SCENARIOS.map((s) => s.id).join(', ')})`);
+    if (!scenario) throw new Error(`--profile: no scenario "${id}" (${SCENARIOS.map((s) => s.id).join(', ')}, cold, overload)`);
     const dir = join(work, `profile-${id}`);
     await mkdir(dir, { recursive: true });
     const server = await startFor(scenario, ['--cpu-prof', `--cpu-prof-dir=${dir}`]);
@@ -792,7 +809,7 @@ async function main(): Promise<void> {
 
 try {
   await main();
-  await rm(work, { recursive: true, force: true });
+  if (!process.env.BENCH_KEEP) await rm(work, { recursive: true, force: true });
 } finally {
   await insecure.close();
 }

@@ -87,6 +87,34 @@ it('once it got a worker replaced, a policy runs alone: its neighbours are answe
   }
 }, 30_000);
 
+it('a worker running a batch that holds a policy several times leaves the other worker free for that policy', async () => {
+  // Found by the overload benchmark: the per-policy share counted calls, not workers, so one
+  // batch holding a policy five times kept the idle worker from taking that policy's next call.
+  const two = new SandboxPool(2);
+  try {
+    const lone = await load(two, 'numbers', { name: 'numbers-lone' });
+    const small = () => input({ object: { spec: { numbers: [1] } } });
+    for (let i = 0; i < 6; i++) await evaluatePolicy(two, lone, 'validate', small()); // its last cost is now a quick call's
+    // A legitimately slow call (a long list), then nine quick ones, all queued in one turn: the
+    // slow one's worker takes some of the quick ones with it; the other worker must take the rest.
+    const started = performance.now();
+    const slow = evaluatePolicy(two, lone, 'validate', input({ object: { spec: { numbers: Array<number>(300_000).fill(1) } } })).then((outcome) => {
+      expect(outcome.status).toBe('allowed');
+      return performance.now() - started;
+    });
+    const quick = await Promise.all(Array.from({ length: 9 }, async () => {
+      const outcome = await evaluatePolicy(two, lone, 'validate', small());
+      expect(outcome.status).toBe('allowed');
+      return performance.now() - started;
+    }));
+    const slowMs = await slow;
+    expect(slowMs).toBeGreaterThan(50);
+    expect(quick.filter((ms) => ms < slowMs / 2).length).toBeGreaterThanOrEqual(3);
+  } finally {
+    await two.close();
+  }
+}, 30_000);
+
 it('overloaded, it answers at once the calls that could not start within their deadline, and runs the rest', async () => {
   const quick = await load(pool, 'numbers', { name: 'numbers-200ms', limits: { ...DEFAULT_LIMITS, timeoutMs: 200 } });
   for (let i = 0; i < 20; i++) await evaluatePolicy(pool, quick, 'validate', input({ object: { spec: { numbers: [1] } } })); // its cost is now known

@@ -17,9 +17,9 @@
 // not batched with others again, so a hostile policy delays its batch-mates at most once. Under
 // load, calls of other reviews fill the message up to a fair share of the queue; a call still
 // waiting in a batch when its deadline passes is not started (the worker checks). Overload: a
-// call that would find more work queued ahead of it than its deadline allows (by each queued
-// policy's last cost) is answered at once, not queued only to expire there: waiting reviews
-// stay within their deadline and what is started is what gets answered.
+// review whose calls would find more work queued ahead than QUEUE_SHARE of their deadline (by
+// each queued policy's last cost) is answered at once, whole, not queued only to expire there:
+// waiting reviews stay well within their deadline and what is started is what gets answered.
 //
 // Placement (issue 14): a policy lives in `instances` workers, not necessarily all. By default
 // every policy is in every worker while policies × workers stays within INSTANCE_BUDGET; past
@@ -75,9 +75,23 @@ const REQUEUE_LIMIT = 3;
  * wakes a thread, the largest cost of a call); a bound keeps one worker from taking work that
  * another could start sooner.
  */
-const MAX_BATCH = 32;
+const MAX_BATCH = 128;
+/**
+ * How far into the queue the scheduler looks for its round-robin choice and for companions. The
+ * queue is short in normal use; under overload it can hold thousands of calls, and scanning all
+ * of them for every call started would make the main thread the bottleneck it is meant to feed.
+ */
+const WINDOW = 512;
 /** A policy whose last call took longer than this in its worker shares messages only with its own review's calls. */
 const SHARE_MAX_MICROS = 1000;
+/**
+ * The most queued work (per worker, as a share of its deadline) a call may find ahead of it;
+ * past it the call is answered at once, as a deadline. Well under the whole deadline: a caller
+ * that keeps sending (the apiserver) has only so many connections, so a queue allowed to
+ * approach each call's deadline would make every answer that slow, and, past what those
+ * connections carry, push the callers' own waits past the webhook timeout.
+ */
+export const QUEUE_SHARE = 0.25;
 /** Instances (policies × workers holding each) past which policies are no longer in every worker. */
 export const INSTANCE_BUDGET = 64;
 
@@ -109,6 +123,8 @@ export class SandboxPool {
   #cost = new Map<string, number>();
   /** The sum of #cost over the queued calls (as counted when each was queued). */
   #queuedMicros = 0;
+  /** What each review's first call found queued ahead (ms per worker): its other calls are judged the same. */
+  #aheadOf = new WeakMap<object, number>();
   /** Which worker positions hold each policy. */
   #placement = new Map<string, Set<number>>();
   /** Workers each policy loaded from now on gets (see plan()). */
@@ -202,15 +218,17 @@ export class SandboxPool {
 
   call(key: string, fn: GuestFunction, input: CallInput, timeoutMs: number): Promise<CallResult> {
     if (this.#closed) return Promise.reject(new PortcullisError('SANDBOX_CLOSED', 'the sandbox pool is shut down'));
-    const ahead = this.#queuedMicros / this.size / 1000;
-    if (ahead >= timeoutMs) {
-      return Promise.resolve({
-        ok: false, fault: 'deadline', totalMicros: 0, logs: [],
-        message: `not started: the sandboxes are overloaded (about ${Math.round(ahead)} ms of work queued ahead, past its ${seconds(timeoutMs)} deadline)`,
-      });
+    const group = typeof input === 'string' ? undefined : input.envelope;
+    // The calls of one review see the work queued ahead of the review, not of each other: a
+    // review is taken whole or refused whole, since running half of it is work thrown away.
+    let ahead = group === undefined ? undefined : this.#aheadOf.get(group);
+    if (ahead === undefined) {
+      ahead = this.#ahead();
+      if (group !== undefined) this.#aheadOf.set(group, ahead);
     }
+    const refused = refusal(ahead, timeoutMs);
+    if (refused) return Promise.resolve(refused);
     return new Promise((resolve) => {
-      const group = typeof input === 'string' ? undefined : input.envelope;
       this.#enqueue({ id: this.#nextId++, requeued: 0, key, fn, input, timeoutMs, started: performance.now(), group, cost: 0, resolve });
       // Dispatch once this turn of the event loop has queued its calls (all of a review's, and
       // those of the other requests that arrived together), so they can share messages.
@@ -222,6 +240,19 @@ export class SandboxPool {
         });
       }
     });
+  }
+
+  /**
+   * The answer a call with this deadline would get at once because of overload, or undefined
+   * when it would be queued. Lets a review refuse itself before building its input.
+   */
+  refusal(timeoutMs: number): CallResult | undefined {
+    return refusal(this.#ahead(), timeoutMs);
+  }
+
+  /** Queued work, in ms per worker. */
+  #ahead(): number {
+    return this.#queuedMicros / this.size / 1000;
   }
 
   async close(): Promise<void> {
@@ -318,18 +349,22 @@ export class SandboxPool {
     // A slow policy would hold up other reviews' calls: it shares a message with its own review only.
     const quick = (job: Job) => (this.#cost.get(job.key) ?? 0) <= SHARE_MAX_MICROS;
     const own: number[] = [];
+    const window = Math.min(this.#queue.length, WINDOW);
     if (leader.group !== undefined) {
-      for (let i = 0; i < this.#queue.length; i++) {
+      for (let i = 0; i < window; i++) {
         const job = this.#queue[i]!;
         if (job.group === leader.group && eligible(job)) own.push(i);
       }
     }
-    const taken = own.slice(0, Math.min(MAX_BATCH - 1, Math.ceil((own.length + 1) / Math.max(1, free)) - 1));
+    // Split a review between idle workers only when nothing else waits: with other reviews
+    // queued, every worker has whole reviews to run, and halves only mean more round trips.
+    const split = own.length === this.#queue.length ? Math.max(1, free) : 1;
+    const taken = own.slice(0, Math.min(MAX_BATCH - 1, Math.ceil((own.length + 1) / split) - 1));
     const share = Math.min(MAX_BATCH, Math.ceil((this.#queue.length + 1) / this.size));
     if (taken.length === own.length && taken.length + 1 < share && quick(leader) && own.every((i) => quick(this.#queue[i]!))) {
       const chosen = new Set(taken);
       const groups = new Map<object | number, number[]>();
-      for (let i = 0; i < this.#queue.length; i++) {
+      for (let i = 0; i < window; i++) {
         const job = this.#queue[i]!;
         if (chosen.has(i) || (leader.group !== undefined && job.group === leader.group) || !eligible(job)) continue;
         const key = job.group ?? -i - 1; // a call with no review is a group of its own
@@ -344,8 +379,7 @@ export class SandboxPool {
       }
       taken.sort((a, b) => a - b);
     }
-    const jobs = taken.map((i) => this.#queue[i]!);
-    for (let i = taken.length - 1; i >= 0; i--) this.#take(taken[i]!);
+    const jobs = this.#takeAll(taken);
     for (const job of jobs) this.#served.set(job.key, ++this.#turn);
     return jobs;
   }
@@ -363,9 +397,29 @@ export class SandboxPool {
     return job!;
   }
 
+  /** Removes the calls at these (ascending) indices in one pass over the queue. */
+  #takeAll(indices: number[]): Job[] {
+    if (indices.length === 0) return [];
+    const jobs = indices.map((i) => this.#queue[i]!);
+    const taken = new Set(jobs);
+    let kept = indices[0]!;
+    for (let i = kept; i < this.#queue.length; i++) {
+      const job = this.#queue[i]!;
+      if (!taken.has(job)) this.#queue[kept++] = job;
+    }
+    this.#queue.length = kept;
+    for (const job of jobs) this.#queuedMicros -= job.cost;
+    if (this.#queuedMicros < 0) this.#queuedMicros = 0;
+    return jobs;
+  }
+
+  /** How many workers are running (or have in their batch) a call of each policy. */
   #busy(): Map<string, number> {
     const busy = new Map<string, number>();
-    for (const slot of this.#slots) for (const job of slot.jobs) busy.set(job.key, (busy.get(job.key) ?? 0) + 1);
+    for (const slot of this.#slots) {
+      // Workers, not calls: a batch holding a policy ten times occupies one worker.
+      for (const key of new Set(slot.jobs.map((job) => job.key))) busy.set(key, (busy.get(key) ?? 0) + 1);
+    }
     return busy;
   }
 
@@ -378,9 +432,10 @@ export class SandboxPool {
   #next(slot: Slot, capped = true): Job | undefined {
     const busy = this.#busy();
     let best = -1;
-    for (let i = 0; i < this.#queue.length; i++) {
+    const now = performance.now();
+    for (let i = 0; i < Math.min(this.#queue.length, WINDOW); i++) {
       const job = this.#queue[i]!;
-      const waited = performance.now() - job.started;
+      const waited = now - job.started;
       if (waited >= job.timeoutMs) {
         this.#take(i--);
         job.resolve(fault(job, 'deadline', `waited ${Math.round(waited)} ms for a sandbox, past its ${seconds(job.timeoutMs)} deadline; not started`));
@@ -494,6 +549,15 @@ export class SandboxPool {
     for (const [key, { done }] of pending) if (!this.#specs.has(key)) done(reason);
     this.#dispatch();
   }
+}
+
+function refusal(aheadMs: number, timeoutMs: number): CallResult | undefined {
+  if (aheadMs < timeoutMs * QUEUE_SHARE) return undefined;
+  return {
+    ok: false, fault: 'deadline', totalMicros: 0, logs: [],
+    message: `not started: the sandboxes are overloaded (about ${Math.round(aheadMs)} ms of work queued ahead; ` +
+      `a call waits for at most ${QUEUE_SHARE * 100}% of its ${seconds(timeoutMs)} deadline)`,
+  };
 }
 
 /** The shortest deadline among a batch's calls from `from` on (Infinity when none). */

@@ -2,7 +2,7 @@
 // evaluate them in parallel in the sandboxes -> merge -> respond. HTTP concerns (routing,
 // bodies, TLS) stay in http.ts; this module only sees text in and a review out.
 import type { EvaluationInput, Mode } from '@portcullis/sdk';
-import { evaluateEntry, rawEnvelope } from '../evaluate/evaluate.ts';
+import { evaluateEntry, rawEnvelope, toOutcome } from '../evaluate/evaluate.ts';
 import { ReviewError, UnknownPolicyError } from '../errors.ts';
 import { merge } from '../merge/merge.ts';
 import type { PolicyEntry, PolicyRegistry } from '../policy/policy-set.ts';
@@ -43,12 +43,19 @@ export async function review(deps: AdmissionDeps, caller: Caller, body: string |
     const input: EvaluationInput = {
       request, settings: null, headers: caller.headers, sslpeer: caller.sslpeer, dryRun: request.dryRun === true, webhook: caller.endpoint,
     };
+    // Overload: when none of the review's policies could start within its deadline, the review
+    // is answered now (per failurePolicy) without building the input it will not use.
+    const refused = selected.map((entry) => entry.loaded && deps.pool.refusal(entry.loaded.limits.timeoutMs));
+    const shed = refused.every((r, i) => r !== undefined || !selected[i]!.loaded);
     // Guests get the request's own bytes spliced into their input, unless parsing had to change it.
-    if (typeof body !== 'string' && !parsed.normalized && selected.length > 0) {
+    if (!shed && typeof body !== 'string' && !parsed.normalized && selected.length > 0) {
       const span = requestSpan(body);
       if (span) rawEnvelope(input, body, span);
     }
-    const outcomes = await Promise.all(selected.map((entry) => evaluateEntry(deps.pool, entry, caller.mode, input)));
+    const outcomes = await Promise.all(selected.map((entry, i) => {
+      const refusal = refused[i];
+      return shed && refusal ? Promise.resolve(toOutcome(entry.config.name, refusal)) : evaluateEntry(deps.pool, entry, caller.mode, input);
+    }));
     const evaluated = selected.map((entry, i) => ({ policy: entry.config, outcome: outcomes[i]! }));
     const { decision, deciding, audited } = merge(evaluated, request.operation, request.object);
 

@@ -40,7 +40,16 @@ export function recordReview(deps: TelemetryDeps, r: ReviewRecord): void {
     });
   }
   for (const outcome of r.outcomes) {
-    if (outcome.status === 'failed') deps.log.warn('policy failed', { uid: request.uid, policy: outcome.policy, failure: outcome.failure, message: outcome.message });
+    if (outcome.status !== 'failed') continue;
+    // Under overload every review fails the same way, thousands of times a second: one line per
+    // policy and kind of failure each second, with how many were left out, keeps the log (and the
+    // main thread writing it) from becoming the next bottleneck. Metrics still count every one.
+    const suppressed = throttleOf(deps.log).admit(`${outcome.policy}\0${outcome.failure}`);
+    if (suppressed === undefined) continue;
+    deps.log.warn('policy failed', {
+      uid: request.uid, policy: outcome.policy, failure: outcome.failure, message: outcome.message,
+      ...(suppressed > 0 ? { alsoFailedSinceLastLine: suppressed } : {}),
+    });
   }
   // Allowed reviews are logged at debug only unless asked for: build their fields only when logged.
   const logAllowed = deps.logAllowed === true && deps.log.enabled('info');
@@ -54,4 +63,37 @@ export function recordReview(deps: TelemetryDeps, r: ReviewRecord): void {
   if (!decision.allowed) deps.log.info('denied', { ...fields, policy: r.deciding?.policy, code: decision.status?.code, message: decision.status?.message });
   else if (logAllowed) deps.log.info(mutated ? 'mutated' : 'allowed', { ...fields, ...(mutated ? { patchOperations: decision.patch.length } : {}) });
   else deps.log.debug('reviewed', fields);
+}
+
+/** At most one line per key and interval; says how many it held back since the last one. */
+export class LineThrottle {
+  readonly #intervalMs: number;
+  readonly #now: () => number;
+  #lines = new Map<string, { at: number; held: number }>();
+  constructor(intervalMs = 1000, now: () => number = () => performance.now()) {
+    this.#intervalMs = intervalMs;
+    this.#now = now;
+  }
+
+  /** The number held back since the last line for `key` when a line is due now, else undefined. */
+  admit(key: string): number | undefined {
+    const now = this.#now();
+    const last = this.#lines.get(key);
+    if (last && now - last.at < this.#intervalMs) {
+      last.held++;
+      return undefined;
+    }
+    // Keys are policy names × a few kinds: bounded by the configuration, but drop stale ones anyway.
+    if (this.#lines.size > 10_000) this.#lines.clear();
+    this.#lines.set(key, { at: now, held: 0 });
+    return last?.held ?? 0;
+  }
+}
+
+/** One throttle per logger, so servers in one process (tests) do not hold back each other's lines. */
+const throttles = new WeakMap<Logger, LineThrottle>();
+function throttleOf(log: Logger): LineThrottle {
+  let throttle = throttles.get(log);
+  if (!throttle) throttles.set(log, throttle = new LineThrottle());
+  return throttle;
 }

@@ -1,0 +1,40 @@
+// Telemetry beside the pipeline: under overload every review fails the same way, and the log
+// must say so once a second per policy and kind, with a count, not thousands of times.
+import { expect, it } from 'vitest';
+import type { AdmissionRequest } from '@portcullis/sdk';
+import type { Outcome } from '../../host/src/evaluate/outcome.ts';
+import { Metrics } from '../../host/src/server/metrics.ts';
+import { LineThrottle, recordReview } from '../../host/src/server/telemetry.ts';
+import type { SandboxPool } from '../../host/src/sandbox/pool.ts';
+import { createLogger } from '../../host/src/util/log.ts';
+
+it('LineThrottle lets one line per key and interval through, and counts the rest', () => {
+  let now = 0;
+  const throttle = new LineThrottle(1000, () => now);
+  expect(throttle.admit('a')).toBe(0);
+  expect(throttle.admit('a')).toBeUndefined();
+  expect(throttle.admit('b')).toBe(0);
+  now = 500;
+  expect(throttle.admit('a')).toBeUndefined();
+  now = 1000;
+  expect(throttle.admit('a')).toBe(2);
+  expect(throttle.admit('a')).toBeUndefined();
+});
+
+it('recordReview logs a repeated policy failure once, and still counts every one in the metrics', async () => {
+  const lines: { msg: string }[] = [];
+  const log = createLogger('info', (line) => void lines.push(JSON.parse(line) as { msg: string }));
+  const metrics = new Metrics({ stats: { size: 1, busy: 0, queued: 0, restarts: 0 } } as SandboxPool);
+  const request = { uid: 'u1', operation: 'CREATE', kind: { group: '', version: 'v1', kind: 'Pod' }, userInfo: {} } as unknown as AdmissionRequest;
+  const failed: Outcome = { policy: 'p', status: 'failed', failure: 'temporary', message: 'not started: the sandboxes are overloaded', warnings: [] };
+  const decision = { allowed: false, patch: [], warnings: [], status: { code: 500, message: 'x' } } as never;
+  for (let i = 0; i < 50; i++) {
+    recordReview({ metrics, log }, {
+      caller: { endpoint: '/validate', mode: 'validate', headers: {}, sslpeer: null }, request, policies: ['p'], outcomes: [failed], audited: [], decision, deciding: undefined, seconds: 0.001,
+    });
+  }
+  expect(lines.filter((l) => l.msg === 'policy failed')).toHaveLength(1);
+  expect(lines.filter((l) => l.msg === 'denied')).toHaveLength(50);
+  const text = await metrics.registry.metrics();
+  expect(text).toMatch(/portcullis_sandbox_faults_total\{policy="p",kind="temporary"\} 50/);
+});
