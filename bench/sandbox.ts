@@ -4,6 +4,7 @@
 // hop = total - guest is the dispatch, copy in and out, and the result message.
 // Run by bench/run.ts as `node --expose-gc bench/sandbox.ts '{"quick":false}'`; prints JSON.
 import { readFile } from 'node:fs/promises';
+import { Worker } from 'node:worker_threads';
 import type { AdmissionRequest, EvaluationInput } from '@portcullis/sdk';
 import { evaluatePolicy } from '../host/src/evaluate/evaluate.ts';
 import { merge } from '../host/src/merge/merge.ts';
@@ -35,6 +36,11 @@ export interface SandboxResult {
   mixed10: { iterations: number; wallMicros: Percentiles; guestSumMicros: Percentiles; hopMicros: Percentiles };
   /** CPU seconds of this process (all threads). */
   cpuSec?: number;
+  /**
+   * The floor under the hop: an empty message to a bare worker thread and back (no pool, no
+   * policy), µs. Two thread wake-ups; on a VM whose idle vCPUs halt, most of the hop.
+   */
+  bareRoundTripMicros?: Percentiles;
   memory: { baselineMiB: number; added: { language: 'AS' | 'TS'; policies: number; instances: number; rssGrowthMiB: number; perInstanceMiB: number }[] };
 }
 
@@ -129,6 +135,7 @@ async function main(quick: boolean): Promise<SandboxResult> {
       memory: { baselineMiB: 0, added: [] },
     };
     await pool.close();
+    result.bareRoundTripMicros = await bareRoundTrip(n);
     result.memory = await memoryPerPolicy(quick ? 10 : 20);
     return result;
   } finally {
@@ -161,6 +168,26 @@ async function memoryPerPolicy(count: number): Promise<SandboxResult['memory']> 
     }
   }
   return out;
+}
+
+/** An echo worker, one message at a time, as the hop is measured: the platform's own round trip. */
+async function bareRoundTrip(n: number): Promise<Percentiles> {
+  const worker = new Worker("require('node:worker_threads').parentPort.on('message', (m) => require('node:worker_threads').parentPort.postMessage(m));", { eval: true });
+  try {
+    await new Promise((r) => worker.once('online', r));
+    const times: number[] = [];
+    for (let i = 0; i < n; i++) {
+      const t = performance.now();
+      await new Promise((r) => {
+        worker.once('message', r);
+        worker.postMessage(i);
+      });
+      times.push((performance.now() - t) * 1000);
+    }
+    return percentiles(times);
+  } finally {
+    await worker.terminate();
+  }
 }
 
 const round = (v: number) => Math.round(v * 100) / 100;
