@@ -14,6 +14,9 @@ export function run(command: string, args: string[], options: { input?: string; 
     child.stderr.on('data', (d) => (stderr += d));
     child.on('error', reject);
     child.on('close', (code) => resolve({ code, stdout, stderr }));
+    // A command that exits without reading its stdin (kubectl failing fast) closes the pipe
+    // first: EPIPE then says nothing the exit code and stderr do not.
+    child.stdin.on('error', () => {});
     child.stdin.end(options.input ?? '');
   });
 }
