@@ -230,11 +230,14 @@ export class SandboxPool {
     if (refused) return Promise.resolve(refused);
     return new Promise((resolve) => {
       this.#enqueue({ id: this.#nextId++, requeued: 0, key, fn, input, timeoutMs, started: performance.now(), group, cost: 0, resolve });
-      // Dispatch once this turn of the event loop has queued its calls (all of a review's, and
-      // those of the other requests that arrived together), so they can share messages.
+      // Dispatch once the code that queued this call has queued the rest of its review's (they
+      // are queued in one synchronous loop), so they share a message; not later, at the end of
+      // the event loop's turn: the worker would wait while the main thread reads other sockets,
+      // and reviews would move through the threads in lockstep waves. Under load, calls that
+      // queue while the workers are busy still share messages when a worker comes free.
       if (!this.#dispatchQueued) {
         this.#dispatchQueued = true;
-        setImmediate(() => {
+        queueMicrotask(() => {
           this.#dispatchQueued = false;
           this.#dispatch();
         });
