@@ -53,7 +53,8 @@ ARG VERSION=0.1.0
 ARG REVISION=unknown
 COPY --from=rootfs / /
 ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin NODE_ENV=production \
-    PORTCULLIS_CACHE=/var/cache/portcullis PORTCULLIS_VERSION=${VERSION} PORTCULLIS_REVISION=${REVISION}
+    PORTCULLIS_CACHE=/var/cache/portcullis PORTCULLIS_VERSION=${VERSION} PORTCULLIS_REVISION=${REVISION} \
+    MALLOC_TRIM_THRESHOLD_=1048576
 WORKDIR /app
 COPY --from=deps /app/node_modules node_modules
 COPY package.json ./

@@ -23,3 +23,27 @@ it('refuses an invalid configuration file with the path of the bad field', async
   expect(code).toBe(1);
   expect(stderr.trim()).toBe(`portcullis serve: ${join(dir, 'bad.yaml')}: /policies/0/enforcement must be one of "enforce", "warn", "audit"`);
 });
+
+it('serves with a malloc trim threshold so freed compiler memory goes back to the system, unless the operator set one', async () => {
+  const { spawn } = await import('node:child_process');
+  const { readFile } = await import('node:fs/promises');
+  const { fileURLToPath } = await import('node:url');
+  const bin = fileURLToPath(new URL('../../host/bin/portcullis.js', import.meta.url));
+  const environOf = async (env: NodeJS.ProcessEnv): Promise<string[]> => {
+    const child = spawn(process.execPath, [bin, 'serve', '--host', '127.0.0.1', '--port', '0', '--tls-self-signed'], { env, stdio: ['ignore', 'ignore', 'pipe'] });
+    try {
+      let stderr = '';
+      await new Promise<void>((resolve, reject) => {
+        child.stderr.on('data', (d: Buffer) => { stderr += d.toString(); if (stderr.includes('"msg":"listening"')) resolve(); });
+        child.on('exit', () => reject(new Error(`serve exited early: ${stderr}`)));
+      });
+      // Same PID: the process replaced itself rather than starting a child.
+      return (await readFile(`/proc/${child.pid}/environ`, 'utf8')).split('\0');
+    } finally {
+      child.kill('SIGKILL');
+    }
+  };
+  const { MALLOC_TRIM_THRESHOLD_: _unset, ...clean } = process.env;
+  expect(await environOf(clean)).toContain('MALLOC_TRIM_THRESHOLD_=1048576');
+  expect(await environOf({ ...clean, MALLOC_TRIM_THRESHOLD_: '4096' })).toContain('MALLOC_TRIM_THRESHOLD_=4096');
+});
