@@ -105,3 +105,33 @@ it('survives thousands of malformed and truncated bodies, then answers a valid r
   const res = await raw(good);
   expect(res).toEqual({ status: 200, body: { apiVersion: 'admission.k8s.io/v1', kind: 'AdmissionReview', response: { uid: expect.any(String), allowed: true } } });
 });
+
+describe('a body written so that another parser could read it differently', () => {
+  let protect: TestServer;
+  beforeAll(async () => {
+    protect = await startServer(`
+server: { tls: { mode: self-signed, hostnames: [127.0.0.1] } }
+policies:
+${policyYaml('no-delete')}
+`);
+  });
+  afterAll(() => protect.close());
+
+  // The AssemblyScript SDK's JSON parser keeps escapes in keys as written; the host's JSON.parse
+  // decodes them. Guests must see the request the host selected policies by (red-team finding).
+  it.each([
+    ['the operation key', (text: string) => text.replace('"operation"', '"oper\\u0061tion"')],
+    ['the label key', (text: string) => text.replace('"portcullis.dev/no-delete"', '"portcullis.dev\\/no-delete"')],
+    ['the metadata key', (text: string) => text.replace('"metadata"', '"met\\u0061data"')],
+  ])('an escape in %s does not get a protected object deleted', async (_, rewrite) => {
+    const review = admissionReview(null, { operation: 'DELETE', oldObject: { kind: 'ConfigMap', metadata: { name: 'keep', labels: { 'portcullis.dev/no-delete': 'true' } } } });
+    const plain = JSON.stringify(review);
+    const escaped = rewrite(plain);
+    expect(escaped).not.toBe(plain);
+    for (const body of [plain, escaped]) {
+      const { status, body: answer } = await protect.post('/validate', body);
+      expect(status).toBe(200);
+      expect(answer.response).toMatchObject({ uid: review.request.uid, allowed: false });
+    }
+  });
+});

@@ -46,6 +46,14 @@ describe('issue 14: the request reaches guests as the body\'s own bytes', () => 
     expect(requestSpan(body('{"kind":"x"}'))).toBeUndefined();
     expect(requestSpan(body('[{"request":{}}]'))).toBeUndefined();
     expect(requestSpan(body('{"request":{"a":"unterminated}'))).toBeUndefined();
+    // Keys inside the request written with escapes: the AssemblyScript SDK would not decode them.
+    expect(requestSpan(body('{"request":{"oper\\u0061tion":"DELETE"}}'))).toBeUndefined();
+    expect(requestSpan(body('{"request":{"object":{"metadata":{"labels":{"a\\/b":"x"}}}}}'))).toBeUndefined();
+    expect(requestSpan(body('{"request":{"list":[{"k\\"ey" : 1}]}}'))).toBeUndefined();
+    // Bytes that are not UTF-8: JSON.parse saw replacement characters there.
+    expect(requestSpan(Buffer.concat([body('{"request":{"a":"'), Buffer.from([0xff, 0xfe]), body('"}}')]))).toBeUndefined();
+    // Escapes in values are decoded by every parser: the raw path stays.
+    expect(requestSpan(body('{"request":{"a":"x\\u0041\\"","b":["\\\\"]}}'))).toEqual({ start: 11, end: 39 });
   });
 
   it('joins settings, the per-review fields and the raw request into the same input as before', () => {

@@ -2,8 +2,12 @@
 // guests get the request exactly as it came (issue 14) instead of a copy the main thread
 // re-serialized. The body was already checked by JSON.parse; this only walks its top level.
 // It answers undefined whenever the bytes could mean something other than what JSON.parse saw
-// for guests with another parser (a top-level key written with escapes, or `request` twice),
-// and the caller then serializes the parsed request as before.
+// for guests with another parser, and the caller then serializes the parsed request as before:
+// a top-level key written with escapes, `request` twice, a key anywhere inside the request
+// written with escapes (the AssemblyScript SDK's parser does not decode escapes in keys, so
+// "oper\u0061tion" would not be `operation` to it), or bytes that are not UTF-8 (JSON.parse saw
+// replacement characters there).
+import { isUtf8 } from 'node:buffer';
 
 const QUOTE = 0x22;
 const BACKSLASH = 0x5c;
@@ -64,7 +68,10 @@ function valueEnd(bytes: Buffer, at: number): number {
     if (byte === QUOTE) {
       const end = stringEnd(bytes, at + 1);
       if (end < 0) return -1;
-      at = end + 1;
+      // A string followed by a colon is a key; one with an escape in it is not passed on raw.
+      const next = skipSpace(bytes, end + 1);
+      if (bytes[next] === COLON) for (let i = at + 1; i < end; i++) if (bytes[i] === BACKSLASH) return -1;
+      at = next;
       continue;
     }
     if (byte === OPEN_BRACE || byte === OPEN_BRACKET) depth++;
@@ -102,5 +109,5 @@ export function requestSpan(bytes: Buffer): Span | undefined {
     if (bytes[at] === COMMA) at = skipSpace(bytes, at + 1);
     else if (bytes[at] !== CLOSE_BRACE) return undefined;
   }
-  return found;
+  return found && isUtf8(bytes.subarray(found.start, found.end)) ? found : undefined;
 }
