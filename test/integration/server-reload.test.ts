@@ -57,9 +57,13 @@ describe('hot reload', () => {
     expect(await t.server.reload()).toBe(false);
     await writeFile(t.configPath, config('team: x').replace('require-labels/require-labels.wasm', 'require-labels/missing.wasm'));
     expect(await t.server.reload()).toBe(false);
+    // The same module with settings it refuses: the serving sandbox must not be the one given up.
+    await writeFile(t.configPath, config('team: 42'));
+    expect(await t.server.reload()).toBe(false);
     const logged = t.logs.filter((l) => l.includes('configuration reload refused')).map((l) => JSON.parse(l).message);
     expect(logged).toContainEqual(expect.stringMatching(/\/policies\/0\/name must match pattern/));
     expect(logged).toContainEqual(expect.stringMatching(/policy "require-labels" could not be loaded: .*missing\.wasm does not exist/));
+    expect(logged).toContainEqual(expect.stringMatching(/require-labels.*settings\.labels\["team"\] must be a string/));
     const { body } = await t.post('/validate', pod());
     expect(body.response.status.message).toBe('policy "require-labels": missing required label: tier');
   });

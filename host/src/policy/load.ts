@@ -10,6 +10,7 @@ import { DEFAULT_LIMITS } from '../config/limits.ts';
 import type { LoadedPolicy, PolicyOptions } from './loaded.ts';
 import { readPolicyInfo } from './metadata.ts';
 import { readModule, type RegistryOptions } from './source.ts';
+import { sha256 } from '../util/files.ts';
 
 const SETUP_TIMEOUT_MS = 10_000;
 
@@ -28,7 +29,14 @@ export async function loadPolicy(pool: SandboxPool, options: PolicyOptions, byte
   const moduleBytes = bytes ?? await step(() => readModule(options.module, options.limits.maxModuleMiB * 2 ** 20, registries));
   // The grants travel with the spec: each worker's guest gets a reader limited to them.
   const prepared = await step(() => prepareSandbox(options.name, moduleBytes, options.limits, options.isolation === 'fresh'));
-  const spec = { ...prepared, context: options.context ?? [] };
+  const context = options.context ?? [];
+  // The key names everything an instance is made from, settings included: a reload that changes
+  // any of it gets a new sandbox beside the serving one (the serving one goes when its set
+  // drains), and one that changes nothing reuses the serving sandbox. A refused reload therefore
+  // never alters or unloads what still serves.
+  const madeOf = [prepared.memoryCapBytes, prepared.maxOutputBytes, prepared.fresh, context, options.settings ?? null];
+  const made = sha256(Buffer.from(JSON.stringify(madeOf))).slice(0, 12);
+  const spec = { ...prepared, key: `${prepared.key}.${made}`, context };
   // After prepare: its bounded walk has already refused malformed and hostile shapes.
   const info = await step(() => readPolicyInfo(moduleBytes));
   // The schema is checked before the guest's own validator runs: a wrong type gets a message
@@ -37,8 +45,9 @@ export async function loadPolicy(pool: SandboxPool, options: PolicyOptions, byte
     const problem = schemaProblem(info.settingsSchema, options.settings);
     if (problem) throw new PolicySettingsError(options.name, problem);
   }
-  await step(() => pool.load(spec));
+  const created = await step(() => pool.load(spec));
   const loaded: LoadedPolicy = { ...options, key: spec.key, digest: spec.digest, kind: spec.kind, modes: [], ...(info ? { info } : {}) };
+  if (created) createdHere.add(loaded);
   try {
     const metadata = parseMetadata(await setupCall(pool, loaded, 'metadata', '{}'));
     loaded.modes = metadata.modes;
@@ -47,11 +56,21 @@ export async function loadPolicy(pool: SandboxPool, options: PolicyOptions, byte
       if (!verdict.valid) throw new PolicySettingsError(options.name, verdict.message);
     }
   } catch (error) {
-    pool.unload(loaded.key);
+    unloadIfCreated(pool, loaded);
     if (error instanceof PolicySettingsError) throw error;
     fail(errorMessage(error), error);
   }
   return loaded;
+}
+
+const createdHere = new WeakSet<LoadedPolicy>();
+
+/**
+ * Gives up a policy that loaded but will not be used: its sandbox goes only if this load made it,
+ * never one that a serving policy with the same key holds.
+ */
+export function unloadIfCreated(pool: SandboxPool, loaded: LoadedPolicy): void {
+  if (createdHere.delete(loaded)) pool.unload(loaded.key);
 }
 
 /**
@@ -61,12 +80,12 @@ export async function loadPolicy(pool: SandboxPool, options: PolicyOptions, byte
 export async function probeModes(pool: SandboxPool, name: string, bytes: Uint8Array): Promise<Mode[]> {
   const prepared = await prepareSandbox(name, bytes, DEFAULT_LIMITS, false);
   const spec = { ...prepared, context: [] };
-  await pool.load(spec);
+  const created = await pool.load(spec);
   try {
     const probe = { name, module: name, settings: null, limits: DEFAULT_LIMITS, failurePolicy: 'Fail', enforcement: 'enforce', isolation: 'reuse', key: spec.key, digest: spec.digest, kind: spec.kind, modes: [] } satisfies LoadedPolicy;
     return parseMetadata(await setupCall(pool, probe, 'metadata', '{}')).modes;
   } finally {
-    pool.unload(spec.key);
+    if (created) pool.unload(spec.key);
   }
 }
 

@@ -7,7 +7,7 @@ import type { Config, PolicyConfig } from '../config/types.ts';
 import { errorMessage, PolicyLoadError, PortcullisError } from '../errors.ts';
 import type { SandboxPool } from '../sandbox/pool.ts';
 import { sha256 } from '../util/files.ts';
-import { loadPolicy } from './load.ts';
+import { loadPolicy, unloadIfCreated } from './load.ts';
 import type { LoadedPolicy } from './loaded.ts';
 import { readModule, type RegistryOptions } from './source.ts';
 
@@ -75,7 +75,7 @@ async function loadEntry(pool: SandboxPool, config: PolicyConfig, registries: Re
     const modes = config.modes ?? loaded.modes;
     const missing = modes.filter((m) => !loaded.modes.includes(m));
     if (missing.length > 0) {
-      pool.unload(loaded.key);
+      unloadIfCreated(pool, loaded);
       throw new PolicyLoadError(config.name, `it is configured to ${missing.join(' and ')} but the module only supports ${loaded.modes.join(', ')}`);
     }
     // Rules the file leaves out come from the module: a configuration entry can be just

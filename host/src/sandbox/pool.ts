@@ -107,6 +107,7 @@ export class SandboxPool {
   #slots: Slot[] = [];
   #queue: Job[] = [];
   #specs = new Map<string, SandboxSpec>();
+  readonly #loading = new Map<string, Promise<void>>();
   #nextId = 1;
   #restarts = 0;
   #closed = false;
@@ -159,11 +160,30 @@ export class SandboxPool {
   }
 
   /**
-   * Loads (or replaces) a sandbox in the workers placed to hold it; rejects with the first error.
-   * One worker goes first: a module that hangs or crashes while instantiating then costs one
-   * worker, not all.
+   * Loads a sandbox in the workers placed to hold it; rejects with the first error. One worker
+   * goes first: a module that hangs or crashes while instantiating then costs one worker, not
+   * all. A key names everything the sandbox is made from, so a key already loaded (or loading)
+   * is not loaded again: the answer is whether this call made it (false: someone else holds it,
+   * and only they may unload it).
    */
-  async load(spec: SandboxSpec): Promise<void> {
+  async load(spec: SandboxSpec): Promise<boolean> {
+    const pending = this.#loading.get(spec.key);
+    if (pending) {
+      await pending;
+      return false;
+    }
+    if (this.#specs.has(spec.key)) return false;
+    const loading = this.#load(spec);
+    this.#loading.set(spec.key, loading);
+    try {
+      await loading;
+      return true;
+    } finally {
+      this.#loading.delete(spec.key);
+    }
+  }
+
+  async #load(spec: SandboxSpec): Promise<void> {
     this.#specs.set(spec.key, spec);
     const homes = this.#place(spec.key);
     const [first, ...rest] = [...homes].map((i) => this.#slots[i]!);
@@ -297,7 +317,10 @@ export class SandboxPool {
   #loadInto(slot: Slot, spec: SandboxSpec, probe = false): Promise<string | undefined> {
     return new Promise((resolve) => {
       // A start function that never returns holds the worker's only thread: only terminating it stops it.
-      const timer = probe ? setTimeout(() => this.#loadExpired(slot, spec), this.#loadTimeoutMs) : undefined;
+      // The worker reads the load message only once the batch it runs ends (each call of it within
+      // its deadline, so by two of the longest at worst): that wait is not the module's fault.
+      const batch = slot.jobs.length === 0 ? 0 : 2 * Math.max(...slot.jobs.map((job) => job.timeoutMs));
+      const timer = probe ? setTimeout(() => this.#loadExpired(slot, spec), this.#loadTimeoutMs + batch) : undefined;
       slot.loads.set(spec.key, { done: resolve, timer });
       this.#post(slot, { type: 'load', spec });
     });

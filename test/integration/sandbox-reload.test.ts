@@ -1,0 +1,39 @@
+// A policy loaded again (a reload) must never take the sandbox from the one still serving, and a
+// load that waits behind a long call is not blamed for the wait. Found by a red-team read of the
+// pool: a refused reload with the same module unloaded the serving policy's sandbox.
+import { afterAll, beforeAll, expect, it } from 'vitest';
+import { evaluatePolicy } from '../../host/src/evaluate/evaluate.ts';
+import { SandboxPool } from '../../host/src/sandbox/pool.ts';
+import { DEFAULT_LIMITS } from '../../host/src/config/limits.ts';
+import { input, load } from '../helpers/policies.ts';
+
+let pool: SandboxPool;
+beforeAll(() => { pool = new SandboxPool(1, { loadTimeoutMs: 500 }); });
+afterAll(() => pool.close());
+
+it('a reload of the same module that refuses its settings leaves the serving policy answering', async () => {
+  const serving = await load(pool, 'added-by', { settings: { value: 'portcullis' } });
+  const before = await evaluatePolicy(pool, serving, 'mutate', input());
+  expect(before.status).toBe('allowed');
+  await expect(load(pool, 'added-by', { settings: { value: 42 } })).rejects.toThrow(/added-by/);
+  expect(await evaluatePolicy(pool, serving, 'mutate', input())).toEqual({ ...before, totalMicros: expect.any(Number), guestMicros: expect.any(Number) });
+});
+
+it('loading the same policy twice at once gives one sandbox both can use', async () => {
+  const [a, b] = await Promise.all([load(pool, 'numbers'), load(pool, 'numbers')]);
+  expect(a.key).toBe(b.key);
+  expect(pool.instancesOf(a.key)).toBe(1);
+  for (const p of [a, b]) expect((await evaluatePolicy(pool, p, 'validate', input({ object: { spec: { numbers: [500] } } }))).status).toBe('denied');
+});
+
+it('a policy loaded while its worker runs a long call is not blamed for the wait, nor is the call', async () => {
+  const spin = await load(pool, 'spin', { limits: { ...DEFAULT_LIMITS, timeoutMs: 1500 } });
+  const running = evaluatePolicy(pool, spin, 'validate', input());
+  await new Promise((r) => setTimeout(r, 100));
+  // The load deadline is 500 ms; the worker reads the load only after the 1.5 s call is stopped.
+  const late = await load(pool, 'no-delete', { name: 'no-delete-late' });
+  const stuck = await running;
+  expect(stuck).toMatchObject({ status: 'failed', failure: 'temporary' });
+  expect(stuck.status === 'failed' && stuck.message).toContain('exceeded its 1.5s CPU deadline');
+  expect((await evaluatePolicy(pool, late, 'validate', input())).status).toBe('allowed');
+}, 20_000);
