@@ -3,6 +3,7 @@
 import { writeFile, mkdtemp } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { parse } from '@bytecodealliance/jco';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { evaluatePolicy } from '../../host/src/evaluate/evaluate.ts';
 import { loadPolicy } from '../../host/src/policy/load.ts';
@@ -99,6 +100,48 @@ describe('one memory budget per policy', () => {
     const bytes = module({ tables: [{ min: 10 }], functions: [RETURN_0] });
     const layout = readLayout(bytes);
     expect(planBudget([layout], 2 ** 20).tableMax).toEqual([[10]]);
+  });
+});
+
+describe('memory the linear-memory cap does not see (red-team findings)', () => {
+  const small = { ...DEFAULT_LIMITS, memoryMiB: 16 };
+  const loadWat = async (name: string, text: string) =>
+    loadPolicy(pool, { name, module: `${name}.wasm`, settings: {}, limits: small, failurePolicy: 'Fail', enforcement: 'enforce', isolation: 'reuse' }, await parse(text));
+
+  it('refuses WasmGC struct and array types at load: their memory is on the worker heap, and exhausting it aborted the host', async () => {
+    const gc = `(module (type $a (array (mut i64))) (memory (export "memory") 1)
+      (func (export "validate") (result i32) (drop (array.new_default $a (i32.const 60000000))) (i32.const 0)))`;
+    await expect(loadWat('gc-array', gc)).rejects.toThrow(/policy "gc-array" could not be loaded: .*type 0 is not a function type .*WasmGC/);
+    await stillServes();
+  });
+
+  // Extism's kernel hands out blocks outside linear memory; the host meters them per call.
+  const kernel = (body: string) => `(module
+    (import "extism:host/env" "alloc" (func $alloc (param i64) (result i64)))
+    (import "extism:host/env" "store_u64" (func $store (param i64 i64)))
+    (memory (export "memory") 1)
+    (func (export "validate") (result i32) (local $b i64) (local $k i32) ${body} (i32.const 0)))`;
+
+  it('a negative allocation does not lower the meter: the call fails at the cap', async () => {
+    const policy = await loadWat('alloc-negative', kernel(`
+      (block $done (try_table (catch_all $done) (drop (call $alloc (i64.const -1099511627776)))))
+      (loop $more
+        (local.set $b (call $alloc (i64.const 8388608)))
+        (call $store (local.get $b) (i64.const 1))
+        (local.set $k (i32.add (local.get $k) (i32.const 1)))
+        (br_if $more (i32.lt_u (local.get $k) (i32.const 8))))`));
+    const outcome = await evaluatePolicy(pool, policy, 'validate', input());
+    expect(outcome).toMatchObject({ status: 'failed', failure: 'temporary' });
+    expect(outcome.status === 'failed' && outcome.message).toMatch(/exceeded its 16 MiB memory cap \(Extism kernel allocations\)/);
+    await stillServes();
+  });
+
+  it('a guest that catches the cap\'s fault and carries on still fails the call', async () => {
+    const policy = await loadWat('alloc-swallow', kernel(`
+      (block $done (try_table (catch_all $done) (drop (call $alloc (i64.const 33554432)))))`));
+    const outcome = await evaluatePolicy(pool, policy, 'validate', input());
+    expect(outcome).toMatchObject({ status: 'failed', failure: 'temporary' });
+    expect(outcome.status === 'failed' && outcome.message).toMatch(/memory cap/);
   });
 });
 

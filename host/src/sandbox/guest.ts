@@ -109,11 +109,20 @@ async function instantiateCore(spec: SandboxSpec, logs: LogBuffer): Promise<Gues
   // Extism's kernel serves `alloc` with ArrayBuffers outside the guest's linear memory, where
   // the memory cap does not reach. Meter them per call against the same cap.
   let allocated = 0;
+  // A guest can catch what a host function throws (exception handling's catch_all) and run on:
+  // the first fault of a call is kept and decides the call however the guest carries on.
+  let fault: GuestFault | undefined;
+  const raise = (error: GuestFault): never => {
+    fault ??= error;
+    throw error;
+  };
   const alloc = (context: CallContext, length: bigint): bigint => {
-    allocated += Number(length);
-    if (allocated > spec.memoryCapBytes) {
-      throw new GuestFault('memory', `exceeded its ${Math.round(spec.memoryCapBytes / 2 ** 20)} MiB memory cap (Extism kernel allocations)`);
+    // Checked before it counts: a negative length would lower the meter (a red-team bypass).
+    const bytes = Number(length);
+    if (!(bytes >= 0) || allocated + bytes > spec.memoryCapBytes) {
+      raise(new GuestFault('memory', `exceeded its ${Math.round(spec.memoryCapBytes / 2 ** 20)} MiB memory cap (Extism kernel allocations)`));
     }
+    allocated += bytes;
     return context.alloc(length);
   };
   // Issue 15: context reads for AssemblyScript policies (sdk/assembly/context.ts), JSON in and out.
@@ -126,7 +135,7 @@ async function instantiateCore(spec: SandboxSpec, logs: LogBuffer): Promise<Gues
     const answer = new TextEncoder().encode(readContext(request === null ? '' : request.text()));
     allocated += answer.length;
     if (allocated > spec.memoryCapBytes) {
-      throw new GuestFault('memory', `exceeded its ${Math.round(spec.memoryCapBytes / 2 ** 20)} MiB memory cap (context read answers)`);
+      raise(new GuestFault('memory', `exceeded its ${Math.round(spec.memoryCapBytes / 2 ** 20)} MiB memory cap (context read answers)`));
     }
     return context.store(answer);
   };
@@ -141,7 +150,8 @@ async function instantiateCore(spec: SandboxSpec, logs: LogBuffer): Promise<Gues
     const at = offset >>> 0;
     const length = head.length + tail.length;
     if (!guest.memory || at + length > guest.memory.buffer.byteLength) {
-      throw new GuestFault('trap', `asked for its input at ${at}, outside its ${guest.memory?.buffer.byteLength ?? 0}-byte memory`);
+      raise(new GuestFault('trap', `asked for its input at ${at}, outside its ${guest.memory?.buffer.byteLength ?? 0}-byte memory`));
+      return;
     }
     const view = new Uint8Array(guest.memory.buffer, at, length);
     view.set(head);
@@ -164,6 +174,7 @@ async function instantiateCore(spec: SandboxSpec, logs: LogBuffer): Promise<Gues
       const name = CORE_EXPORTS[fn];
       if (!exported.has(name)) throw new GuestFault('trap', `the module does not export "${name}"`);
       allocated = 0;
+      fault = undefined;
       // Extism 1.0 never frees a call's memory blocks: without a reset they pile up (~6 KB a
       // review) until block 32,768 overflows its address encoding, after 16,384 calls.
       // Variables (Var) live in those blocks too and do not survive: linear memory does.
@@ -172,6 +183,9 @@ async function instantiateCore(spec: SandboxSpec, logs: LogBuffer): Promise<Gues
       const output = await plugin.call(name, oneCopy ? undefined : inputBytes(input)).finally(() => {
         parts = NO_INPUT;
       });
+      // Set by the host functions during the call, which the compiler cannot see from here.
+      const caught = fault as GuestFault | undefined;
+      if (caught) throw caught;
       if (output === null) return '';
       const size = (output as unknown as DataView).byteLength;
       if (size > spec.maxOutputBytes) throw outputTooLarge(spec, size);

@@ -9,11 +9,12 @@
 //
 // The walk over the module is bounded before it allocates: section sizes are checked against
 // the file's length and the number of sections is capped, and only the table, memory and
-// global sections are looked into, so a header followed by megabytes of zeros (millions of
+// global sections are looked into (and the type section, for the types it may not hold), so a header followed by megabytes of zeros (millions of
 // empty custom sections) is refused in microseconds without one object per section.
 import { PortcullisError } from '../errors.ts';
 
 const PAGE = 65536;
+const TYPE_SECTION = 1;
 const TABLE_SECTION = 4;
 const MEMORY_SECTION = 5;
 const GLOBAL_SECTION = 6;
@@ -71,7 +72,9 @@ export function readLayout(bytes: Uint8Array): ModuleLayout {
     const start = offset + 1 + sizeLength;
     const end = start + size;
     if (end > bytes.length) throw new MemoryCapError(`section ${id} at byte ${offset} claims ${size} bytes, past the end of the module`);
-    if (id === MEMORY_SECTION) {
+    if (id === TYPE_SECTION) {
+      checkFunctionTypes(bytes, start, end);
+    } else if (id === MEMORY_SECTION) {
       layout.memorySection = { header: offset, start, end };
       layout.memories = readLimitsVector(bytes, start, end, false);
     } else if (id === TABLE_SECTION) {
@@ -195,6 +198,40 @@ function sum(values: number[]): number {
 
 function mib(bytes: number): string {
   return String(Math.round((bytes / 2 ** 20) * 10) / 10);
+}
+
+const FUNC_TYPE = 0x60;
+/** Value types of the MVP, SIMD and reference types (no GC heap types). */
+const PLAIN_VALUE_TYPES = new Set([0x7f, 0x7e, 0x7d, 0x7c, 0x7b, 0x70, 0x6f]);
+/** `(ref ht)` and `(ref null ht)`: a heap type follows, as a signed LEB128. */
+const TYPED_REFERENCES = new Set([0x63, 0x64]);
+
+/**
+ * Only function types: struct and array types (WasmGC) allocate on the worker's JavaScript heap,
+ * which no memory cap reaches, and running out of it aborts the whole host process (red-team:
+ * one `array.new` of 60 million i64 killed the host). No policy toolchain we build emits them.
+ */
+function checkFunctionTypes(bytes: Uint8Array, start: number, end: number): void {
+  const [count, countLength] = readLeb(bytes, start, end);
+  if (count > (end - start) / 3) throw new MemoryCapError(`the type section claims ${count} types in ${end - start} bytes`);
+  let at = start + countLength;
+  for (let i = 0; i < count; i++) {
+    const form = bytes[at++];
+    if (form !== FUNC_TYPE) {
+      throw new MemoryCapError(`type ${i} is not a function type (form 0x${(form ?? 0).toString(16)}): garbage-collected structs and arrays ` +
+        '(WasmGC) are not allowed in a policy, because their memory is outside the sandbox\'s cap');
+    }
+    for (let vector = 0; vector < 2; vector++) {
+      const [types, length] = readLeb(bytes, at, end);
+      at += length;
+      for (let t = 0; t < types; t++) {
+        const type = bytes[at++];
+        if (type !== undefined && TYPED_REFERENCES.has(type)) at += readLeb(bytes, at, end)[1];
+        else if (type === undefined || !PLAIN_VALUE_TYPES.has(type)) throw new MemoryCapError(`type ${i} has a value type 0x${(type ?? 0).toString(16)} a policy may not use`);
+      }
+    }
+    if (at > end) throw new MemoryCapError('the type section runs past its end');
+  }
 }
 
 /** An unsigned LEB128 at `offset`, read no further than `limit`: [value, bytes it took]. */
