@@ -1,6 +1,6 @@
 // Hand-made hostile modules against the host's budget and parsing limits: each is refused or
 // contained with a message naming the policy and the numbers, and the host keeps serving.
-import { writeFile, mkdtemp } from 'node:fs/promises';
+import { mkdtemp, readFile, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parse } from '@bytecodealliance/jco';
@@ -10,7 +10,8 @@ import { loadPolicy } from '../../host/src/policy/load.ts';
 import { SandboxPool } from '../../host/src/sandbox/pool.ts';
 import { applyPlan, planBudget, readLayout } from '../../host/src/sandbox/memory-cap.ts';
 import { DEFAULT_LIMITS } from '../../host/src/config/limits.ts';
-import { input, load } from '../helpers/policies.ts';
+import { input, load, wasm } from '../helpers/policies.ts';
+import { embedPolicyInfo } from '../../host/src/policy/metadata.ts';
 import { DROP, growMemory, module, RETURN_0 } from '../helpers/wasm.ts';
 
 let pool: SandboxPool;
@@ -142,6 +143,30 @@ describe('memory the linear-memory cap does not see (red-team findings)', () => 
     const outcome = await evaluatePolicy(pool, policy, 'validate', input());
     expect(outcome).toMatchObject({ status: 'failed', failure: 'temporary' });
     expect(outcome.status === 'failed' && outcome.message).toMatch(/memory cap/);
+  });
+});
+
+describe('settings schemas embedded in modules stay their own (red-team findings)', () => {
+  const withSchema = async (settingsSchema: Record<string, unknown>) =>
+    embedPolicyInfo(await readFile(wasm('numbers')), { name: 'numbers', settingsSchema });
+  const loadAs = (name: string, bytes: Uint8Array) =>
+    loadPolicy(pool, { name, module: `${name}.wasm`, settings: {}, limits: DEFAULT_LIMITS, failurePolicy: 'Fail', enforcement: 'enforce', isolation: 'reuse' }, bytes);
+
+  it('one policy\'s schema $id does not stop another, or its own reload, from loading', async () => {
+    const bytes = await withSchema({ $id: 'urn:portcullis:taken', type: 'object' });
+    await loadAs('schema-first', bytes);
+    await expect(loadAs('schema-second', bytes)).resolves.toMatchObject({ name: 'schema-second' });
+    await expect(loadAs('schema-first', bytes)).resolves.toMatchObject({ name: 'schema-first' });
+  });
+
+  it('a $ref does not reach another policy\'s schema', async () => {
+    await loadAs('schema-target', await withSchema({ $id: 'urn:portcullis:target', type: 'object' }));
+    // Written after embedding, whose own check would refuse it: the host must refuse it too.
+    const bytes = Buffer.from(await withSchema({ $comment: 'urn:portcullis:target' }));
+    const at = bytes.indexOf('"$comment"');
+    bytes.write('"$ref"    ', at);
+    await expect(loadAs('schema-borrower', bytes))
+      .rejects.toThrow(/settingsSchema is not a usable JSON Schema: can't resolve reference urn:portcullis:target/);
   });
 });
 

@@ -1,14 +1,13 @@
 // Loads one policy: read bytes, prepare and load its sandbox in every worker, ask it what it
 // can do, and let it check its settings. Any problem is a PolicyLoadError or
 // PolicySettingsError naming the policy; other policies are not affected.
-import { Ajv } from 'ajv';
 import type { JsonValue, Mode, PolicyMetadata } from '@portcullis/sdk';
 import { errorMessage, PolicyLoadError, PolicySettingsError } from '../errors.ts';
 import type { SandboxPool } from '../sandbox/pool.ts';
 import { prepareSandbox } from '../sandbox/prepare.ts';
 import { DEFAULT_LIMITS } from '../config/limits.ts';
 import type { LoadedPolicy, PolicyOptions } from './loaded.ts';
-import { readPolicyInfo } from './metadata.ts';
+import { compileSettingsSchema, readPolicyInfo } from './metadata.ts';
 import { readModule, type RegistryOptions } from './source.ts';
 import { sha256 } from '../util/files.ts';
 
@@ -122,11 +121,9 @@ function parseObject(text: string, what: string): Record<string, unknown> {
   return value as Record<string, unknown>;
 }
 
-const settingsAjv = new Ajv({ allErrors: false, strict: false });
-
 /** The first way the settings break the module's settings schema, or undefined. */
 function schemaProblem(schema: Record<string, unknown>, settings: JsonValue): string | undefined {
-  const validate = settingsAjv.compile(schema);
+  const validate = compileSettingsSchema(schema);
   if (validate(settings)) return undefined;
   const error = validate.errors?.[0];
   return `settings${error?.instancePath ?? ''} ${error?.message ?? 'do not match the schema'} (the module's settings schema)`;

@@ -4,7 +4,7 @@
 // be just name + module + settings, and checks settings against the schema before the policy's
 // own validator runs. The section comes from whoever built the module, so it is untrusted
 // input: size-capped, schema-checked, and refused with a message that says which field is wrong.
-import { Ajv, type ErrorObject } from 'ajv';
+import { Ajv, type ErrorObject, type ValidateFunction } from 'ajv';
 import type { Mode } from '@portcullis/sdk';
 import configSchema from '../../config.schema.json' with { type: 'json' };
 import type { RuleWithOperations } from '../config/types.ts';
@@ -49,6 +49,16 @@ const validateInfo = ajv.compile<PolicyInfo>({
   definitions: configSchema.definitions,
 });
 
+/**
+ * A module's settings schema is compiled by an Ajv of its own: one shared instance would keep
+ * every schema ever loaded (a leak per reload), refuse a second schema with the same `$id` (one
+ * policy could stop another from loading, so failing closed) and resolve one policy's `$ref`
+ * to another's schema (red-team findings).
+ */
+export function compileSettingsSchema(schema: Record<string, unknown>): ValidateFunction {
+  return new Ajv({ allErrors: false, strict: false }).compile(schema);
+}
+
 function describe(error: ErrorObject | undefined): string {
   return error ? `${error.instancePath || '/'} ${error.message ?? 'is invalid'}` : 'is invalid';
 }
@@ -58,7 +68,7 @@ export function checkInfo(value: unknown, where: string): PolicyInfo {
   if (!validateInfo(value)) throw new MetadataError(`${where}: ${describe(validateInfo.errors?.[0])}`);
   if (value.settingsSchema) {
     try {
-      ajv.compile(value.settingsSchema);
+      compileSettingsSchema(value.settingsSchema);
     } catch (error) {
       throw new MetadataError(`${where}: settingsSchema is not a usable JSON Schema: ${(error as Error).message}`);
     }
