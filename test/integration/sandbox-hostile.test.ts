@@ -116,6 +116,12 @@ describe('memory the linear-memory cap does not see (red-team findings)', () => 
     await stillServes();
   });
 
+  it('refuses a typed-reference table with a reason instead of misreading it', async () => {
+    const typed = `(module (type $f (func)) (table 10 (ref null $f)) (memory (export "memory") 1)
+      (func (export "validate") (result i32) (i32.const 0)))`;
+    await expect(loadWat('typed-table', typed)).rejects.toThrow(/table 0 has element type 0x63; a policy's tables hold funcref or externref/);
+  });
+
   // Extism's kernel hands out blocks outside linear memory; the host meters them per call.
   const kernel = (body: string) => `(module
     (import "extism:host/env" "alloc" (func $alloc (param i64) (result i64)))

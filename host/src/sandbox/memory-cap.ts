@@ -96,6 +96,9 @@ function readLimitsVector(bytes: Uint8Array, start: number, end: number, tables:
   let at = start + countLength;
   for (let i = 0; i < count; i++) {
     const type = tables ? bytes[at++] : undefined;
+    // Typed-reference tables carry a heap type (and may carry an initializer) this walk does not
+    // rewrite: refused with a reason rather than misread.
+    if (type !== undefined && type !== 0x70 && type !== 0x6f) throw new MemoryCapError(`table ${i} has element type 0x${type.toString(16)}; a policy's tables hold funcref or externref`);
     const flags = bytes[at++];
     if (flags === undefined || at > end) throw new MemoryCapError('truncated limits in module');
     if (flags > 0x07) throw new MemoryCapError(`unknown ${tables ? 'table' : 'memory'} limits flags 0x${flags.toString(16)}`);
