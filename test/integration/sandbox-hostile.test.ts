@@ -122,6 +122,22 @@ describe('memory the linear-memory cap does not see (red-team findings)', () => 
     await expect(loadWat('typed-table', typed)).rejects.toThrow(/table 0 has element type 0x63; a policy's tables hold funcref or externref/);
   });
 
+  // The compiler's memory grows with nesting (~650 B a level, outside every heap limit): 2.3
+  // million levels took 1.5 GB per call in the worker. Real toolchains nest a few hundred.
+  const nested = (levels: number) => `(module (memory (export "memory") 1)
+    (func (export "validate") (result i32) ${'block\n'.repeat(levels)}${'end\n'.repeat(levels)} (i32.const 0)))`;
+
+  it('refuses a function body nested deeper than 10,000 blocks at load, before V8 compiles it', async () => {
+    await expect(loadWat('deep-blocks', nested(20_000))).rejects.toThrow(
+      /policy "deep-blocks" could not be loaded: function body 0 nests blocks more than 10000 deep; compiling it would take the host's memory/);
+    await stillServes();
+  });
+
+  it('loads and runs a body nested 2,000 deep (it answers nothing, which is a crash like any empty answer)', async () => {
+    const policy = await loadWat('fairly-deep', nested(2_000));
+    expect(await evaluatePolicy(pool, policy, 'validate', input())).toMatchObject({ status: 'failed', failure: 'crash' });
+  });
+
   // Extism's kernel hands out blocks outside linear memory; the host meters them per call.
   const kernel = (body: string) => `(module
     (import "extism:host/env" "alloc" (func $alloc (param i64) (result i64)))

@@ -18,6 +18,7 @@ const TYPE_SECTION = 1;
 const TABLE_SECTION = 4;
 const MEMORY_SECTION = 5;
 const GLOBAL_SECTION = 6;
+const CODE_SECTION = 10;
 /**
  * What V8 spends per table entry: the table's own slot plus its entry in the instance's
  * indirect-call dispatch table (measured: ten million funcref entries cost about 305 MiB).
@@ -57,6 +58,7 @@ export interface ModuleLayout {
   globals: number;
   memorySection?: Span;
   tableSection?: Span;
+  codeSection?: Span;
 }
 
 export function readLayout(bytes: Uint8Array): ModuleLayout {
@@ -80,6 +82,8 @@ export function readLayout(bytes: Uint8Array): ModuleLayout {
     } else if (id === TABLE_SECTION) {
       layout.tableSection = { header: offset, start, end };
       layout.tables = readLimitsVector(bytes, start, end, true) as ModuleLayout['tables'];
+    } else if (id === CODE_SECTION) {
+      layout.codeSection = { header: offset, start, end };
     } else if (id === GLOBAL_SECTION) {
       layout.globals = readLeb(bytes, start, end)[0];
     }

@@ -10,6 +10,7 @@ import type { SandboxLimits } from '../config/limits.ts';
 import { cacheDir, sha256 } from '../util/files.ts';
 import { moduleKind, type ModuleKind } from './module-kind.ts';
 import { applyPlan, capMemory, planBudget, readLayout } from './memory-cap.ts';
+import { checkCodeSection } from './code-walk.ts';
 import type { SandboxSpec } from './protocol.ts';
 import { PortcullisError } from '../errors.ts';
 
@@ -76,6 +77,9 @@ async function compile(bytes: Uint8Array<ArrayBuffer>): Promise<WebAssembly.Modu
   if (known) return known;
   let pending = compiling.get(hash);
   if (!pending) {
+    // Before V8 sees it: a body nested deep enough costs the worker's compiler gigabytes later.
+    const { codeSection } = readLayout(bytes);
+    if (codeSection) checkCodeSection(bytes, codeSection.start, codeSection.end);
     pending = WebAssembly.compile(bytes).then(
       (module) => {
         compiled.set(hash, new WeakRef(module));

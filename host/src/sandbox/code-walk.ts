@@ -1,0 +1,223 @@
+// Bounds how deeply a policy's function bodies nest blocks. V8 compiles a function lazily, in
+// the worker, on its first call, and its compiler's memory grows with the nesting depth (about
+// 650 bytes a level, outside every heap limit): a 26 MB module of four functions with 2.3
+// million nested `block`s each took 1.5 GB per call, and terminated workers released it only
+// seconds later (red-team). Depth is not visible without decoding every instruction, so this
+// walks the code section once, instruction by instruction, and refuses a body nested deeper
+// than MAX_NESTING or an instruction it cannot decode (it knows the MVP and the standard
+// extensions V8 ships: bulk memory, reference types, SIMD, threads, exceptions, tail calls).
+import { PortcullisError } from '../errors.ts';
+import { readLeb } from './memory-cap.ts';
+
+/** Toolchains nest a few hundred levels at most; this leaves room and caps the compiler's memory. */
+export const MAX_NESTING = 10_000;
+
+class CodeWalkError extends PortcullisError {
+  constructor(message: string) {
+    super('MODULE_REFUSED', message);
+  }
+}
+
+/** A cursor over one function body; every read is bounded by `end`. */
+class Reader {
+  at: number;
+  readonly bytes: Uint8Array;
+  readonly end: number;
+  constructor(bytes: Uint8Array, start: number, end: number) {
+    this.bytes = bytes;
+    this.at = start;
+    this.end = end;
+  }
+
+  byte(): number {
+    if (this.at >= this.end) throw new CodeWalkError('a function body ends in the middle of an instruction');
+    return this.bytes[this.at++]!;
+  }
+
+  leb(): number {
+    const [value, length] = readLeb(this.bytes, this.at, this.end);
+    this.at += length;
+    return value;
+  }
+
+  skip(count: number): void {
+    if (this.at + count > this.end) throw new CodeWalkError('a function body ends in the middle of an instruction');
+    this.at += count;
+  }
+
+  /** A value type, with the heap type of `(ref ...)`/`(ref null ...)`. */
+  valueType(): void {
+    const type = this.byte();
+    if (type === 0x63 || type === 0x64) this.leb();
+  }
+
+  /** A block type: empty (0x40), one value type, or a type index (a positive s33). */
+  blockType(): void {
+    const first = this.bytes[this.at];
+    if (first === 0x40) this.at++;
+    else if (first === 0x63 || first === 0x64 || (first !== undefined && first >= 0x6a && first <= 0x7f)) this.valueType();
+    else this.leb();
+  }
+
+  memarg(): void {
+    const align = this.leb();
+    if (align & 0x40) this.leb(); // multi-memory: a memory index follows
+    this.leb();
+  }
+}
+
+/** Walks the code section (id 10) between `start` and `end`. */
+export function checkCodeSection(bytes: Uint8Array, start: number, end: number): void {
+  const [count, countLength] = readLeb(bytes, start, end);
+  if (count > end - start) throw new CodeWalkError(`the code section claims ${count} bodies in ${end - start} bytes`);
+  let at = start + countLength;
+  for (let i = 0; i < count; i++) {
+    const [size, sizeLength] = readLeb(bytes, at, end);
+    const bodyStart = at + sizeLength;
+    const bodyEnd = bodyStart + size;
+    if (bodyEnd > end) throw new CodeWalkError(`function body ${i} runs past the code section`);
+    checkBody(new Reader(bytes, bodyStart, bodyEnd), i);
+    at = bodyEnd;
+  }
+}
+
+function checkBody(r: Reader, index: number): void {
+  const groups = r.leb();
+  if (groups > r.end - r.at) throw new CodeWalkError(`function body ${index} claims ${groups} local groups`);
+  for (let g = 0; g < groups; g++) {
+    r.leb();
+    r.valueType();
+  }
+  // The body is itself a block: its final `end` brings the depth to zero.
+  let depth = 1;
+  while (r.at < r.end) {
+    const op = r.byte();
+    switch (op) {
+      case 0x02: case 0x03: case 0x04: case 0x06: // block, loop, if, try
+        r.blockType();
+        if (++depth > MAX_NESTING) {
+          throw new CodeWalkError(`function body ${index} nests blocks more than ${MAX_NESTING} deep; compiling it would take the host's memory`);
+        }
+        break;
+      case 0x1f: { // try_table
+        r.blockType();
+        const catches = r.leb();
+        for (let c = 0; c < catches; c++) {
+          const kind = r.byte();
+          if (kind === 0x00 || kind === 0x01) r.leb();
+          r.leb();
+        }
+        if (++depth > MAX_NESTING) {
+          throw new CodeWalkError(`function body ${index} nests blocks more than ${MAX_NESTING} deep; compiling it would take the host's memory`);
+        }
+        break;
+      }
+      case 0x0b: // end
+        depth--;
+        break;
+      case 0x18: // delegate: ends a try
+        r.leb();
+        depth--;
+        break;
+      case 0x00: case 0x01: case 0x05: case 0x0a: case 0x0f: case 0x19: case 0x1a: case 0x1b:
+      case 0xd1: case 0xd3: case 0xd4:
+        break;
+      case 0x07: case 0x08: case 0x09: case 0x0c: case 0x0d: case 0x10: case 0x12: case 0x14: case 0x15:
+      case 0x20: case 0x21: case 0x22: case 0x23: case 0x24: case 0x25: case 0x26:
+      case 0x3f: case 0x40: case 0x41: case 0x42: case 0xd2: case 0xd5: case 0xd6:
+        r.leb();
+        break;
+      case 0x0e: { // br_table
+        const labels = r.leb();
+        for (let l = 0; l <= labels; l++) r.leb();
+        break;
+      }
+      case 0x11: case 0x13: // call_indirect, return_call_indirect
+        r.leb();
+        r.leb();
+        break;
+      case 0x1c: { // select with types
+        const types = r.leb();
+        for (let t = 0; t < types; t++) r.valueType();
+        break;
+      }
+      case 0x43:
+        r.skip(4);
+        break;
+      case 0x44:
+        r.skip(8);
+        break;
+      case 0xd0: // ref.null heaptype
+        r.leb();
+        break;
+      case 0xfb:
+        gcInstruction(r, index);
+        break;
+      case 0xfc:
+        miscInstruction(r, index);
+        break;
+      case 0xfd:
+        simdInstruction(r);
+        break;
+      case 0xfe:
+        atomicInstruction(r);
+        break;
+      default:
+        if (op >= 0x28 && op <= 0x3e) r.memarg();
+        else if (op >= 0x45 && op <= 0xc4) break;
+        else throw unknown(index, op, r.at - 1);
+    }
+  }
+  if (depth !== 0) throw new CodeWalkError(`function body ${index} does not end where its size says`);
+}
+
+function unknown(index: number, op: number, at: number, sub?: number): CodeWalkError {
+  const code = sub === undefined ? `0x${op.toString(16)}` : `0x${op.toString(16)} ${sub}`;
+  return new CodeWalkError(`function body ${index} uses instruction ${code} (byte ${at}), which the host does not accept in a policy`);
+}
+
+/** Only the GC instructions valid without struct or array types (those types are refused). */
+function gcInstruction(r: Reader, index: number): void {
+  const sub = r.leb();
+  if (sub >= 0x14 && sub <= 0x17) r.leb(); // ref.test, ref.cast: a heap type
+  else if (sub === 0x18 || sub === 0x19) { // br_on_cast(_fail): flags, label, two heap types
+    r.byte();
+    r.leb();
+    r.leb();
+    r.leb();
+  } else if (sub < 0x1a || sub > 0x1e) throw unknown(index, 0xfb, r.at, sub); // i31 and extern/any conversions have no immediates
+}
+
+function miscInstruction(r: Reader, index: number): void {
+  const sub = r.leb();
+  if (sub <= 7) return; // saturating truncations
+  switch (sub) {
+    case 8: case 10: case 12: case 14: // memory.init, memory.copy, table.init, table.copy
+      r.leb();
+      r.leb();
+      return;
+    case 9: case 11: case 13: case 15: case 16: case 17: // data.drop, memory.fill, elem.drop, table.grow/size/fill
+      r.leb();
+      return;
+    default:
+      throw unknown(index, 0xfc, r.at, sub);
+  }
+}
+
+function simdInstruction(r: Reader): void {
+  const sub = r.leb();
+  if (sub <= 11 || sub === 92 || sub === 93) r.memarg(); // loads, stores, load_zero
+  else if (sub === 12 || sub === 13) r.skip(16); // v128.const, i8x16.shuffle
+  else if (sub >= 21 && sub <= 34) r.skip(1); // extract/replace lane
+  else if (sub >= 84 && sub <= 91) { // load/store lane
+    r.memarg();
+    r.skip(1);
+  }
+  // Every other SIMD and relaxed-SIMD instruction has no immediate.
+}
+
+function atomicInstruction(r: Reader): void {
+  const sub = r.leb();
+  if (sub === 0x03) r.skip(1); // atomic.fence
+  else r.memarg();
+}

@@ -1,0 +1,45 @@
+// The nesting bound must never refuse what real toolchains emit: walk large modules built by
+// Rust (wasm-tools, jco's bindgen), C++ (SpiderMonkey's splicer) and our AssemblyScript policies.
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { expect, it } from 'vitest';
+import { checkCodeSection, MAX_NESTING } from '../../host/src/sandbox/code-walk.ts';
+import { readLayout, writeLeb as leb } from '../../host/src/sandbox/memory-cap.ts';
+import { root, wasm } from '../helpers/policies.ts';
+
+const packageDir = (name: string) => join(root, 'node_modules', name);
+
+function walk(bytes: Uint8Array): void {
+  const { codeSection } = readLayout(bytes);
+  expect(codeSection).toBeDefined();
+  checkCodeSection(bytes, codeSection!.start, codeSection!.end);
+}
+
+it.each([
+  ['wasm-tools (Rust)', () => join(packageDir('@bytecodealliance/jco-transpile'), 'vendor/wasm-tools.core.wasm')],
+  ['js-component-bindgen (Rust)', () => join(packageDir('@bytecodealliance/jco-transpile'), 'vendor/js-component-bindgen-component.core.wasm')],
+  ['spidermonkey-embedding-splicer (C++/Rust)', () => join(packageDir('@bytecodealliance/componentize-js'), 'lib/spidermonkey-embedding-splicer.core.wasm')],
+  ['no-delete (AssemblyScript)', () => wasm('no-delete')],
+  ['added-by (AssemblyScript)', () => wasm('added-by')],
+])('accepts %s', (_, file) => {
+  expect(() => walk(readFileSync(file()))).not.toThrow();
+});
+
+it('counts every structured instruction and refuses one level past the bound', () => {
+  // (func) with `levels` nested blocks: type, function, code sections by hand.
+  const module = (levels: number, opener: number[]) => {
+    const body = [0x00, ...Array.from({ length: levels }, () => opener).flat(), ...Array<number>(levels).fill(0x0b), 0x0b];
+    const entry = [...leb(body.length), ...body];
+    const code = [...leb(1), ...entry];
+    return Uint8Array.from([0, 0x61, 0x73, 0x6d, 1, 0, 0, 0, 1, 4, 1, 0x60, 0, 0, 3, 2, 1, 0, 10, ...leb(code.length), ...code]);
+  };
+  for (const opener of [[0x02, 0x40], [0x03, 0x40], [0x1f, 0x40, 0x00]]) {
+    expect(() => walk(module(MAX_NESTING - 1, opener))).not.toThrow();
+    expect(() => walk(module(MAX_NESTING, opener))).toThrow(/nests blocks more than 10000 deep/);
+  }
+});
+
+it('refuses an instruction it cannot decode rather than guess its length', () => {
+  const bytes = Uint8Array.from([0, 0x61, 0x73, 0x6d, 1, 0, 0, 0, 1, 4, 1, 0x60, 0, 0, 3, 2, 1, 0, 10, 5, 1, 3, 0, 0xf0, 0x0b]);
+  expect(() => walk(bytes)).toThrow(/function body 0 uses instruction 0xf0 \(byte 23\), which the host does not accept in a policy/);
+});
