@@ -56,8 +56,16 @@ const validateInfo = ajv.compile<PolicyInfo>({
  * to another's schema (red-team findings).
  */
 export function compileSettingsSchema(schema: Record<string, unknown>): ValidateFunction {
-  return new Ajv({ allErrors: false, strict: false }).compile(schema);
+  // Loading checks the schema compiles (checkInfo), then validates settings with it: compile once.
+  let validate = compiledSchemas.get(schema);
+  if (!validate) {
+    validate = new Ajv({ allErrors: false, strict: false }).compile(schema);
+    compiledSchemas.set(schema, validate);
+  }
+  return validate;
 }
+
+const compiledSchemas = new WeakMap<Record<string, unknown>, ValidateFunction>();
 
 function describe(error: ErrorObject | undefined): string {
   return error ? `${error.instancePath || '/'} ${error.message ?? 'is invalid'}` : 'is invalid';

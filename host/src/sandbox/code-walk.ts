@@ -93,25 +93,13 @@ function checkBody(r: Reader, index: number): void {
   while (r.at < r.end) {
     const op = r.byte();
     switch (op) {
-      case 0x02: case 0x03: case 0x04: case 0x06: // block, loop, if, try
+      case 0x02: case 0x03: case 0x04: case 0x06: case 0x1f: // block, loop, if, try, try_table
         r.blockType();
+        if (op === 0x1f) skipCatchClauses(r);
         if (++depth > MAX_NESTING) {
           throw new CodeWalkError(`function body ${index} nests blocks more than ${MAX_NESTING} deep; compiling it would take the host's memory`);
         }
         break;
-      case 0x1f: { // try_table
-        r.blockType();
-        const catches = r.leb();
-        for (let c = 0; c < catches; c++) {
-          const kind = r.byte();
-          if (kind === 0x00 || kind === 0x01) r.leb();
-          r.leb();
-        }
-        if (++depth > MAX_NESTING) {
-          throw new CodeWalkError(`function body ${index} nests blocks more than ${MAX_NESTING} deep; compiling it would take the host's memory`);
-        }
-        break;
-      }
       case 0x0b: // end
         depth--;
         break;
@@ -169,6 +157,16 @@ function checkBody(r: Reader, index: number): void {
     }
   }
   if (depth !== 0) throw new CodeWalkError(`function body ${index} does not end where its size says`);
+}
+
+/** try_table's catch clauses: a kind, a tag for `catch` and `catch_ref`, then a label. */
+function skipCatchClauses(r: Reader): void {
+  const catches = r.leb();
+  for (let c = 0; c < catches; c++) {
+    const kind = r.byte();
+    if (kind === 0x00 || kind === 0x01) r.leb();
+    r.leb();
+  }
 }
 
 function unknown(index: number, op: number, at: number, sub?: number): CodeWalkError {

@@ -112,15 +112,15 @@ async function instantiateCore(spec: SandboxSpec, logs: LogBuffer): Promise<Gues
   // A guest can catch what a host function throws (exception handling's catch_all) and run on:
   // the first fault of a call is kept and decides the call however the guest carries on.
   let fault: GuestFault | undefined;
-  const raise = (error: GuestFault): never => {
+  const kept = (error: GuestFault): GuestFault => {
     fault ??= error;
-    throw error;
+    return error;
   };
   const alloc = (context: CallContext, length: bigint): bigint => {
     // Checked before it counts: a negative length would lower the meter (a red-team bypass).
     const bytes = Number(length);
     if (!(bytes >= 0) || allocated + bytes > spec.memoryCapBytes) {
-      raise(new GuestFault('memory', `exceeded its ${Math.round(spec.memoryCapBytes / 2 ** 20)} MiB memory cap (Extism kernel allocations)`));
+      throw kept(new GuestFault('memory', `exceeded its ${Math.round(spec.memoryCapBytes / 2 ** 20)} MiB memory cap (Extism kernel allocations)`));
     }
     allocated += bytes;
     return context.alloc(length);
@@ -135,7 +135,7 @@ async function instantiateCore(spec: SandboxSpec, logs: LogBuffer): Promise<Gues
     const answer = new TextEncoder().encode(readContext(request === null ? '' : request.text()));
     allocated += answer.length;
     if (allocated > spec.memoryCapBytes) {
-      raise(new GuestFault('memory', `exceeded its ${Math.round(spec.memoryCapBytes / 2 ** 20)} MiB memory cap (context read answers)`));
+      throw kept(new GuestFault('memory', `exceeded its ${Math.round(spec.memoryCapBytes / 2 ** 20)} MiB memory cap (context read answers)`));
     }
     return context.store(answer);
   };
@@ -150,8 +150,7 @@ async function instantiateCore(spec: SandboxSpec, logs: LogBuffer): Promise<Gues
     const at = offset >>> 0;
     const length = head.length + tail.length;
     if (!guest.memory || at + length > guest.memory.buffer.byteLength) {
-      raise(new GuestFault('trap', `asked for its input at ${at}, outside its ${guest.memory?.buffer.byteLength ?? 0}-byte memory`));
-      return;
+      throw kept(new GuestFault('trap', `asked for its input at ${at}, outside its ${guest.memory?.buffer.byteLength ?? 0}-byte memory`));
     }
     const view = new Uint8Array(guest.memory.buffer, at, length);
     view.set(head);

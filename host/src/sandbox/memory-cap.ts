@@ -8,9 +8,10 @@
 // same for Extism plugins and for the core modules of a component.
 //
 // The walk over the module is bounded before it allocates: section sizes are checked against
-// the file's length and the number of sections is capped, and only the table, memory and
-// global sections are looked into (and the type section, for the types it may not hold), so a header followed by megabytes of zeros (millions of
-// empty custom sections) is refused in microseconds without one object per section.
+// the file's length and the number of sections is capped, and only the table, memory, global
+// and type sections (for the types a policy may not hold) are looked into, so a header
+// followed by megabytes of zeros (millions of empty custom sections) is refused in
+// microseconds without one object per section.
 import { PortcullisError } from '../errors.ts';
 
 const PAGE = 65536;
