@@ -11,6 +11,7 @@ import { cacheDir, sha256 } from '../util/files.ts';
 import { moduleKind, type ModuleKind } from './module-kind.ts';
 import { applyPlan, capMemory, planBudget, readLayout } from './memory-cap.ts';
 import { checkCodeSection } from './code-walk.ts';
+import { GLUE_REVISION, tuneGlue } from './glue.ts';
 import type { SandboxSpec } from './protocol.ts';
 import { PortcullisError } from '../errors.ts';
 
@@ -118,6 +119,8 @@ interface Transpiled {
 
 /** What one component transpiled to: jco's file names mapped to content hashes in the cache. */
 interface TranspiledIndex {
+  /** GLUE_REVISION when stored: an entry from another revision is transpiled again. */
+  revision?: number;
   glue: string;
   cores: Record<string, string>;
 }
@@ -155,14 +158,15 @@ async function transpileAndStore(bytes: Uint8Array, digest: string): Promise<Tra
     );
   }
   const root = join(cacheDir(), 'transpiled');
-  const index: TranspiledIndex = { glue: '', cores: {} };
+  const index: TranspiledIndex = { revision: GLUE_REVISION, glue: '', cores: {} };
   for (const [name, content] of Object.entries(out.files)) {
     if (name.includes('/') || name.endsWith('.d.ts')) continue;
-    const hash = sha256(content);
     if (name.endsWith('.js')) {
-      index.glue = hash;
-      await writeOnce(join(root, 'glue', `${hash}.mjs`), content);
+      const glue = Buffer.from(tuneGlue(Buffer.from(content).toString('utf8')).text);
+      index.glue = sha256(glue);
+      await writeOnce(join(root, 'glue', `${index.glue}.mjs`), glue);
     } else {
+      const hash = sha256(content);
       index.cores[name] = hash;
       await writeOnce(join(root, 'cores', `${hash}.wasm`), content);
     }
@@ -184,6 +188,7 @@ async function writeOnce(path: string, content: Uint8Array): Promise<void> {
 async function readTranspiled(digest: string): Promise<Transpiled> {
   const root = join(cacheDir(), 'transpiled');
   const index = JSON.parse(await readFile(join(root, `${digest}.json`), 'utf8')) as TranspiledIndex;
+  if (index.revision !== GLUE_REVISION) throw new Error(`cache entry ${digest} is from an older revision`);
   const cores: Record<string, Uint8Array> = {};
   for (const [name, hash] of Object.entries(index.cores)) {
     const content = new Uint8Array(await readFile(join(root, 'cores', `${hash}.wasm`)));

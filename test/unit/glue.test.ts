@@ -1,0 +1,55 @@
+// The glue rewrites must apply to what the jco in package-lock.json generates (or they silently
+// stop paying off), and the rewritten encoder must give the guest the same bytes as jco's own.
+import { readFileSync } from 'node:fs';
+import { transpile } from '@bytecodealliance/jco';
+import { beforeAll, expect, it } from 'vitest';
+import { tuneGlue } from '../../host/src/sandbox/glue.ts';
+import { wasm } from '../helpers/policies.ts';
+
+let glue = '';
+beforeAll(async () => {
+  const out = await transpile(readFileSync(wasm('require-labels')), { name: 'policy', instantiation: 'async', noTypescript: true, nodejsCompat: false });
+  glue = Buffer.from(out.files['policy.js']!).toString('utf8');
+}, 60_000);
+
+type Realloc = (old: number, oldLen: number, align: number, len: number) => number;
+type Encode = (s: string, realloc: Realloc, memory: { buffer: ArrayBuffer }) => { ptr: number; len: number; codepoints: number };
+
+/** jco's `_utf8AllocateAndEncode` as a function of its own, from a glue text. */
+function encoderOf(text: string): Encode {
+  const source = /function _utf8AllocateAndEncode\(s, realloc, memory\) \{[^]*?\n {2}\}\n/.exec(text)![0];
+  // eslint-disable-next-line @typescript-eslint/no-implied-eval
+  return new Function('TEXT_ENCODER_UTF8', `${source}; return _utf8AllocateAndEncode;`)(new TextEncoder()) as Encode;
+}
+
+it('applies both rewrites to the glue of the jco in use', () => {
+  const { text, applied } = tuneGlue(glue);
+  expect(applied).toEqual(['utf8-length', 'debug-log']);
+  expect(text).not.toContain('process?.env?.JCO_DEBUG) { return; }');
+  expect(text).toContain("Buffer.byteLength(s, 'utf8')");
+});
+
+it.each([
+  ['ASCII', '{"request":{"uid":"abc"}}'],
+  ['two- and three-byte characters', 'é€ Grüße ☃'],
+  ['surrogate pairs', 'emoji 😀 and 𝄞'],
+  ['a lone surrogate (encoded as U+FFFD)', 'a\ud800b'],
+])('encodes %s to the same bytes, length and code points as jco', (_, input) => {
+  const run = (encode: Encode) => {
+    const memory = { buffer: new ArrayBuffer(1024) };
+    const result = encode(input, (_old, _oldLen, _align, len) => {
+      expect(len).toBeGreaterThan(0);
+      return 16;
+    }, memory);
+    return { ...result, bytes: Buffer.from(memory.buffer, result.ptr, result.len).toString('hex') };
+  };
+  const before = run(encoderOf(glue));
+  const after = run(encoderOf(tuneGlue(glue).text));
+  expect(after).toEqual(before);
+  expect(after.bytes).toBe(Buffer.from(input, 'utf8').toString('hex'));
+});
+
+it('leaves glue it does not recognise unchanged', () => {
+  const other = 'function _utf8AllocateAndEncode(str, realloc, memory) { let n = 0; }\nconst _debugLog = () => {};';
+  expect(tuneGlue(other)).toEqual({ text: other, applied: [] });
+});
