@@ -1,7 +1,7 @@
 // Turns the bytes of a policy into a SandboxSpec: tells component from core module, refuses
 // imports the host does not grant, caps every linear memory, compiles the core modules once
 // (workers receive the compiled modules), and for components caches jco's output on disk by
-// content hash so a restart does not transpile again.
+// content hash so a restart does not transpile again (transpile.ts runs jco in a bounded child).
 import { randomUUID } from 'node:crypto';
 import { mkdir, readFile, rename, writeFile } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
@@ -12,6 +12,7 @@ import { moduleKind, type ModuleKind } from './module-kind.ts';
 import { applyPlan, capMemory, planBudget, readLayout } from './memory-cap.ts';
 import { checkCodeSection } from './code-walk.ts';
 import { GLUE_REVISION, tuneGlue } from './glue.ts';
+import { transpileIsolated } from './transpile.ts';
 import type { SandboxSpec } from './protocol.ts';
 import { PortcullisError } from '../errors.ts';
 
@@ -143,13 +144,8 @@ function transpileCached(bytes: Uint8Array, digest: string): Promise<Transpiled>
 }
 
 async function transpileAndStore(bytes: Uint8Array, digest: string): Promise<Transpiled> {
-  const { transpile } = await import('@bytecodealliance/jco');
-  let out;
-  try {
-    out = await transpile(bytes, { name: 'policy', instantiation: 'async', noTypescript: true, nodejsCompat: false });
-  } catch (error) {
-    throw new PrepareError(`not a usable component: ${error instanceof Error ? error.message : String(error)}`);
-  }
+  const out = await transpileIsolated(bytes);
+  if (!out.ok) throw new PrepareError(out.reason);
   const foreign = out.imports.filter((name: string) => !COMPONENT_IMPORTS.has(name.replace(/@[^/]*$/, '')));
   if (foreign.length > 0) {
     throw new PrepareError(

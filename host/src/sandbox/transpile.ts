@@ -1,0 +1,104 @@
+// jco's transpile of a component, run in a child process with its own memory and time bounds.
+// Transpiling runs before anything about the component is trusted, and its cost is not bounded
+// by the module's size: a crafted 26 MB component took 1.96 GB and most of a second in the
+// host's main thread (red team, issue 14 round). In a child it cannot stall reviews, its heap
+// and WebAssembly memories are capped, it is killed when it runs too long, and it volunteers to
+// the kernel's OOM killer first; whatever happens to it, the host reports a refused module.
+// Components are transpiled once per content (prepare.ts caches the output), and one at a time.
+import { spawn } from 'node:child_process';
+import { writeFile } from 'node:fs/promises';
+import { extname } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+export interface TranspileBounds {
+  timeoutMs: number;
+  /** V8 old generation of the child. */
+  heapMiB: number;
+  /** Each WebAssembly memory of the child (jco's own tools are WebAssembly). */
+  wasmMemoryMiB: number;
+}
+
+/** Ten times what transpiling our largest example takes, and still far from a node's memory. */
+export const TRANSPILE_BOUNDS: TranspileBounds = { timeoutMs: 30_000, heapMiB: 1024, wasmMemoryMiB: 1024 };
+
+export type TranspileResult =
+  | { ok: true; imports: string[]; files: Record<string, Uint8Array> }
+  | { ok: false; reason: string };
+
+// transpile-child.ts in the checkout, transpile-child.js in the installed package.
+const CHILD = fileURLToPath(new URL(`./transpile-child${extname(fileURLToPath(import.meta.url))}`, import.meta.url));
+
+let queue: Promise<unknown> = Promise.resolve();
+
+/** Transpiles in a child process, one at a time in this process. Never throws for what the component does. */
+export function transpileIsolated(bytes: Uint8Array, bounds: TranspileBounds = TRANSPILE_BOUNDS): Promise<TranspileResult> {
+  const run = queue.then(() => runChild(bytes, bounds));
+  queue = run.catch(() => undefined);
+  return run;
+}
+
+function runChild(bytes: Uint8Array, bounds: TranspileBounds): Promise<TranspileResult> {
+  return new Promise((resolve) => {
+    const child = spawn(process.execPath, [
+      `--max-old-space-size=${bounds.heapMiB}`, `--wasm-max-mem-pages=${bounds.wasmMemoryMiB * 16}`, '--no-warnings', CHILD,
+    ], { stdio: ['pipe', 'pipe', 'pipe'], env: { ...process.env, NODE_OPTIONS: '' } });
+    // Linux: the child, not the host, is the one to go when memory runs out.
+    if (child.pid !== undefined) writeFile(`/proc/${child.pid}/oom_score_adj`, '1000').catch(() => undefined);
+    const out: Buffer[] = [];
+    let outBytes = 0;
+    let err = '';
+    let verdict: string | undefined;
+    // The output is the component's core modules and one glue file: far below this unless something is wrong.
+    const maxOut = 4 * bytes.length + 64 * 2 ** 20;
+    const stop = (reason: string) => {
+      verdict ??= reason;
+      child.kill('SIGKILL');
+    };
+    const timer = setTimeout(() => stop(`transpiling it took longer than ${bounds.timeoutMs / 1000}s`), bounds.timeoutMs);
+    child.stdout.on('data', (chunk: Buffer) => {
+      outBytes += chunk.length;
+      if (outBytes > maxOut) stop(`transpiling it produced more than ${Math.round(maxOut / 2 ** 20)} MiB`);
+      else out.push(chunk);
+    });
+    child.stderr.on('data', (chunk: Buffer) => {
+      if (err.length < 64 * 1024) err += chunk.toString('utf8');
+    });
+    child.stdin.on('error', () => undefined); // a child that dies early closes its stdin
+    child.stdin.end(bytes);
+    child.on('error', (error) => stop(`the transpiler could not be started: ${error.message}`));
+    child.on('close', (code, signal) => {
+      clearTimeout(timer);
+      if (verdict !== undefined) return resolve({ ok: false, reason: verdict });
+      if (code !== 0) {
+        const oom = /out of memory|Allocation failed|Cannot allocate|RangeError: WebAssembly\.Memory/i.test(err) || signal === 'SIGKILL';
+        return resolve({
+          ok: false,
+          reason: oom
+            ? `transpiling it ran out of the memory it may use (${bounds.heapMiB} MiB heap, ${bounds.wasmMemoryMiB} MiB per WebAssembly memory)`
+            : `the transpiler failed (${signal ?? `exit ${code}`}): ${lastLine(err)}`,
+        });
+      }
+      resolve(parse(Buffer.concat(out)));
+    });
+  });
+}
+
+function parse(output: Buffer): TranspileResult {
+  const newline = output.indexOf(0x0a);
+  if (newline < 0) return { ok: false, reason: 'the transpiler gave no answer' };
+  const header = JSON.parse(output.subarray(0, newline).toString('utf8')) as { error?: string; imports?: string[]; files?: [string, number][] };
+  if (header.error !== undefined) return { ok: false, reason: `not a usable component: ${header.error}` };
+  const files: Record<string, Uint8Array> = {};
+  let at = newline + 1;
+  for (const [name, length] of header.files ?? []) {
+    files[name] = new Uint8Array(output.subarray(at, at + length));
+    at += length;
+  }
+  if (at !== output.length) return { ok: false, reason: 'the transpiler\'s answer was cut short' };
+  return { ok: true, imports: header.imports ?? [], files };
+}
+
+function lastLine(text: string): string {
+  const lines = text.trim().split('\n').filter((line) => line.trim() !== '');
+  return (lines.at(-1) ?? 'no message').slice(0, 300);
+}
