@@ -43,6 +43,10 @@ describe('embedded policy metadata', () => {
     ['a rule without operations', new TextEncoder().encode('{"rules":[{"apiGroups":[""],"apiVersions":["v1"],"resources":["pods"]}]}'), /\/rules\/0 must have required property 'operations'/],
     ['a settings schema that is not a schema', new TextEncoder().encode('{"settingsSchema":{"type":"banana"}}'), /settingsSchema is not a usable JSON Schema/],
     ['invalid UTF-8', Uint8Array.of(0xff, 0xfe), /not UTF-8 JSON/],
+    // 2,000 patterned properties (~100 KiB): seconds of code generation in the main thread, refused before it.
+    ['a settings schema over the size limit', new TextEncoder().encode(JSON.stringify({ settingsSchema: {
+      type: 'object', properties: Object.fromEntries(Array.from({ length: 2000 }, (_, i) => [`p${i}`, { type: 'string', pattern: `^[a-z]{1,${i + 1}}$` }])),
+    } })), /settingsSchema is \d+ bytes, above the 32768-byte limit/],
   ])('refuses %s with the reason', (_, payload, reason) => {
     expect(() => readPolicyInfo(withSection(base(), METADATA_SECTION, payload))).toThrow(reason);
   });

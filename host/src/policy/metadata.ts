@@ -14,6 +14,12 @@ import { readLeb as readLebAt, writeLeb } from '../sandbox/memory-cap.ts';
 export const METADATA_SECTION = 'portcullis.metadata';
 /** Far above any real policy's metadata (a settings schema of a few KiB), far below harm. */
 export const MAX_METADATA_BYTES = 256 * 1024;
+/**
+ * Compiling a settings schema generates code in the host's main thread, at ~5 ms per KiB of
+ * schema on a slow core: 146 KiB of patterns stalled reviews for 3 s (red team). Real settings
+ * schemas are a few KiB.
+ */
+export const MAX_SETTINGS_SCHEMA_BYTES = 32 * 1024;
 /** Top-level sections of a component (core modules nest inside one) stay in the hundreds. */
 const MAX_SECTIONS = 10_000;
 
@@ -75,6 +81,10 @@ function describe(error: ErrorObject | undefined): string {
 export function checkInfo(value: unknown, where: string): PolicyInfo {
   if (!validateInfo(value)) throw new MetadataError(`${where}: ${describe(validateInfo.errors?.[0])}`);
   if (value.settingsSchema) {
+    const size = Buffer.byteLength(JSON.stringify(value.settingsSchema));
+    if (size > MAX_SETTINGS_SCHEMA_BYTES) {
+      throw new MetadataError(`${where}: settingsSchema is ${size} bytes, above the ${MAX_SETTINGS_SCHEMA_BYTES}-byte limit; keep it to the settings' shape`);
+    }
     try {
       compileSettingsSchema(value.settingsSchema);
     } catch (error) {
