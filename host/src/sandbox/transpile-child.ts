@@ -1,6 +1,7 @@
 // Runs jco's transpile for transpile.ts, in a process of its own: the component's bytes come on
-// stdin; stdout gets one JSON line (the imports and each file's name and length, or an error)
-// followed by the files' bytes, one after the other.
+// stdin; file descriptor 3 (not stdout, which a library may write to) gets one JSON line (the
+// imports and each file's name and length, or an error) followed by the files' bytes in order.
+import { createWriteStream } from 'node:fs';
 import { transpile } from '@bytecodealliance/jco';
 
 const chunks: Buffer[] = [];
@@ -15,5 +16,7 @@ try {
 } catch (error) {
   header = JSON.stringify({ error: error instanceof Error ? error.message : String(error) });
 }
-process.stdout.write(`${header}\n`);
-for (const file of files) process.stdout.write(file);
+const answer = createWriteStream('', { fd: 3 });
+answer.write(`${header}\n`);
+for (const file of files) answer.write(file);
+await new Promise<void>((resolve, reject) => answer.end((error?: Error | null) => (error ? reject(error) : resolve())));

@@ -8,6 +8,7 @@
 import { spawn } from 'node:child_process';
 import { writeFile } from 'node:fs/promises';
 import { extname } from 'node:path';
+import type { Readable } from 'node:stream';
 import { fileURLToPath } from 'node:url';
 
 export interface TranspileBounds {
@@ -41,13 +42,21 @@ function runChild(bytes: Uint8Array, bounds: TranspileBounds): Promise<Transpile
   return new Promise((resolve) => {
     const child = spawn(process.execPath, [
       `--max-old-space-size=${bounds.heapMiB}`, `--wasm-max-mem-pages=${bounds.wasmMemoryMiB * 16}`, '--no-warnings', CHILD,
-    ], { stdio: ['pipe', 'pipe', 'pipe'], env: { ...process.env, NODE_OPTIONS: '' } });
+    ], { stdio: ['pipe', 'ignore', 'pipe', 'pipe'], env: { ...process.env, NODE_OPTIONS: '' } });
     // Linux: the child, not the host, is the one to go when memory runs out.
     if (child.pid !== undefined) writeFile(`/proc/${child.pid}/oom_score_adj`, '1000').catch(() => undefined);
+    const answer = child.stdio[3] as Readable;
     const out: Buffer[] = [];
     let outBytes = 0;
     let err = '';
     let verdict: string | undefined;
+    let settled = false;
+    const settle = (result: TranspileResult) => {
+      if (settled) return;
+      settled = true;
+      clearTimeout(timer);
+      resolve(result);
+    };
     // The output is the component's core modules and one glue file: far below this unless something is wrong.
     const maxOut = 4 * bytes.length + 64 * 2 ** 20;
     const stop = (reason: string) => {
@@ -55,38 +64,49 @@ function runChild(bytes: Uint8Array, bounds: TranspileBounds): Promise<Transpile
       child.kill('SIGKILL');
     };
     const timer = setTimeout(() => stop(`transpiling it took longer than ${bounds.timeoutMs / 1000}s`), bounds.timeoutMs);
-    child.stdout.on('data', (chunk: Buffer) => {
+    answer.on('data', (chunk: Buffer) => {
       outBytes += chunk.length;
       if (outBytes > maxOut) stop(`transpiling it produced more than ${Math.round(maxOut / 2 ** 20)} MiB`);
       else out.push(chunk);
     });
-    child.stderr.on('data', (chunk: Buffer) => {
+    child.stderr!.on('data', (chunk: Buffer) => {
       if (err.length < 64 * 1024) err += chunk.toString('utf8');
     });
-    child.stdin.on('error', () => undefined); // a child that dies early closes its stdin
-    child.stdin.end(bytes);
-    child.on('error', (error) => stop(`the transpiler could not be started: ${error.message}`));
+    child.stdin!.on('error', () => undefined); // a child that dies early closes its stdin
+    child.stdin!.end(bytes);
+    // A child that could not be started may never emit 'close'.
+    child.on('error', (error) => settle({ ok: false, reason: `the transpiler could not be started: ${error.message}` }));
     child.on('close', (code, signal) => {
-      clearTimeout(timer);
-      if (verdict !== undefined) return resolve({ ok: false, reason: verdict });
+      if (verdict !== undefined) return settle({ ok: false, reason: verdict });
       if (code !== 0) {
         const oom = /out of memory|Allocation failed|Cannot allocate|RangeError: WebAssembly\.Memory/i.test(err) || signal === 'SIGKILL';
-        return resolve({
+        return settle({
           ok: false,
           reason: oom
             ? `transpiling it ran out of the memory it may use (${bounds.heapMiB} MiB heap, ${bounds.wasmMemoryMiB} MiB per WebAssembly memory)`
             : `the transpiler failed (${signal ?? `exit ${code}`}): ${lastLine(err)}`,
         });
       }
-      resolve(parse(Buffer.concat(out)));
+      settle(parse(Buffer.concat(out)));
     });
   });
+}
+
+interface Header {
+  error?: string;
+  imports?: string[];
+  files?: [string, number][];
 }
 
 function parse(output: Buffer): TranspileResult {
   const newline = output.indexOf(0x0a);
   if (newline < 0) return { ok: false, reason: 'the transpiler gave no answer' };
-  const header = JSON.parse(output.subarray(0, newline).toString('utf8')) as { error?: string; imports?: string[]; files?: [string, number][] };
+  let header: Header;
+  try {
+    header = JSON.parse(output.subarray(0, newline).toString('utf8')) as Header;
+  } catch {
+    return { ok: false, reason: 'the transpiler\'s answer was not understood' };
+  }
   if (header.error !== undefined) return { ok: false, reason: `not a usable component: ${header.error}` };
   const files: Record<string, Uint8Array> = {};
   let at = newline + 1;
