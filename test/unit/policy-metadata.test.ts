@@ -1,7 +1,7 @@
 // The metadata section portcullis build embeds: read back exactly, replaced not duplicated,
 // and refused with one clear reason when a module carries a broken or hostile one.
 import { describe, expect, it } from 'vitest';
-import { embedPolicyInfo, MAX_METADATA_BYTES, METADATA_SECTION, MetadataError, readPolicyInfo } from '../../host/src/policy/metadata.ts';
+import { compileSettingsSchema, embedPolicyInfo, MAX_METADATA_BYTES, METADATA_SECTION, MetadataError, readPolicyInfo } from '../../host/src/policy/metadata.ts';
 import { writeLeb as leb } from '../../host/src/sandbox/memory-cap.ts';
 import { module, RETURN_0 } from '../helpers/wasm.ts';
 
@@ -46,7 +46,7 @@ describe('embedded policy metadata', () => {
     // 2,000 patterned properties (~100 KiB): seconds of code generation in the main thread, refused before it.
     ['a settings schema over the size limit', new TextEncoder().encode(JSON.stringify({ settingsSchema: {
       type: 'object', properties: Object.fromEntries(Array.from({ length: 2000 }, (_, i) => [`p${i}`, { type: 'string', pattern: `^[a-z]{1,${i + 1}}$` }])),
-    } })), /settingsSchema is \d+ bytes, above the 32768-byte limit/],
+    } })), /settingsSchema is \d+ bytes, above the 16384-byte limit/],
   ])('refuses %s with the reason', (_, payload, reason) => {
     expect(() => readPolicyInfo(withSection(base(), METADATA_SECTION, payload))).toThrow(reason);
   });
@@ -67,5 +67,25 @@ describe('embedded policy metadata', () => {
     const started = performance.now();
     expect(() => readPolicyInfo(hostile)).toThrow(/more than 10000 top-level sections/);
     expect(performance.now() - started).toBeLessThan(1000);
+  });
+
+  it('compiles a $ref once, not once per use (inlined, 150 uses of a 150-property definition took 9 s)', () => {
+    const properties = (n: number, value: () => unknown) => Object.fromEntries(Array.from({ length: n }, (_, i) => [`p${i}`, value()]));
+    const schema = {
+      type: 'object',
+      definitions: { d: { type: 'object', properties: properties(150, () => ({ type: 'string', minLength: 1 })) } },
+      properties: properties(150, () => ({ $ref: '#/definitions/d' })),
+    };
+    const validate = compileSettingsSchema(schema);
+    // The generated code grows with uses + definition, not uses × definition.
+    expect(String(validate).length).toBeLessThan(100_000);
+    expect(validate({ p0: { p1: 'x' } })).toBe(true);
+    expect(validate({ p0: { p1: '' } })).toBe(false);
+  });
+
+  it('refuses a settings schema nested too deep to be read, as metadata', () => {
+    // 200 KB, within the metadata cap; JSON.parse reads it, a recursive walk would overflow the stack.
+    const payload = new TextEncoder().encode(`{"settingsSchema":{"enum":${'['.repeat(100_000)}${']'.repeat(100_000)}}}`);
+    expect(() => readPolicyInfo(withSection(base(), METADATA_SECTION, payload))).toThrow(/settingsSchema nests too deep to be read/);
   });
 });
