@@ -11,7 +11,7 @@
 // the glue of the jco version in package-lock.json.
 
 /** Part of the transpile cache's key: cached glue from an older revision is transpiled again. */
-export const GLUE_REVISION = 1;
+export const GLUE_REVISION = 2;
 
 const UTF8_LENGTH = /(function _utf8AllocateAndEncode\(s, realloc, memory\) \{[^]*?)let len = 0;\s*let codepoints = 0;\s*for \(let i = 0; i < s\.length; i\+\+\) \{[^]*?\n(\s*)const ptr = realloc\(0, 0, 1, len\);/;
 const DEBUG_LOG = /const _debugLog = \(\.\.\.args\) => \{\s*if \(!globalThis\?\.process\?\.env\?\.JCO_DEBUG\) \{ return; \}\s*console\.debug\(\.\.\.args\);\s*\};/;
@@ -26,8 +26,13 @@ export function tuneGlue(glue: string): TunedGlue {
   const applied: TunedGlue['applied'] = [];
   let text = glue.replace(UTF8_LENGTH, (_match, head: string, indent: string) => {
     applied.push('utf8-length');
-    // Code points are counted only for non-ASCII text (byte length = string length only for ASCII).
-    return `${head}const len = Buffer.byteLength(s, 'utf8');\n${indent}const codepoints = len === s.length ? len : [...s].length;\n${indent}const ptr = realloc(0, 0, 1, len);`;
+    // For ASCII (byte length = string length) every unit is a code point; otherwise each
+    // surrogate pair counts once, as jco's loop counts them (without building an array).
+    return `${head}const len = Buffer.byteLength(s, 'utf8');\n` +
+      `${indent}let codepoints = s.length;\n` +
+      `${indent}if (len !== s.length) for (let i = 0; i + 1 < s.length; i++) { const ch = s.charCodeAt(i); ` +
+      'if (ch >= 0xd800 && ch <= 0xdbff && (s.charCodeAt(i + 1) & 0xfc00) === 0xdc00) { codepoints--; i++; } }\n' +
+      `${indent}const ptr = realloc(0, 0, 1, len);`;
   });
   text = text.replace(DEBUG_LOG, () => {
     applied.push('debug-log');

@@ -127,6 +127,15 @@ interface TranspiledIndex {
 }
 
 const transpiling = new Map<string, Promise<Transpiled>>();
+/**
+ * Components whose transpile was refused for what they are (not for a machine-level accident),
+ * by digest: a hostile one listed in the configuration holds the one-at-a-time transpiler for
+ * up to its time bound, and would again on every reload. Remembered for a while, not forever,
+ * in case the machine was the cause after all.
+ */
+const refusals = new Map<string, { reason: string; until: number }>();
+const REFUSAL_MEMORY_MS = 10 * 60_000;
+const MAX_REFUSALS = 256;
 
 /**
  * jco's output, cached on disk by content: `cores/<sha256>.wasm`, `glue/<sha256>.mjs` (one
@@ -135,6 +144,8 @@ const transpiling = new Map<string, Promise<Transpiled>>();
  * process or another, never see half a file; identical content makes the last rename harmless.
  */
 function transpileCached(bytes: Uint8Array, digest: string): Promise<Transpiled> {
+  const refused = refusals.get(digest);
+  if (refused && refused.until > Date.now()) return Promise.reject(new PrepareError(refused.reason));
   let pending = transpiling.get(digest);
   if (!pending) {
     pending = readTranspiled(digest).catch(() => transpileAndStore(bytes, digest)).finally(() => transpiling.delete(digest));
@@ -145,7 +156,13 @@ function transpileCached(bytes: Uint8Array, digest: string): Promise<Transpiled>
 
 async function transpileAndStore(bytes: Uint8Array, digest: string): Promise<Transpiled> {
   const out = await transpileIsolated(bytes);
-  if (!out.ok) throw new PrepareError(out.reason);
+  if (!out.ok) {
+    if (out.lasting) {
+      if (refusals.size >= MAX_REFUSALS) refusals.clear();
+      refusals.set(digest, { reason: out.reason, until: Date.now() + REFUSAL_MEMORY_MS });
+    }
+    throw new PrepareError(out.reason);
+  }
   const foreign = out.imports.filter((name: string) => !COMPONENT_IMPORTS.has(name.replace(/@[^/]*$/, '')));
   if (foreign.length > 0) {
     throw new PrepareError(

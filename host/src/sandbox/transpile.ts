@@ -19,12 +19,20 @@ export interface TranspileBounds {
   wasmMemoryMiB: number;
 }
 
-/** Ten times what transpiling our largest example takes, and still far from a node's memory. */
-export const TRANSPILE_BOUNDS: TranspileBounds = { timeoutMs: 30_000, heapMiB: 1024, wasmMemoryMiB: 1024 };
+/** Ten times what transpiling our examples takes on a slow core. */
+export const TRANSPILE_BOUNDS: TranspileBounds = { timeoutMs: 20_000, heapMiB: 1024, wasmMemoryMiB: 1024 };
+/**
+ * jco's JavaScript for a component: ~200 KiB for a TypeScript policy. Its size follows the
+ * component's types, not its bytes: 12 KB of nested tuples made 57 MB of glue (red team).
+ */
+export const MAX_GLUE_BYTES = 8 * 2 ** 20;
+/** The core modules are the component's own (plus small generated shims): not much more than its bytes. */
+const CORE_SLACK_BYTES = 2 ** 20;
 
 export type TranspileResult =
   | { ok: true; imports: string[]; files: Record<string, Uint8Array> }
-  | { ok: false; reason: string };
+  /** `lasting`: the same bytes would be refused the same way (not a machine-level accident). */
+  | { ok: false; reason: string; lasting: boolean };
 
 // transpile-child.ts in the checkout, transpile-child.js in the installed package.
 const CHILD = fileURLToPath(new URL(`./transpile-child${extname(fileURLToPath(import.meta.url))}`, import.meta.url));
@@ -49,7 +57,7 @@ function runChild(bytes: Uint8Array, bounds: TranspileBounds): Promise<Transpile
     const out: Buffer[] = [];
     let outBytes = 0;
     let err = '';
-    let verdict: string | undefined;
+    let verdict: { reason: string; lasting: boolean } | undefined;
     let settled = false;
     const settle = (result: TranspileResult) => {
       if (settled) return;
@@ -57,16 +65,15 @@ function runChild(bytes: Uint8Array, bounds: TranspileBounds): Promise<Transpile
       clearTimeout(timer);
       resolve(result);
     };
-    // The output is the component's core modules and one glue file: far below this unless something is wrong.
-    const maxOut = 4 * bytes.length + 64 * 2 ** 20;
+    const maxOut = bytes.length + CORE_SLACK_BYTES + MAX_GLUE_BYTES + 64 * 1024;
     const stop = (reason: string) => {
-      verdict ??= reason;
+      verdict ??= { reason, lasting: true };
       child.kill('SIGKILL');
     };
     const timer = setTimeout(() => stop(`transpiling it took longer than ${bounds.timeoutMs / 1000}s`), bounds.timeoutMs);
     answer.on('data', (chunk: Buffer) => {
       outBytes += chunk.length;
-      if (outBytes > maxOut) stop(`transpiling it produced more than ${Math.round(maxOut / 2 ** 20)} MiB`);
+      if (outBytes > maxOut) stop(`transpiling it produced more than ${Math.round(maxOut / 2 ** 20)} MiB (its JavaScript may be at most ${MAX_GLUE_BYTES / 2 ** 20} MiB)`);
       else out.push(chunk);
     });
     child.stderr!.on('data', (chunk: Buffer) => {
@@ -75,19 +82,21 @@ function runChild(bytes: Uint8Array, bounds: TranspileBounds): Promise<Transpile
     child.stdin!.on('error', () => undefined); // a child that dies early closes its stdin
     child.stdin!.end(bytes);
     // A child that could not be started may never emit 'close'.
-    child.on('error', (error) => settle({ ok: false, reason: `the transpiler could not be started: ${error.message}` }));
+    child.on('error', (error) => settle({ ok: false, reason: `the transpiler could not be started: ${error.message}`, lasting: false }));
     child.on('close', (code, signal) => {
-      if (verdict !== undefined) return settle({ ok: false, reason: verdict });
+      if (verdict !== undefined) return settle({ ok: false, ...verdict });
       if (code !== 0) {
+        // Out of memory may be the machine's doing (the kernel's OOM killer), not the component's alone.
         const oom = /out of memory|Allocation failed|Cannot allocate|RangeError: WebAssembly\.Memory/i.test(err) || signal === 'SIGKILL';
         return settle({
           ok: false,
+          lasting: false,
           reason: oom
             ? `transpiling it ran out of the memory it may use (${bounds.heapMiB} MiB heap, ${bounds.wasmMemoryMiB} MiB per WebAssembly memory)`
             : `the transpiler failed (${signal ?? `exit ${code}`}): ${lastLine(err)}`,
         });
       }
-      settle(parse(Buffer.concat(out)));
+      settle(parse(Buffer.concat(out), bytes.length));
     });
   });
 }
@@ -98,24 +107,34 @@ interface Header {
   files?: [string, number][];
 }
 
-function parse(output: Buffer): TranspileResult {
+function parse(output: Buffer, inputBytes: number): TranspileResult {
   const newline = output.indexOf(0x0a);
-  if (newline < 0) return { ok: false, reason: 'the transpiler gave no answer' };
+  if (newline < 0) return { ok: false, reason: 'the transpiler gave no answer', lasting: false };
   let header: Header;
   try {
     header = JSON.parse(output.subarray(0, newline).toString('utf8')) as Header;
   } catch {
-    return { ok: false, reason: 'the transpiler\'s answer was not understood' };
+    return { ok: false, reason: 'the transpiler\'s answer was not understood', lasting: false };
   }
-  if (header.error !== undefined) return { ok: false, reason: `not a usable component: ${header.error}` };
+  if (header.error !== undefined) return { ok: false, reason: `not a usable component: ${header.error}`, lasting: true };
   const files: Record<string, Uint8Array> = {};
   let at = newline + 1;
+  let cores = 0;
   for (const [name, length] of header.files ?? []) {
+    if (name.endsWith('.js') && length > MAX_GLUE_BYTES) {
+      return { ok: false, reason: `its JavaScript glue would be ${mib(length)} MiB, above ${mib(MAX_GLUE_BYTES)} MiB (far more types than a policy needs)`, lasting: true };
+    }
+    if (name.endsWith('.wasm')) cores += length;
     files[name] = new Uint8Array(output.subarray(at, at + length));
     at += length;
   }
-  if (at !== output.length) return { ok: false, reason: 'the transpiler\'s answer was cut short' };
+  if (cores > inputBytes + CORE_SLACK_BYTES) return { ok: false, reason: `its core modules came to ${mib(cores)} MiB, more than the component itself`, lasting: true };
+  if (at !== output.length) return { ok: false, reason: 'the transpiler\'s answer was cut short', lasting: false };
   return { ok: true, imports: header.imports ?? [], files };
+}
+
+function mib(bytes: number): number {
+  return Math.round((bytes / 2 ** 20) * 10) / 10;
 }
 
 function lastLine(text: string): string {
