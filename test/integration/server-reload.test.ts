@@ -4,7 +4,7 @@ import { spawn } from 'node:child_process';
 import { readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { Agent, request } from 'undici';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
 import { root, wasm } from '../helpers/policies.ts';
 import { admissionReview, policyYaml, startServer, type TestServer } from '../helpers/server.ts';
 
@@ -93,6 +93,10 @@ policies:
 webhooks: { timeoutSeconds: 10 }
 `);
     const child = spawn(process.execPath, [`${root}host/bin/portcullis.js`, 'serve', '--config', join(dir, 'slow.yaml')], { cwd: root });
+    // Should the test fail before it sends SIGTERM, the server must not outlive it.
+    onTestFinished(() => {
+      if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+    });
     let stderr = '';
     const url = await new Promise<string>((resolve, reject) => {
       child.stderr.on('data', (d) => {
