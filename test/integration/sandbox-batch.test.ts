@@ -130,6 +130,22 @@ it('overloaded, it answers at once the calls that could not start within their d
   expect(performance.now() - started).toBeLessThan(5000);
 }, 20_000);
 
+it('answers the late calls of a queue as not started and starts the right one among them', async () => {
+  const short = await load(pool, 'numbers', { name: 'numbers-100ms', limits: { ...DEFAULT_LIMITS, timeoutMs: 100 } });
+  const longA = await load(pool, 'no-delete', { name: 'no-delete-5s-a', limits: { ...DEFAULT_LIMITS, timeoutMs: 5000 } });
+  const longB = await load(pool, 'no-delete', { name: 'no-delete-5s-b', limits: { ...DEFAULT_LIMITS, timeoutMs: 5000 } });
+  await evaluatePolicy(pool, longA, 'validate', input({})); // served more recently than longB: round-robin then picks longB first
+  // The only worker spins until its 400 ms deadline; meanwhile short calls expire in the queue around the long ones.
+  const blocker = evaluatePolicy(pool, spin, 'validate', input({}));
+  const order = [short, longA, short, longB, short];
+  const outcomes = await Promise.all(order.map((p) => evaluatePolicy(pool, p, 'validate', input({ object: { spec: { numbers: [1] } } }))));
+  expect((await blocker).status).toBe('failed');
+  outcomes.forEach((o, i) => {
+    if (order[i] !== short) expect(o.status).toBe('allowed');
+    else expect(o).toMatchObject({ status: 'failed', failure: 'temporary', message: expect.stringMatching(/past its 100ms deadline; not started/) as unknown });
+  });
+}, 20_000);
+
 it('places each policy in fewer workers when many are loaded, and answers each from a worker that holds it', async () => {
   const placed = new SandboxPool(2);
   try {

@@ -28,13 +28,19 @@ it('recordReview logs a repeated policy failure once, and still counts every one
   const request = { uid: 'u1', operation: 'CREATE', kind: { group: '', version: 'v1', kind: 'Pod' }, userInfo: {} } as unknown as AdmissionRequest;
   const failed: Outcome = { policy: 'p', status: 'failed', failure: 'temporary', message: 'not started: the sandboxes are overloaded', warnings: [] };
   const decision = { allowed: false, patch: [], warnings: [], status: { code: 500, message: 'x' } } as never;
+  const denied: Outcome = { policy: 'q', status: 'denied', code: 403, message: 'no', warnings: [] };
   for (let i = 0; i < 50; i++) {
     recordReview({ metrics, log }, {
-      caller: { endpoint: '/validate', mode: 'validate', headers: {}, sslpeer: null }, request, policies: ['p'], outcomes: [failed], audited: [], decision, deciding: undefined, seconds: 0.001,
+      caller: { endpoint: '/validate', mode: 'validate', headers: {}, sslpeer: null }, request, policies: ['p'], outcomes: [failed], audited: [], decision, deciding: failed, seconds: 0.001,
+    });
+    recordReview({ metrics, log }, {
+      caller: { endpoint: '/validate', mode: 'validate', headers: {}, sslpeer: null }, request, policies: ['q'], outcomes: [denied], audited: [], decision, deciding: denied, seconds: 0.001,
     });
   }
   expect(lines.filter((l) => l.msg === 'policy failed')).toHaveLength(1);
-  expect(lines.filter((l) => l.msg === 'denied')).toHaveLength(50);
+  // Denials the failure decided are throttled with it; denials a policy decided are all logged.
+  expect(lines.filter((l) => l.msg === 'denied' && (l as { policy?: string }).policy === 'p')).toHaveLength(1);
+  expect(lines.filter((l) => l.msg === 'denied' && (l as { policy?: string }).policy === 'q')).toHaveLength(50);
   const text = await metrics.registry.metrics();
   expect(text).toMatch(/portcullis_sandbox_faults_total\{policy="p",kind="temporary"\} 50/);
 });

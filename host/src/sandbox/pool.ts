@@ -459,18 +459,25 @@ export class SandboxPool {
     const busy = this.#busy();
     let best = -1;
     const now = performance.now();
+    // Late calls are taken out in one pass afterwards: one splice each made overload quadratic
+    // in the queue's length on the main thread (4.5% of it in the overload profile).
+    const late: number[] = [];
     for (let i = 0; i < Math.min(this.#queue.length, WINDOW); i++) {
       const job = this.#queue[i]!;
-      const waited = now - job.started;
-      if (waited >= job.timeoutMs) {
-        this.#take(i--);
-        job.resolve(fault(job, 'deadline', `waited ${Math.round(waited)} ms for a sandbox, past its ${seconds(job.timeoutMs)} deadline; not started`));
+      if (now - job.started >= job.timeoutMs) {
+        late.push(i);
         continue;
       }
       if (!this.#holds(slot, job.key)) continue;
       const instances = this.instancesOf(job.key) || this.size;
       if ((busy.get(job.key) ?? 0) >= (capped && instances > 1 ? instances - 1 : instances)) continue;
       if (best < 0 || (this.#served.get(job.key) ?? 0) < (this.#served.get(this.#queue[best]!.key) ?? 0)) best = i;
+    }
+    if (late.length > 0) {
+      if (best >= 0) best -= late.filter((i) => i < best).length;
+      for (const job of this.#takeAll(late)) {
+        job.resolve(fault(job, 'deadline', `waited ${Math.round(now - job.started)} ms for a sandbox, past its ${seconds(job.timeoutMs)} deadline; not started`));
+      }
     }
     // Work-conserving: when only policies at their share are waiting, one of them may take the last worker.
     if (best < 0) return capped && this.#queue.length > 0 ? this.#next(slot, false) : undefined;

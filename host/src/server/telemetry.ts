@@ -60,7 +60,18 @@ export function recordReview(deps: TelemetryDeps, r: ReviewRecord): void {
     policies: r.policies, ms: Math.round(r.seconds * 1e4) / 10,
   };
   const mutated = decision.allowed && (decision.patch?.length ?? 0) > 0;
-  if (!decision.allowed) deps.log.info('denied', { ...fields, policy: r.deciding?.policy, code: decision.status?.code, message: decision.status?.message });
+  if (!decision.allowed) {
+    // A denial a policy decided is always logged; one that a failure decided (a deadline under
+    // overload, a crash) is throttled like the failure itself, or overload would write a line
+    // per review from the thread that must answer them.
+    const failed = r.deciding?.status === 'failed' ? r.deciding : undefined;
+    const suppressed = failed ? throttleOf(deps.log).admit(`denied\0${failed.policy}\0${failed.failure}`) : 0;
+    if (suppressed === undefined) return;
+    deps.log.info('denied', {
+      ...fields, policy: r.deciding?.policy, code: decision.status?.code, message: decision.status?.message,
+      ...(suppressed > 0 ? { alsoDeniedSinceLastLine: suppressed } : {}),
+    });
+  }
   else if (logAllowed) deps.log.info(mutated ? 'mutated' : 'allowed', { ...fields, ...(mutated ? { patchOperations: decision.patch.length } : {}) });
   else deps.log.debug('reviewed', fields);
 }
