@@ -478,6 +478,9 @@ export class SandboxPool {
       for (const job of this.#takeAll(late)) {
         job.resolve(fault(job, 'deadline', `waited ${Math.round(now - job.started)} ms for a sandbox, past its ${seconds(job.timeoutMs)} deadline; not started`));
       }
+      // A window of late calls only: look again behind them. Giving up here would leave the rest
+      // of the queue with idle workers and nothing left to wake the scheduler (found at 4x load).
+      if (best < 0) return this.#next(slot, capped);
     }
     // Work-conserving: when only policies at their share are waiting, one of them may take the last worker.
     if (best < 0) return capped && this.#queue.length > 0 ? this.#next(slot, false) : undefined;
