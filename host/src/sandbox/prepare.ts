@@ -12,7 +12,7 @@ import { moduleKind, type ModuleKind } from './module-kind.ts';
 import { applyPlan, capMemory, planBudget, readLayout } from './memory-cap.ts';
 import { checkCodeSection } from './code-walk.ts';
 import { GLUE_REVISION, tuneGlue } from './glue.ts';
-import { transpileIsolated } from './transpile.ts';
+import { mib, transpileIsolated } from './transpile.ts';
 import type { SandboxSpec } from './protocol.ts';
 import { PortcullisError } from '../errors.ts';
 
@@ -34,10 +34,6 @@ export class PrepareError extends PortcullisError {
   constructor(message: string) {
     super('MODULE_REFUSED', message);
   }
-}
-
-function mib(bytes: number): number {
-  return Math.round((bytes / 2 ** 20) * 10) / 10;
 }
 
 export async function prepareSandbox(

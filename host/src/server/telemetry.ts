@@ -54,25 +54,26 @@ export function recordReview(deps: TelemetryDeps, r: ReviewRecord): void {
   // Allowed reviews are logged at debug only unless asked for: build their fields only when logged.
   const logAllowed = deps.logAllowed === true && deps.log.enabled('info');
   if (decision.allowed && !logAllowed && !deps.log.enabled('debug')) return;
+  // A denial a policy decided is always logged; one that a failure decided (a deadline under
+  // overload, a crash) is throttled like the failure itself, before its line is even built, or
+  // overload would write a line per review from the thread that must answer them.
+  const failed = !decision.allowed && r.deciding?.status === 'failed' ? r.deciding : undefined;
+  const heldBack = failed ? throttleOf(deps.log).admit(`denied\0${failed.policy}\0${failed.failure}`) : 0;
+  if (heldBack === undefined) return;
   const fields = {
     uid: request.uid, endpoint: caller.endpoint, operation: request.operation, kind: request.kind.kind,
     namespace: request.namespace, name: request.name, user: request.userInfo.username ?? null, decision: label,
     policies: r.policies, ms: Math.round(r.seconds * 1e4) / 10,
   };
-  const mutated = decision.allowed && (decision.patch?.length ?? 0) > 0;
   if (!decision.allowed) {
-    // A denial a policy decided is always logged; one that a failure decided (a deadline under
-    // overload, a crash) is throttled like the failure itself, or overload would write a line
-    // per review from the thread that must answer them.
-    const failed = r.deciding?.status === 'failed' ? r.deciding : undefined;
-    const suppressed = failed ? throttleOf(deps.log).admit(`denied\0${failed.policy}\0${failed.failure}`) : 0;
-    if (suppressed === undefined) return;
     deps.log.info('denied', {
       ...fields, policy: r.deciding?.policy, code: decision.status?.code, message: decision.status?.message,
-      ...(suppressed > 0 ? { alsoDeniedSinceLastLine: suppressed } : {}),
+      ...(heldBack > 0 ? { alsoDeniedSinceLastLine: heldBack } : {}),
     });
+    return;
   }
-  else if (logAllowed) deps.log.info(mutated ? 'mutated' : 'allowed', { ...fields, ...(mutated ? { patchOperations: decision.patch.length } : {}) });
+  const mutated = (decision.patch?.length ?? 0) > 0;
+  if (logAllowed) deps.log.info(mutated ? 'mutated' : 'allowed', { ...fields, ...(mutated ? { patchOperations: decision.patch.length } : {}) });
   else deps.log.debug('reviewed', fields);
 }
 
