@@ -1,7 +1,7 @@
 // `portcullis build SOURCE -o OUT.wasm`: type-check (TypeScript), compile, embed the policy's
 // metadata, and load the result once in the real sandbox before writing it, so a module the
 // host would refuse is never written.
-import { readFile, writeFile } from 'node:fs/promises';
+import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import { dirname, join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { errorMessage } from '../errors.ts';
@@ -25,7 +25,13 @@ export default async function build(args: string[]): Promise<number> {
     source, typecheck: !values['no-typecheck'], ...(language ? { language } : {}), ...(timeout ? { timeoutMs: timeout * 1000 } : {}),
   });
   let modes: PolicyInfo['modes'];
-  if (!values['no-check']) {
+  let note = '';
+  if (values['no-check']) {
+    // A core module says what it can do by its exports, so its modes need no sandbox; a
+    // component says it only when called.
+    modes = result.language === 'assemblyscript' ? coreModes(result.bytes) : undefined;
+    if (!modes) note = '; modes not embedded (--no-check): the host finds them at load';
+  } else {
     const pool = new SandboxPool(1);
     try {
       modes = await probeModes(pool, info.name ?? 'policy', result.bytes);
@@ -36,9 +42,15 @@ export default async function build(args: string[]): Promise<number> {
     }
   }
   const bytes = embedPolicyInfo(result.bytes, { ...info, ...(modes ? { modes } : {}) });
+  await mkdir(dirname(resolve(values.out)), { recursive: true });
   await writeFile(values.out, bytes);
-  process.stderr.write(`built ${values.out} (${result.language}, ${bytes.length} bytes, ${Math.round(performance.now() - started)} ms)\n`);
+  process.stderr.write(`built ${values.out} (${result.language}, ${bytes.length} bytes, ${Math.round(performance.now() - started)} ms${note})\n`);
   return 0;
+}
+
+function coreModes(bytes: Uint8Array): PolicyInfo['modes'] {
+  const exported = new Set(WebAssembly.Module.exports(new WebAssembly.Module(bytes as Uint8Array<ArrayBuffer>)).map((e) => e.name));
+  return (['validate', 'mutate'] as const).filter((mode) => exported.has(mode));
 }
 
 /** Metadata from the nearest package.json above the source, checked as the host will check it. */
