@@ -121,6 +121,10 @@ describe('build, inspect, test on the generated project', () => {
     const result = await inProject(['run', '--policy', 'team-label.wasm', '--request', 'examples/pod-without-label.yaml', '--settings', '{"label": 7}']);
     expect(result.code).toBe(1);
     expect(result.stderr).toBe('portcullis run: policy "team-label" refused its settings: settings/label must be string (the module\'s settings schema); fix the settings in the configuration\n');
+    const typo = await inProject(['run', '--policy', 'team-label.wasm', '--request', 'examples/pod-without-label.yaml', '--settings', '{"label": "team", "lable": "x"}']);
+    expect(typo.stderr).toMatch(/refused its settings: settings has an unknown field "lable" \(the module's settings schema\)/);
+    const missing = await inProject(['run', '--policy', 'team-label.wasm', '--request', 'examples/pod-without-label.yaml', '--settings', '{}']);
+    expect(missing.stderr).toMatch(/refused its settings: settings is missing the required field "label" \(the module's settings schema\)/);
   }, 60_000);
 
   it('a configuration entry of name + module + settings gets its rules from the module', async () => {
@@ -150,6 +154,27 @@ describe('build, inspect, test on the generated project', () => {
       const source = await readFile(join(project, 'src/policy.ts'), 'utf8');
       await writeFile(join(project, 'src/policy.ts'), source.replace(/\nexport const wrong.*\n$/, '\n'));
     }
+  }, 60_000);
+
+  it('an AssemblyScript project: its typecheck script leaves the built module alone, and --no-check still embeds the modes', async () => {
+    const dir = join(scratch, 'as-label');
+    expect((await cli(['new', dir, '--lang', 'as'])).code).toBe(0);
+    const pkg = JSON.parse(await readFile(join(dir, 'package.json'), 'utf8')) as { scripts: Record<string, string> };
+    const inAs = (args: string[]) => run(process.execPath, [`${root}host/bin/portcullis.js`, ...args], { cwd: dir });
+    const script = (name: string) => pkg.scripts[name]!.replace(/^portcullis /, '').split(' ');
+    expect((await inAs(script('build'))).code).toBe(0);
+    const built = await readFile(join(dir, 'as-label.wasm'));
+    const typecheck = await inAs(script('typecheck'));
+    expect(typecheck.code, typecheck.stderr).toBe(0);
+    expect(await readFile(join(dir, 'as-label.wasm'))).toEqual(built);
+    const inspected = await inAs(['inspect', 'node_modules/.cache/typecheck.wasm', '--json']);
+    expect(JSON.parse(inspected.stdout)).toMatchObject({ kind: 'core', metadata: { name: 'as-label', modes: ['validate'] } });
+  }, 60_000);
+
+  it('a TypeScript module built with --no-check says its modes were not embedded', async () => {
+    const result = await inProject(['build', 'src/policy.ts', '-o', 'unchecked.wasm', '--no-check']);
+    expect(result.code, result.stderr).toBe(0);
+    expect(result.stderr).toMatch(/modes not embedded \(--no-check\): the host finds them at load\)\n$/);
   }, 60_000);
 
   it('inspect of something that is not a module is one line and exit 1', async () => {

@@ -57,9 +57,12 @@ function projectFiles(name: string, lang: Lang, registry: string, port: number):
       test: `portcullis build ${source} -o ${name}.wasm && portcullis test tests`,
       // tsc cannot check AssemblyScript (its own std and libraries are not TypeScript); asc is
       // its type checker, and it runs in build.
-      typecheck: lang === 'ts' ? 'tsc --noEmit' : `portcullis build ${source} -o ${name}.wasm --no-check`,
+      // Its module goes aside: type-checking must not replace the one `build` wrote and checked.
+      typecheck: lang === 'ts' ? 'tsc --noEmit' : `portcullis build ${source} -o node_modules/.cache/typecheck.wasm --no-check`,
       push: `portcullis push ${name}.wasm ${image}${loopback ? ' --insecure' : ''}`,
-      serve: 'portcullis serve --config portcullis.yaml',
+      // exec: npm passes SIGTERM to the shell that runs a script, and a shell that outlives its
+      // command would leave the server running, its webhook configuration still registered.
+      serve: 'exec portcullis serve --config portcullis.yaml',
     },
     // Embedded in the module by portcullis build: the host uses them as defaults.
     portcullis: {
@@ -79,7 +82,7 @@ function projectFiles(name: string, lang: Lang, registry: string, port: number):
     'examples/pod-with-label.yaml': POD('labelled', true),
     'examples/pod-without-label.yaml': POD('unlabelled', false),
     'portcullis.yaml': SERVE_CONFIG(name, image, loopback ? registry : undefined, port),
-    'README.md': README(name, lang, source),
+    'README.md': README(name, lang, source, image),
     '.gitignore': '*.wasm\nnode_modules/\nca.pem\n',
   };
   return files;
@@ -181,7 +184,7 @@ ${insecure ? `registries:\n  insecure: [${insecure}]\n` : ''}policies:
     settings: { label: team }
 `;
 
-const README = (name: string, lang: Lang, source: string) => `# ${name}
+const README = (name: string, lang: Lang, source: string, image: string) => `# ${name}
 
 A Portcullis admission policy (${lang === 'ts' ? 'TypeScript' : 'AssemblyScript'}): every Pod must carry the label named
 in its settings.
@@ -191,7 +194,7 @@ in its settings.
 | \`npm test\` | build, then run \`tests/*.test.yaml\` in the real sandbox |
 | \`npm run typecheck\` | ${lang === 'ts' ? '\`tsc --noEmit\`' : 'the AssemblyScript compiler\'s checks (asc; tsc cannot check AssemblyScript)'} |
 | \`npm run build\` | \`${source}\` -> \`${name}.wasm\` (metadata from package.json's \`portcullis\` field) |
-| \`npm run push\` | publish the module to the registry named in \`portcullis.yaml\` |
+| \`npm run push\` | publish the module as \`${image}\` (the reference is in package.json's \`push\` script; \`portcullis.yaml\` serves the same one) |
 | \`npm run serve\` | serve it as the admission webhook of the cluster in \`$KUBECONFIG\` |
 
 Then \`kubectl create -f examples/pod-without-label.yaml\` is denied and
