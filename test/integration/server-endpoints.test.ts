@@ -74,10 +74,10 @@ describe('/validate and /mutate: every matching policy, merged', () => {
   it('fails closed for a policy that could not load (failurePolicy Fail), and warns for Ignore', async () => {
     const fail = await t.post('/validate', admissionReview(configMap('broken-one', { team: 'a' })));
     expect(fail.body.response.allowed).toBe(false);
-    expect(fail.body.response.status.message).toMatch(/^policy "broken-fail": is not loaded: .*broken\.wasm does not exist$/);
+    expect(fail.body.response.status.message).toMatch(/^policy "broken-fail": could not be loaded: .*broken\.wasm does not exist$/);
     const ignore = await t.post('/validate', admissionReview(configMap('ignored-one', { team: 'a' })));
     expect(ignore.body.response.allowed).toBe(true);
-    expect(ignore.body.response.warnings[0]).toMatch(/^policy "broken-ignore": failed and was ignored \(failurePolicy Ignore\): is not loaded/);
+    expect(ignore.body.response.warnings[0]).toMatch(/^policy "broken-ignore": failed and was ignored \(failurePolicy Ignore\): could not be loaded/);
   });
 
   it('answers v1beta1 reviews in v1beta1', async () => {

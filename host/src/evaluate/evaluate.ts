@@ -75,7 +75,11 @@ export function evaluateEntry(pool: SandboxPool, entry: PolicyEntry, mode: Mode,
   if (!entry.loaded) {
     // A policy that failed to load still answers, per its failure policy: failing closed is
     // the default, so a broken module never silently stops guarding the cluster.
-    return Promise.resolve({ policy: entry.config.name, status: 'failed', failure: 'permanent', message: `is not loaded: ${entry.error?.message ?? 'unknown reason'}`, warnings: [] });
+    // The answer is prefixed with the policy's name, which the load error's message already starts with.
+    const text = entry.error?.message ?? 'unknown reason';
+    const own = `policy "${entry.config.name}" `;
+    const message = text.startsWith(own) ? text.slice(own.length) : `is not loaded: ${text}`;
+    return Promise.resolve({ policy: entry.config.name, status: 'failed', failure: 'permanent', message, warnings: [] });
   }
   return evaluatePolicy(pool, entry.loaded, mode, input);
 }

@@ -126,5 +126,9 @@ function schemaProblem(schema: Record<string, unknown>, settings: JsonValue): st
   const validate = compileSettingsSchema(schema);
   if (validate(settings)) return undefined;
   const error = validate.errors?.[0];
-  return `settings${error?.instancePath ?? ''} ${error?.message ?? 'do not match the schema'} (the module's settings schema)`;
+  // Ajv's own words leave out which field: say it.
+  const detail = error?.keyword === 'additionalProperties' ? `has an unknown field "${String(error.params.additionalProperty)}"`
+    : error?.keyword === 'required' ? `is missing the required field "${String(error.params.missingProperty)}"`
+      : error?.message ?? 'do not match the schema';
+  return `settings${error?.instancePath ?? ''} ${detail} (the module's settings schema)`;
 }
