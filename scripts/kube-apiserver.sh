@@ -4,12 +4,13 @@
 #
 #   KUBE_APISERVER=$(scripts/kube-apiserver.sh)
 #
-# The recipe of ../shared/tools/kube-apiserver.sh, plus one fix: the vendored
+# The recipe of ../shared/tools/kube-apiserver.sh (kept here so the repository builds its
+# own), with the same fix: the vendored
 # github.com/modern-go/reflect2 v1.0.1 iterates maps with a pre-Go-1.18 layout, so an
 # apiserver built with Debian's go1.19 segfaults (fatal error: fault, in mapiterinit)
 # whenever it encodes a mutating webhook's patch. Debian ships reflect2 v1.0.2, which
-# is swapped into vendor/ below. The binary is cached under its own name so a binary
-# built without the fix is never taken for this one.
+# is swapped into vendor/ below. The binary is cached under a name that says so (the
+# shared tool uses the same one), so a binary built without the fix is never taken for it.
 #
 # Needs root for apt-get (as on these machines). Takes about 10 minutes on 2 cores
 # the first time; set PORTCULLIS_CACHE to move the cache (default ~/.cache/portcullis).
