@@ -3,7 +3,7 @@
 import { ApiException, type AdmissionregistrationV1Api, type CoordinationV1Api, type VersionApi } from '@kubernetes/client-node';
 import { describe, expect, it } from 'vitest';
 import { createLogger } from '../../host/src/util/log.ts';
-import { WebhookManager } from '../../host/src/webhooks/manager.ts';
+import { kubernetesVersion, WebhookManager } from '../../host/src/webhooks/manager.ts';
 import type { WebhooksConfig } from '../../host/src/config/types.ts';
 import { DEFAULT_LIMITS } from '../../host/src/config/limits.ts';
 import type { ManagedPolicy } from '../../host/src/webhooks/build.ts';
@@ -51,6 +51,16 @@ const webhooks: WebhooksConfig = {
   leaderElection: false, leaseDurationSeconds: 15, resyncSeconds: 60,
 };
 
+describe('kubernetesVersion', () => {
+  it('reads major.minor from the fields, else from gitVersion; an unversioned build says nothing', () => {
+    expect(kubernetesVersion({ major: '1', minor: '27+', gitVersion: 'v1.27.3-eks' })).toEqual({ major: 1, minor: 27 });
+    expect(kubernetesVersion({ major: '', minor: '', gitVersion: 'v1.20.2' })).toEqual({ major: 1, minor: 20 });
+    // What the end-to-end tests' apiserver, built from Debian's source package, reports.
+    expect(kubernetesVersion({ major: '', minor: '', gitVersion: 'v0.0.0-master+faecb196815e2' })).toBeUndefined();
+    expect(kubernetesVersion({})).toBeUndefined();
+  });
+});
+
 describe('WebhookManager', () => {
   it('reports a foreign same-named configuration once, keeps the other kind in sync, and publishes a new CA at once', async () => {
     const { store, api } = fakeAdmission();
@@ -63,6 +73,7 @@ describe('WebhookManager', () => {
     manager.start();
     await manager.syncNow();
     await manager.syncNow();
+    expect(lines.some((l) => l.includes('Kubernetes before 1.21 does not label namespaces'))).toBe(true);
     expect(store.mutating?.webhooks?.[0]?.clientConfig?.caBundle).toBeDefined();
     const started = performance.now();
     expect(await manager.publishCa('NEW-CA')).toBe(true);
@@ -103,6 +114,7 @@ describe('WebhookManager', () => {
     expect(store.validating).toBeUndefined();
     expect(store.mutating).toBeUndefined();
     expect(lines.some((l) => l.includes('removed the webhooks of non-persistent policies'))).toBe(true);
+    expect(lines.some((l) => l.includes('does not label namespaces'))).toBe(false);
   });
 
   it('on stop, retries a transient failure within the grace period, and gives up on a permanent one with one line', async () => {

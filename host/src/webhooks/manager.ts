@@ -396,10 +396,10 @@ export class WebhookManager {
   async #checkVersion(): Promise<void> {
     try {
       const info = await this.#o.clients.version.getCode(callOptions(this.#timeoutMs));
-      const major = Number.parseInt(info.major, 10);
-      const minor = Number.parseInt(info.minor, 10);
-      if (major === 1 && minor < 21) {
-        this.#log.warn('Kubernetes before 1.21 does not label namespaces with kubernetes.io/metadata.name: label the excluded namespaces yourself (or with portcullis.dev/ignore=true), or the managed webhooks cover them too', {
+      const known = kubernetesVersion(info);
+      if (!known || (known.major === 1 && known.minor < 21)) {
+        const which = known ? 'Kubernetes before 1.21' : `This apiserver does not say its version (${info.gitVersion || 'none'}); if it is before 1.21, it`;
+        this.#log.warn(`${which} does not label namespaces with kubernetes.io/metadata.name: label the excluded namespaces yourself (or with portcullis.dev/ignore=true), or the managed webhooks cover them too`, {
           version: info.gitVersion, excludeNamespaces: this.#excluded(this.#o.webhooks()),
         });
       }
@@ -407,6 +407,19 @@ export class WebhookManager {
       // Only advice; the version endpoint being unreachable is reported by the sync itself.
     }
   }
+}
+
+/**
+ * The apiserver's major.minor: from its major/minor fields, or else from its gitVersion (builds
+ * from source may leave the fields empty); undefined when neither says (v0.0.0 is no version).
+ */
+export function kubernetesVersion(info: { major?: string; minor?: string; gitVersion?: string }): { major: number; minor: number } | undefined {
+  const major = Number.parseInt(info.major ?? '', 10);
+  const minor = Number.parseInt(info.minor ?? '', 10); // "27+" on some providers
+  if (major > 0 && minor >= 0) return { major, minor };
+  const git = /^v(\d+)\.(\d+)\./.exec(info.gitVersion ?? '');
+  if (!git || git[1] === '0') return undefined;
+  return { major: Number(git[1]), minor: Number(git[2]) };
 }
 
 /**
