@@ -81,7 +81,12 @@ async function buildTypeScript(source: string, stubWasi: boolean, timeoutMs: num
       external: ['portcullis:*'], logLevel: 'silent', mainFields: ['module', 'main'],
     });
   } catch (error) {
-    throw new BuildError(source, errorText(error));
+    const text = errorText(error);
+    // esbuild names our generated entry file; say what the author has to write instead.
+    if (/No matching export in "[^"]*" for import "default"/.test(text)) {
+      throw new BuildError(source, 'it has no default export: a policy ends with `export default definePolicy({ ... })` (import { definePolicy } from \'@portcullis/sdk\')');
+    }
+    throw new BuildError(source, text);
   }
   // stubWasi: the component imports nothing from WASI, so a policy has no clock, random,
   // files, network or environment unless the host grants a capability interface.
@@ -125,7 +130,13 @@ async function buildAssemblyScript(source: string): Promise<Uint8Array> {
       '--transform', 'json-as/transform', '--use', 'abort=~lib/@portcullis/sdk/assembly/index/portcullisAbort',
       '--disableWarning', '201',
     ], { stdout: sink, stderr: sink });
-    if (error) throw new BuildError(source, `${error.message}\n${messages.trim()}`);
+    if (error) {
+      // The build names the SDK's abort handler (for file:line in crash reports), which only exists once the SDK is imported.
+      const hint = messages.includes('portcullisAbort\' not found')
+        ? '\nthe entry file must import from \'@portcullis/sdk/assembly\' (e.g. import { Context, Result, handleValidate } from \'@portcullis/sdk/assembly\')'
+        : '';
+      throw new BuildError(source, `${error.message}\n${messages.trim()}${hint}`);
+    }
     const bytes = new Uint8Array(await readFile(out));
     // Never write a module that cannot be a policy: the host would refuse it at load anyway.
     const exports = WebAssembly.Module.exports(await WebAssembly.compile(bytes));

@@ -1,5 +1,5 @@
 // `portcullis build` through the real CLI: what it refuses and how long it may take.
-import { access, mkdtemp, readFile } from 'node:fs/promises';
+import { access, mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { expect, it } from 'vitest';
@@ -37,3 +37,23 @@ it('builds the same AssemblyScript module from any working folder', async () => 
   expect(a).toEqual(b);
   expect(a).toEqual(c);
 }, 120_000);
+
+it('says what to write when a TypeScript policy has no default export, or an AssemblyScript one does not import the SDK', async () => {
+  // Inside the checkout, so @portcullis/sdk resolves from the workspace; .scratch is ignored by git.
+  await mkdir(join(root, '.scratch'), { recursive: true });
+  const dir = await mkdtemp(join(root, '.scratch', 'build-'));
+  try {
+    await writeFile(join(dir, 'named.ts'), "import { definePolicy } from '@portcullis/sdk';\nexport const policy = definePolicy({ validate: () => ({ allowed: true }) });\n");
+    const named = await cli(['build', join(dir, 'named.ts'), '-o', join(dir, 'named.wasm'), '--no-typecheck']);
+    expect(named.code).toBe(1);
+    expect(named.stderr).toMatch(/named\.ts: it has no default export: a policy ends with `export default definePolicy\(\{ \.\.\. \}\)`/);
+    expect(named.stderr).not.toMatch(/portcullis-entry/);
+    await mkdir(join(dir, 'assembly'));
+    await writeFile(join(dir, 'assembly/index.ts'), 'export function validate(): i32 {\n  return 0;\n}\n');
+    const bare = await cli(['build', join(dir, 'assembly/index.ts'), '-o', join(dir, 'bare.wasm')]);
+    expect(bare.code).toBe(1);
+    expect(bare.stderr).toMatch(/the entry file must import from '@portcullis\/sdk\/assembly'/);
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
+}, 60_000);
