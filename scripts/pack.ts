@@ -64,6 +64,9 @@ function stagePackage(name: 'sdk' | 'host', extra: (pkg: Json) => Json): string 
     engines: ENGINES,
     license: 'Apache-2.0',
     repository: { type: 'git', url: 'https://github.com/portcullis-dev/portcullis' },
+    // npm's field for the commit a package was made from; `portcullis --version` and
+    // portcullis_build_info show it, so a tarball older than the checkout can be told apart.
+    gitHead: revision,
     ...extra(source),
   };
   writeFileSync(join(stage, name, 'package.json'), JSON.stringify(staged, null, 2) + '\n');
@@ -71,6 +74,18 @@ function stagePackage(name: 'sdk' | 'host', extra: (pkg: Json) => Json): string 
   const [packed] = JSON.parse(output) as { filename: string }[];
   return join(out, packed!.filename);
 }
+
+/** The commit, marked -dirty when the sources packed differ from it. */
+function gitRevision(): string {
+  try {
+    const head = execFileSync('git', ['rev-parse', 'HEAD'], { cwd: root, encoding: 'utf8' }).trim();
+    const dirty = execFileSync('git', ['status', '--porcelain', '--', 'host', 'sdk', 'wit'], { cwd: root, encoding: 'utf8' }).trim() !== '';
+    return dirty ? `${head}-dirty` : head;
+  } catch {
+    return 'unknown';
+  }
+}
+const revision = gitRevision();
 
 rmSync(stage, { recursive: true, force: true });
 mkdirSync(stage, { recursive: true });

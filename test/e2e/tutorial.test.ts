@@ -103,6 +103,9 @@ describe.each([['tutorial-ts', 'my-policy'], ['tutorial-as', 'my-as-policy']])('
     const bare = await sh('npx --no -- portcullis serve', cwd);
     expect(bare.code).toBe(2);
     expect(bare.stderr).toMatch(/portcullis serve: give --config FILE: the installed package has no built-in example policies/);
+    // The packed CLI says which commit it was made from, so a stale tarball shows.
+    const version = await sh('npx --no -- portcullis --version', cwd);
+    expect(version.stdout).toMatch(/^portcullis \d+\.\d+\.\d+ \([0-9a-f]{40}(-dirty)?\) \(node \d+/);
     // The generated project passes its own type check.
     const typecheck = await sh('npm run typecheck', cwd);
     expect(typecheck.code, typecheck.stdout + typecheck.stderr).toBe(0);

@@ -3,7 +3,7 @@
 import { errorMessage } from '../errors.ts';
 import { commandHelp, mainHelp } from './help.ts';
 import { UsageError } from './usage.ts';
-import { cliVersion } from './version.ts';
+import { cliVersion, versionLine } from './version.ts';
 
 const commands: Record<string, () => Promise<{ default: (args: string[]) => Promise<number> }>> = {
   new: () => import('./new.ts'),
@@ -20,7 +20,7 @@ const commands: Record<string, () => Promise<{ default: (args: string[]) => Prom
 async function main(argv: string[]): Promise<number> {
   const [name, ...args] = argv;
   if (name === '--version' || name === '-V' || name === 'version') {
-    process.stdout.write(`portcullis ${cliVersion()} (node ${process.versions.node})\n`);
+    process.stdout.write(versionLine());
     return 0;
   }
   if (!name || name === '--help' || name === '-h' || name === 'help') {

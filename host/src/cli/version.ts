@@ -1,11 +1,12 @@
 // The CLI's version: the host package's own version, the same in the checkout and installed.
-import { readFileSync } from 'node:fs';
+import { buildInfo } from '../util/build-info.ts';
 
 export function cliVersion(): string {
-  try {
-    const pkg = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version?: unknown };
-    return typeof pkg.version === 'string' ? pkg.version : 'unknown';
-  } catch {
-    return 'unknown';
-  }
+  return buildInfo().version;
+}
+
+/** `portcullis --version`: with the commit when the build knows it, so a stale package shows. */
+export function versionLine(): string {
+  const { version, revision } = buildInfo();
+  return `portcullis ${version}${revision === 'unknown' ? '' : ` (${revision})`} (node ${process.versions.node})\n`;
 }

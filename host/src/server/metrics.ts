@@ -1,11 +1,11 @@
 // Prometheus metrics for reviews, evaluations, sandbox faults and pool saturation, plus what an
 // operator checks first: build, loaded policies (with digest and source), leadership, registry
 // pulls, and prom-client's default process and Node.js metrics.
-import { readFileSync } from 'node:fs';
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
 import type { PolicySet } from '../policy/policy-set.ts';
 import type { Outcome } from '../evaluate/outcome.ts';
 import type { SandboxPool } from '../sandbox/pool.ts';
+import { buildInfo } from '../util/build-info.ts';
 
 const LATENCY_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5];
 
@@ -28,7 +28,7 @@ export class Metrics {
     const registers = [this.registry];
     collectDefaultMetrics({ register: this.registry });
     const build = new Gauge({ name: 'portcullis_build_info', help: 'Always 1; the labels say which build runs', labelNames: ['version', 'revision', 'node'] as const, registers });
-    build.set({ version: hostVersion(), revision: process.env.PORTCULLIS_REVISION || 'unknown', node: process.version }, 1);
+    build.set({ ...buildInfo(), node: process.version }, 1);
     const leader = () => this.#leader?.() ?? false;
     new Gauge({
       name: 'portcullis_leader', help: '1 while this replica holds the Lease (writes webhook configurations, rotates the certificate); 0 otherwise', registers,
@@ -62,11 +62,3 @@ export class Metrics {
   }
 }
 
-function hostVersion(): string {
-  try {
-    const pkg = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version?: unknown };
-    return typeof pkg.version === 'string' ? pkg.version : 'unknown';
-  } catch {
-    return 'unknown';
-  }
-}
