@@ -74,6 +74,7 @@ describe('WebhookManager', () => {
     await manager.syncNow();
     await manager.syncNow();
     expect(lines.some((l) => l.includes('Kubernetes before 1.21 does not label namespaces'))).toBe(true);
+    expect(lines.some((l) => l.includes('webhooks.namespace is not set, so this host takes \\"default\\" as its own namespace'))).toBe(true);
     expect(store.mutating?.webhooks?.[0]?.clientConfig?.caBundle).toBeDefined();
     const started = performance.now();
     expect(await manager.publishCa('NEW-CA')).toBe(true);
