@@ -199,4 +199,9 @@ in its settings.
 
 Then \`kubectl create -f examples/pod-without-label.yaml\` is denied and
 \`examples/pod-with-label.yaml\` is admitted.
+
+The scripts use the \`@portcullis/host\` and \`@portcullis/sdk\` installed in a folder above this one.
+They are not on the public npm registry: install them from their tarballs
+(\`npm install path/to/portcullis-*.tgz\`), never by name, or npm would fetch whatever a
+stranger published under that name.
 `;
