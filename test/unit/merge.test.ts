@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import type { Outcome } from '../../host/src/evaluate/outcome.ts';
+import { decodeOutput, MAX_MESSAGE_LENGTH, MAX_PATCH_DEPTH, type Outcome } from '../../host/src/evaluate/outcome.ts';
+import { MAX_COPIED_BYTES, patchedObject } from '../../host/src/merge/patches.ts';
 import { merge, type Evaluated } from '../../host/src/merge/merge.ts';
 import { MAX_WARNING_LENGTH, MAX_WARNINGS_TOTAL } from '../../host/src/merge/warnings.ts';
 
@@ -165,5 +166,75 @@ describe('mutation', () => {
     expect(merge([patching], 'DELETE', object).decision.patch).toEqual([]);
     expect(merge([patching], 'CONNECT', object).decision.patch).toEqual([]);
     expect(merge([patching, ev(denied('b', 'no'))], 'CREATE', object).decision.patch).toEqual([]);
+  });
+});
+
+// The red team's patches (issue 14 round, 2026-11-23): each one broke the host's main thread.
+describe('hostile patches hurt only the policy that returned them', () => {
+  const pod = () => ({
+    apiVersion: 'v1', kind: 'Pod', metadata: { name: 'p', namespace: 'n' },
+    spec: { containers: [{ name: 'app', securityContext: { privileged: false } }, { name: 'evil', securityContext: { privileged: true } }] },
+  });
+  const labeler = allowed('labeler', [{ op: 'add', path: '/metadata/labels', value: { team: 'x' } }]);
+  const statusOf = (result: ReturnType<typeof merge>) => result.decision.status?.message;
+
+  it('a __proto__ path or key is refused at the edge, and nothing reaches Object.prototype', () => {
+    const output = (patch: unknown) => decodeOutput('proto', JSON.stringify({ outcome: 'allow', patch }));
+    expect(() => output([{ op: 'add', path: '/__proto__', value: { policy: 'proto' } }])).toThrow(/a patch path through "__proto__": \/__proto__/);
+    expect(() => output([{ op: 'copy', from: '/spec/__proto__', path: '/x' }])).toThrow(/through "__proto__"/);
+    expect(() => output([{ op: 'add', path: '/metadata', value: JSON.parse('{"labels":{"__proto__":{"policy":"proto"}}}') as unknown }])).toThrow(/a "__proto__" key/);
+    // An inherited name is no way in either: the merge writes own properties only.
+    const result = merge([ev(labeler), ev(allowed('proto', [{ op: 'add', path: '/constructor/prototype', value: { policy: 'proto' } }]))], 'CREATE', pod());
+    expect(({} as Record<string, unknown>).policy).toBeUndefined();
+    expect((Object.prototype as Record<string, unknown>).policy).toBeUndefined();
+    expect(result.decision.patch).toContainEqual({ op: 'add', path: '/constructor', value: { prototype: { policy: 'proto' } } });
+  });
+
+  it('copies that double the object are stopped at 1 MiB of copies: the policy fails, the host lives', () => {
+    const bomb = Array.from({ length: 30 }, (_, i) => ({ op: 'copy' as const, from: '/spec', path: `/spec/a${i}` }));
+    const started = performance.now();
+    const alone = merge([ev(allowed('bomb', bomb))], 'CREATE', pod());
+    expect(statusOf(alone)).toMatch(/^policy "bomb": returned a patch that does not apply to the object: its copy operations clone more than 1 MiB in all$/);
+    const beside = merge([ev(labeler), ev(allowed('bomb', bomb))], 'CREATE', pod());
+    expect(statusOf(beside)).toMatch(/^policy "bomb": .*clone more than 1 MiB/);
+    expect(performance.now() - started).toBeLessThan(2000);
+    expect(MAX_COPIED_BYTES).toBe(2 ** 20);
+  });
+
+  it('a policy inserting into a list conflicts with another writing inside that list (its indices would move)', () => {
+    const inserter = allowed('inserter', [{ op: 'add', path: '/spec/containers/0', value: { name: 'sidecar' } }]);
+    const fixer = allowed('fixer', [{ op: 'replace', path: '/spec/containers/1/securityContext/privileged', value: false }]);
+    expect(statusOf(merge([ev(inserter), ev(fixer)], 'CREATE', pod()))).toBe('policy "fixer": its patch conflicts with policy "inserter" at /spec/containers/0');
+    expect(statusOf(merge([ev(fixer), ev(inserter)], 'CREATE', pod()))).toBe('policy "inserter": its patch conflicts with policy "fixer" at /spec/containers/0');
+    const remover = allowed('remover', [{ op: 'remove', path: '/spec/containers/0' }]);
+    expect(statusOf(merge([ev(remover), ev(fixer)], 'CREATE', pod()))).toMatch(/^policy "fixer": its patch conflicts with policy "remover"/);
+    // Appending, or inserting at the end, moves nothing: both apply.
+    for (const path of ['/spec/containers/-', '/spec/containers/2']) {
+      const result = merge([ev(allowed('appender', [{ op: 'add', path, value: { name: 'sidecar' } }])), ev(fixer)], 'CREATE', pod());
+      expect(result.decision.allowed).toBe(true);
+      const patched = patchedObject(pod(), result.decision.patch) as ReturnType<typeof pod>;
+      expect(patched.spec.containers.map((c) => [c.name, c.securityContext?.privileged])).toEqual([['app', false], ['evil', false], ['sidecar', undefined]]);
+    }
+  });
+
+  it('two policies writing 20,000 leaves each merge in linear time', () => {
+    const many = (prefix: string) => Object.fromEntries(Array.from({ length: 20_000 }, (_, i) => [`${prefix}${i}`, 'v']));
+    const started = performance.now();
+    const result = merge([ev(allowed('a', [{ op: 'add', path: '/metadata/annotations', value: many('a') }])), ev(allowed('b', [{ op: 'add', path: '/metadata/annotations', value: many('b') }]))], 'CREATE', pod());
+    expect(result.decision.allowed).toBe(true);
+    expect(result.decision.patch).toHaveLength(1);
+    // Comparing every pair took 12 s here; the index takes well under one.
+    expect(performance.now() - started).toBeLessThan(3000);
+  });
+
+  it('a patch value nested too deep is refused at the edge, never a 500', () => {
+    const deep = `${'{"a":'.repeat(20_000)}"leaf"${'}'.repeat(20_000)}`;
+    expect(() => decodeOutput('deep', `{"outcome":"allow","patch":[{"op":"add","path":"/spec/x","value":${deep}}]}`))
+      .toThrow(`returned a patch value nested deeper than ${MAX_PATCH_DEPTH} levels (add /spec/x)`);
+  });
+
+  it('a denial message is cut to 4096 characters', () => {
+    const outcome = decodeOutput('long', JSON.stringify({ outcome: 'deny', message: 'x'.repeat(1_000_000) }));
+    expect(outcome.status === 'denied' && outcome.message).toBe(`${'x'.repeat(MAX_MESSAGE_LENGTH)}… (995904 more characters cut)`);
   });
 });

@@ -11,7 +11,20 @@ import { decodeOutput, MalformedOutput, type Outcome } from './outcome.ts';
 export async function evaluatePolicy(pool: SandboxPool, policy: LoadedPolicy, mode: Mode, input: EvaluationInput | string): Promise<Outcome> {
   const payload = typeof input === 'string' ? input : sharedInput(input, policy);
   const result = await pool.call(policy.key, mode, payload, policy.limits.timeoutMs);
-  return toOutcome(policy.name, result);
+  const outcome = toOutcome(policy.name, result);
+  // The SDKs patch only from mutate. A validating webhook's answer must not carry a patch, and
+  // merging one would run patch code for a validation (red team).
+  if (mode === 'validate' && outcome.status === 'allowed' && outcome.patch.length > 0) {
+    return { policy: policy.name, status: 'failed', failure: 'crash', message: 'returned a patch from validate; only mutate may change the object', warnings: outcome.warnings, ...timingOf(outcome) };
+  }
+  return outcome;
+}
+
+function timingOf(outcome: Outcome): { guestMicros?: number; totalMicros?: number } {
+  return {
+    ...(outcome.guestMicros !== undefined ? { guestMicros: outcome.guestMicros } : {}),
+    ...(outcome.totalMicros !== undefined ? { totalMicros: outcome.totalMicros } : {}),
+  };
 }
 
 // A review evaluated by ten policies is serialized and encoded once: the envelope without

@@ -66,10 +66,44 @@ function decodeWarnings(value: unknown): string[] {
   return value;
 }
 
+/**
+ * Longest message kept from a denial or an error: it goes into every response and log line of
+ * the review, and a guest may return up to its output cap (red team: 1 MB per review).
+ */
+export const MAX_MESSAGE_LENGTH = 4096;
+
 function decodeMessage(value: unknown): string {
   if (value === undefined) return '';
   if (typeof value !== 'string') throw new MalformedOutput('returned a message that is not a string');
-  return value;
+  return value.length > MAX_MESSAGE_LENGTH ? `${value.slice(0, MAX_MESSAGE_LENGTH)}… (${value.length - MAX_MESSAGE_LENGTH} more characters cut)` : value;
+}
+
+/**
+ * Deepest value a patch may write. Kubernetes objects are far shallower; the merge walks values
+ * recursively on the main thread, where 20,000 levels overflowed the stack (red team).
+ */
+export const MAX_PATCH_DEPTH = 100;
+
+/**
+ * Patches are applied to plain objects on the main thread: a `__proto__` key or path segment
+ * would reach the prototype every object there shares (red team: one policy's patch made every
+ * later review answer 500). No Kubernetes field can be named so (label and annotation keys
+ * must start with an alphanumeric character), so such a patch is refused, not repaired.
+ */
+function checkPatchValue(value: unknown, where: string): void {
+  const stack: [unknown, number][] = [[value, 0]];
+  while (stack.length > 0) {
+    const [node, depth] = stack.pop()!;
+    if (typeof node !== 'object' || node === null) continue;
+    if (depth >= MAX_PATCH_DEPTH) throw new MalformedOutput(`returned a patch value nested deeper than ${MAX_PATCH_DEPTH} levels (${where})`);
+    if (!Array.isArray(node) && Object.hasOwn(node, '__proto__')) throw new MalformedOutput(`returned a patch value with a "__proto__" key (${where})`);
+    for (const child of Object.values(node)) stack.push([child, depth + 1]);
+  }
+}
+
+function checkPointer(pointer: string): void {
+  if (pointer !== '' && !pointer.startsWith('/')) throw new MalformedOutput(`returned a patch path that is not a JSON pointer: ${preview(pointer)}`);
+  if (pointer.split('/').includes('__proto__')) throw new MalformedOutput(`returned a patch path through "__proto__": ${preview(pointer)}`);
 }
 
 function decodePatch(value: unknown): PatchOperation[] {
@@ -79,9 +113,11 @@ function decodePatch(value: unknown): PatchOperation[] {
     if (!isObject(op) || typeof op.op !== 'string' || !OPS.has(op.op) || typeof op.path !== 'string') {
       throw new MalformedOutput(`returned an invalid patch operation ${preview(JSON.stringify(op))}`);
     }
-    if (op.path !== '' && !op.path.startsWith('/')) throw new MalformedOutput(`returned a patch path that is not a JSON pointer: ${preview(op.path)}`);
+    checkPointer(op.path);
     if ((op.op === 'move' || op.op === 'copy') && typeof op.from !== 'string') throw new MalformedOutput(`returned a ${op.op} without "from"`);
+    if (op.op === 'move' || op.op === 'copy') checkPointer(op.from as string);
     if ((op.op === 'add' || op.op === 'replace' || op.op === 'test') && !('value' in op)) throw new MalformedOutput(`returned an ${op.op} without "value"`);
+    if ('value' in op) checkPatchValue(op.value, `${op.op} ${preview(op.path)}`);
   }
   return value as PatchOperation[];
 }

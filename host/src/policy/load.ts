@@ -129,6 +129,6 @@ function schemaProblem(schema: Record<string, unknown>, settings: JsonValue): st
   // Ajv's own words leave out which field: say it.
   const detail = error?.keyword === 'additionalProperties' ? `has an unknown field "${String(error.params.additionalProperty)}"`
     : error?.keyword === 'required' ? `is missing the required field "${String(error.params.missingProperty)}"`
-      : error?.message ?? 'do not match the schema';
+    : error?.message ?? 'do not match the schema';
   return `settings${error?.instancePath ?? ''} ${detail} (the module's settings schema)`;
 }

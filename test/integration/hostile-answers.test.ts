@@ -1,0 +1,90 @@
+// Answers a policy may give that the host must not trust (red team, 2026-11-23): each of them
+// once broke the main thread for every policy. Hand-made core modules that answer fixed JSON,
+// served by a real server; each answer fails only the policy that gave it, and the server
+// answers every later review as before.
+import { mkdtemp, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { parse } from '@bytecodealliance/jco';
+import { afterAll, beforeAll, expect, it } from 'vitest';
+import { MAX_MESSAGE_LENGTH } from '../../host/src/evaluate/outcome.ts';
+import { admissionReview, decodePatch, startServer, type TestServer } from '../helpers/server.ts';
+
+/** A core module (Extism ABI) whose validate and mutate both answer `output`. */
+async function answering(output: unknown): Promise<Uint8Array> {
+  const bytes = new TextEncoder().encode(JSON.stringify(output));
+  const data = [...bytes].map((b) => `\\${b.toString(16).padStart(2, '0')}`).join('');
+  const body = `(local $o i64) (local $i i32)
+    (local.set $o (call $alloc (i64.const ${bytes.length})))
+    (block $done (loop $next
+      (br_if $done (i32.ge_u (local.get $i) (i32.const ${bytes.length})))
+      (call $store (i64.add (local.get $o) (i64.extend_i32_u (local.get $i))) (i32.load8_u (local.get $i)))
+      (local.set $i (i32.add (local.get $i) (i32.const 1)))
+      (br $next)))
+    (call $output (local.get $o) (i64.const ${bytes.length}))
+    (i32.const 0)`;
+  return parse(`(module
+    (import "extism:host/env" "alloc" (func $alloc (param i64) (result i64)))
+    (import "extism:host/env" "store_u8" (func $store (param i64 i32)))
+    (import "extism:host/env" "output_set" (func $output (param i64 i64)))
+    (memory (export "memory") ${Math.ceil((bytes.length + 1) / 65536)})
+    (data (i32.const 0) "${data}")
+    (func (export "validate") (result i32) ${body})
+    (func (export "mutate") (result i32) ${body}))`);
+}
+
+const ANSWERS = {
+  labeler: { outcome: 'allow', patch: [{ op: 'add', path: '/metadata/labels', value: { team: 'x' } }] },
+  proto: { outcome: 'allow', patch: [{ op: 'add', path: '/__proto__', value: { policy: 'proto' } }] },
+  'copy-bomb': { outcome: 'allow', patch: Array.from({ length: 30 }, (_, i) => ({ op: 'copy', from: '/data', path: `/data/a${i}` })) },
+  'long-denial': { outcome: 'deny', message: 'x'.repeat(100_000) },
+  denier: { outcome: 'deny', code: 403, message: 'denied by denier' },
+};
+
+let t: TestServer;
+beforeAll(async () => {
+  const dir = await mkdtemp(join(tmpdir(), 'portcullis-answers-'));
+  const entries = await Promise.all(Object.entries(ANSWERS).map(async ([name, output]) => {
+    await writeFile(join(dir, `${name}.wasm`), await answering(output));
+    return `  - { name: ${name}, module: ${join(dir, `${name}.wasm`)}, rules: [{ operations: [CREATE], apiGroups: ["*"], apiVersions: ["*"], resources: ["*"] }] }\n`;
+  }));
+  t = await startServer(`server: { tls: { mode: self-signed, hostnames: [127.0.0.1] } }\npolicies:\n${entries.join('')}`);
+}, 60_000);
+afterAll(() => t.close());
+
+const configMap = () => admissionReview({ kind: 'ConfigMap', metadata: { name: 'cm' }, data: { a: 'x'.repeat(2000) } });
+
+it('a __proto__ patch next to another patching policy fails that policy only; later reviews answer as before', async () => {
+  const alone = await t.post('/mutate/proto', configMap());
+  expect(alone.status).toBe(200);
+  expect(alone.body.response.status.message).toBe('policy "proto": returned a patch path through "__proto__": /__proto__');
+  // The whole webhook: every policy at once (the proto policy beside the labeler).
+  const all = await t.post('/mutate', configMap());
+  expect(all.status).toBe(200);
+  expect(all.body.response.allowed).toBe(false);
+  expect(({} as Record<string, unknown>).policy).toBeUndefined();
+  // Later reviews: answered, not 500 (before the fix, prom-client's labels saw the polluted key).
+  const labeled = await t.post('/mutate/labeler', configMap());
+  expect(labeled.status).toBe(200);
+  expect(decodePatch(labeled.body.response)).toEqual([{ op: 'add', path: '/metadata/labels', value: { team: 'x' } }]);
+  expect((await t.post('/validate/denier', configMap())).body.response.status).toEqual({ code: 403, message: 'policy "denier": denied by denier' });
+});
+
+it('a patch from validate fails the policy: a validating answer carries no patch', async () => {
+  const res = await t.post('/validate/labeler', configMap());
+  expect(res.body.response).toMatchObject({ allowed: false, status: { code: 500, message: 'policy "labeler": returned a patch from validate; only mutate may change the object' } });
+  expect(res.body.response.patch).toBeUndefined();
+});
+
+it('thirty copies of a parent into its child fail that policy at 1 MiB of copies; the host lives', async () => {
+  const res = await t.post('/mutate/copy-bomb', configMap());
+  expect(res.body.response.status.message).toBe('policy "copy-bomb": returned a patch that does not apply to the object: its copy operations clone more than 1 MiB in all');
+  expect((await t.get('/healthz')).status).toBe(200);
+});
+
+it('a 100 KB denial message is cut to 4096 characters in the response', async () => {
+  const res = await t.post('/validate/long-denial', configMap());
+  const message = res.body.response.status.message as string;
+  expect(message.startsWith(`policy "long-denial": ${'x'.repeat(MAX_MESSAGE_LENGTH)}… (`)).toBe(true);
+  expect(message.length).toBeLessThan(MAX_MESSAGE_LENGTH + 100);
+});
