@@ -159,6 +159,27 @@ describe('memory the linear-memory cap does not see (red-team findings)', () => 
     await stillServes();
   });
 
+  it('a guest that logs a 15 MiB kernel block 64 times costs the host no more than what is kept of each line', async () => {
+    // Extism decoded the whole block per log, and the kept 2 KiB was a slice holding all of it:
+    // 20 logs of 60 MiB held 1.9 GB (red team). The outcome is a crash: it sets no output.
+    const policy = await loadWat('log-bomb', `(module
+      (import "extism:host/env" "alloc" (func $alloc (param i64) (result i64)))
+      (import "extism:host/env" "log_info" (func $log (param i64)))
+      (memory (export "memory") 1)
+      (func (export "validate") (result i32) (local $b i64) (local $k i32)
+        (local.set $b (call $alloc (i64.const 15728640)))
+        (loop $more
+          (call $log (local.get $b))
+          (local.set $k (i32.add (local.get $k) (i32.const 1)))
+          (br_if $more (i32.lt_u (local.get $k) (i32.const 64))))
+        (i32.const 0)))`);
+    const before = process.memoryUsage().rss;
+    for (let i = 0; i < 3; i++) await evaluatePolicy(pool, policy, 'validate', input());
+    // Unfixed: 3 × 64 × 15 MiB of decoded text, held. Fixed: a few MiB of churn.
+    expect((process.memoryUsage().rss - before) / 2 ** 20).toBeLessThan(256);
+    await stillServes();
+  });
+
   it('a guest that catches the cap\'s fault and carries on still fails the call', async () => {
     const policy = await loadWat('alloc-swallow', kernel(`
       (block $done (try_table (catch_all $done) (drop (call $alloc (i64.const 33554432)))))`));

@@ -16,6 +16,7 @@ export class GuestFault extends PortcullisError {
 
 const MAX_LOGS_PER_CALL = 64;
 const MAX_LOG_LENGTH = 2048;
+const LOG_DECODER = new TextDecoder();
 
 export interface Guest {
   call(fn: GuestFunction, input: CallInput): Promise<string>;
@@ -27,7 +28,11 @@ export interface Guest {
 export class LogBuffer {
   entries: LogEntry[] = [];
   push(level: string, message: string): void {
-    if (this.entries.length < MAX_LOGS_PER_CALL) this.entries.push([level, String(message).slice(0, MAX_LOG_LENGTH)]);
+    if (this.entries.length >= MAX_LOGS_PER_CALL) return;
+    const text = String(message);
+    // A copy, not a slice: V8's slice of a long string keeps the whole string alive (red team: 20
+    // logs of a 60 MiB block held 1.9 GB).
+    this.entries.push([level, text.length <= MAX_LOG_LENGTH ? text : Buffer.from(text.slice(0, MAX_LOG_LENGTH)).toString()]);
   }
   take(): LogEntry[] {
     const entries = this.entries;
@@ -156,10 +161,20 @@ async function instantiateCore(spec: SandboxSpec, logs: LogBuffer): Promise<Gues
     view.set(head);
     view.set(tail, head.length);
   };
+  // Extism's own log functions decode the whole block a guest names, however large; these
+  // decode only what is kept.
+  const logTo = (level: string) => (context: CallContext, addr: bigint): void => {
+    if (logs.entries.length >= MAX_LOGS_PER_CALL) return;
+    const block = context.read(addr);
+    if (block === null) return;
+    logs.push(level, LOG_DECODER.decode(block.bytes().subarray(0, MAX_LOG_LENGTH * 4)));
+  };
   const oneCopy = WebAssembly.Module.imports(module).some((i) => i.module === 'extism:host/user' && i.name === 'portcullis_input_read');
   const plugin: Plugin = await createPlugin({ wasm: [{ module }] }, {
     useWasi: false, runInWorker: false, logger, allowedHosts: [],
-    functions: { 'extism:host/env': { alloc }, 'extism:host/user': { portcullis_context_read, portcullis_input_length, portcullis_input_read } },
+    functions: {
+      'extism:host/env': { alloc, log_info: logTo('info'), log_warn: logTo('warn'), log_error: logTo('error'), log_debug: logTo('debug') },
+      'extism:host/user': { portcullis_context_read, portcullis_input_length, portcullis_input_read } },
   });
   const instance = await plugin.getInstance();
   const memories = Object.values(instance.exports).filter((v): v is WebAssembly.Memory => v instanceof WebAssembly.Memory);
