@@ -37,6 +37,12 @@ describe('clear 4xx errors', () => {
     expect(res.body.error.message).toMatch(message);
   });
 
+  it('a per-policy path that is not valid percent-encoding is 404, not a 500 (red team)', async () => {
+    const res = await request(`${t.server.url}/validate/%E0%A4%A`, { method: 'POST', body: JSON.stringify(valid()), headers: { 'content-type': 'application/json' }, dispatcher: t.agent });
+    expect(res.statusCode).toBe(404);
+    expect(await res.body.json()).toEqual({ error: { code: 'NOT_FOUND', message: 'no such endpoint /validate/%E0%A4%A: its policy name is not valid percent-encoding' } });
+  });
+
   it('a wrong content type is 415', async () => {
     const res = await raw(JSON.stringify(valid()), { 'content-type': 'text/plain' });
     expect(res).toEqual({ status: 415, body: { error: { code: 'UNSUPPORTED_MEDIA_TYPE', message: 'expected Content-Type application/json, got "text/plain"' } } });

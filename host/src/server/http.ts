@@ -73,7 +73,12 @@ async function handle(config: ServerConfig, deps: HttpDeps, req: IncomingMessage
   const route = ROUTE.exec(path);
   if (!route) return refuse(deps, res, new HttpError('NOT_FOUND', `no such endpoint ${path}; use /validate, /mutate, /validate/<policy> or /mutate/<policy>`));
   const mode = route[1] as Mode;
-  const policy = route[2] === undefined ? undefined : decodeURIComponent(route[2]);
+  let policy: string | undefined;
+  try {
+    policy = route[2] === undefined ? undefined : decodeURIComponent(route[2]);
+  } catch {
+    return refuse(deps, res, new HttpError('NOT_FOUND', `no such endpoint ${path}: its policy name is not valid percent-encoding`));
+  }
   if (req.method !== 'POST') {
     res.setHeader('allow', 'POST');
     return refuse(deps, res, new HttpError('METHOD_NOT_ALLOWED', `${path} takes POST with an AdmissionReview, not ${req.method}`));
