@@ -100,6 +100,24 @@ cases:
     expect(result.code).toBe(1);
   });
 
+  it('says when no policy evaluated a case whose verdict is not the expected one (its rules match nothing)', async () => {
+    // In a folder of its own: the folder test below counts the suites in the shared one.
+    const file = join(await mkdtemp(join(tmpdir(), 'portcullis-cli-unmatched-')), 'unmatched.test.yaml');
+    await writeFile(file, `
+policies:
+  - module: ${policy('require-labels')}
+    settings: { labels: { team: unowned } }
+    rules: [{ operations: [CREATE], apiGroups: [apps], apiVersions: [v1], resources: [deployments] }]
+cases:
+  - name: a pod no rule matches
+    object: { apiVersion: v1, kind: Pod, metadata: { name: p, namespace: default }, spec: {} }
+    expect: { allowed: false }
+`);
+    const result = await cli(['test', file]);
+    expect(result.stdout).toMatch(/FAIL .*› a pod no rule matches: expected denied, got allowed; no policy evaluated this request: none of their rules matches its operation and resource \(or its mode\)\n/);
+    expect(result.code).toBe(1);
+  });
+
   it('finds *.test.yaml in a folder, and a bad suite file is one ERROR line that counts as failed', async () => {
     const sub = await mkdtemp(join(dir, 'tree-'));
     await writeFile(join(sub, 'ok.test.yaml'), `policy: ${policy('numbers')}\ncases:\n  - object: { apiVersion: v1, kind: X, spec: { numbers: [1] } }\n    expect: { allowed: true }\n`);

@@ -207,14 +207,22 @@ async function runSuite(suite: Suite): Promise<{ name: string; problems: string[
       loaded.push({ ...policy, rules: ref.rules ?? policy.info?.rules ?? [] });
     }
     const results = [];
-    for (const c of suite.cases) results.push({ name: c.name, problems: check(c, await evaluateCase(pool, loaded, c)) });
+    for (const c of suite.cases) {
+      const { decision, evaluated } = await evaluateCase(pool, loaded, c);
+      const problems = check(c, decision);
+      // An unexpected verdict from no policy at all is the rules' doing, not the policy's: say so.
+      if (problems.length > 0 && evaluated === 0) problems.push('no policy evaluated this request: none of their rules matches its operation and resource (or its mode)');
+      results.push({ name: c.name, problems });
+    }
     return results;
   } finally {
     await pool.close();
   }
 }
 
-async function evaluateCase(pool: SandboxPool, all: (LoadedPolicy & { rules: RuleWithOperations[] })[], c: Case): Promise<Decision> {
+type RuledPolicy = LoadedPolicy & { rules: RuleWithOperations[] };
+
+async function evaluateCase(pool: SandboxPool, all: RuledPolicy[], c: Case): Promise<{ decision: Decision; evaluated: number }> {
   const policies = all.filter((p) => p.rules.length === 0 || p.rules.some((rule) => ruleMatches(rule, c.request)));
   // Without a mode, a policy runs as a validating webhook if it can, else as a mutating one.
   const runs = policies.map((policy) => ({ policy, mode: c.mode ?? (policy.modes.includes('validate') ? 'validate' : 'mutate') }))
@@ -225,7 +233,7 @@ async function evaluateCase(pool: SandboxPool, all: (LoadedPolicy & { rules: Rul
       request: c.request, settings: policy.settings, headers: {}, sslpeer: null, dryRun: c.request.dryRun === true, webhook: `/${mode}/${policy.name}`,
     }),
   })));
-  return merge(evaluated, c.request.operation, c.request.object).decision;
+  return { decision: merge(evaluated, c.request.operation, c.request.object).decision, evaluated: evaluated.length };
 }
 
 function check(c: Case, decision: Decision): string[] {
