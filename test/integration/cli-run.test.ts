@@ -69,6 +69,14 @@ describe('portcullis run', () => {
       ['settings that are not JSON', async () => ['--policy', wasm('numbers'), '--request', review, '--settings', '{value: 1}'], /^portcullis run: --settings is not valid JSON/],
       ['a policy that traps', async () => ['--policy', wasm('trap'), '--request', review], /^portcullis run: policy "trap" \(.*trap\.wasm\) failed on request 705ab4f5-6393-11e8-b7cc-42010a800002: crashed: wasm trap.*boom: the policy gave up/],
       ['a policy that returns garbage', async () => ['--policy', wasm('garbage'), '--request', review], /^portcullis run: policy "garbage" .* failed on request .*: returned output that is not JSON/],
+      ['an --operation in lower case (the flag is named, not the file)', async () => {
+        await writeFile(join(dir, 'pod.yaml'), 'apiVersion: v1\nkind: Pod\nmetadata: { name: p }\n');
+        return ['--policy', wasm('numbers'), '--request', join(dir, 'pod.yaml'), '--operation', 'delete'];
+      }, /^portcullis run: --operation must be CREATE, UPDATE, DELETE or CONNECT \(upper case\), not "delete"$/],
+      ['a YAML file of several documents', async () => {
+        await writeFile(join(dir, 'two.yaml'), 'apiVersion: v1\nkind: Pod\nmetadata: { name: a }\n---\napiVersion: v1\nkind: Pod\nmetadata: { name: b }\n');
+        return ['--policy', wasm('numbers'), '--request', join(dir, 'two.yaml')];
+      }, /^portcullis run: .*two\.yaml: holds several YAML documents; give one object per file$/],
       ['a mode the policy lacks', async () => ['--policy', wasm('no-delete'), '--request', review, '--mode', 'mutate'], /^portcullis run: policy "no-delete" .* does not mutate; it supports: validate$/],
     ];
     it.each(cases)('%s', async (_, args, pattern) => {

@@ -105,6 +105,10 @@ export async function readRequest(values: RequestFlags): Promise<AdmissionReview
   const path = values.request!;
   const text = await readInput(path, 'request');
   const manifestFlags = ['operation', 'old-object', 'namespace', 'user', 'groups'] as const;
+  // A flag's mistake is the flag's, not the file's (newcomer pass: "--operation delete" was blamed on the file).
+  if (values.operation !== undefined && !['CREATE', 'UPDATE', 'DELETE', 'CONNECT'].includes(values.operation)) {
+    throw new UsageError(`--operation must be CREATE, UPDATE, DELETE or CONNECT (upper case), not "${values.operation}"`);
+  }
   try {
     const value = parseDocument(text);
     if (isObject(value) && value.kind === 'AdmissionReview') {
@@ -132,6 +136,7 @@ function parseDocument(text: string): unknown {
   try {
     return json ? JSON.parse(text) as unknown : parseYaml(text) as unknown;
   } catch (error) {
+    if (!json && /multiple documents/i.test(errorMessage(error))) throw new Error('holds several YAML documents; give one object per file', { cause: error });
     throw new Error(`not valid ${json ? 'JSON' : 'YAML'}: ${errorMessage(error).split('\n')[0]}`, { cause: error });
   }
 }
