@@ -59,7 +59,7 @@ ${policyYaml('added-by', `settings: { value: t }\n${rule}`)}  - name: broken
     expect(metrics).toMatch(/^portcullis_leader 0$/m);
     const lines = current.logs.map((l) => JSON.parse(l) as Record<string, unknown>);
     expect(lines.find((l) => l.msg === 'TLS')).toMatchObject({ mode: 'self-signed', source: expect.stringContaining('generated at start') });
-    expect(lines.find((l) => l.msg === 'ready')).toMatchObject({ loadMs: expect.any(Number), policies: 1, failed: ['broken'] });
+    expect(lines.find((l) => l.msg === 'ready')).toMatchObject({ loadMs: expect.any(Number), policies: 2, loaded: 1, failed: ['broken'] });
   });
 
   it('without the option, /readyz is ready once every policy was tried, failed or not', async () => {

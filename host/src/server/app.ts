@@ -134,7 +134,9 @@ export class PortcullisServer {
     server.#reportSet(set);
     server.#ready = true;
     log.info('ready', {
-      loadMs: Math.round(performance.now() - loadStarted), policies: set.entries.length - set.failed.length, failed: set.failed.map((e) => e.config.name),
+      // Counted as /readyz counts them: configured, of which some failed.
+      loadMs: Math.round(performance.now() - loadStarted),
+      policies: set.entries.length, loaded: set.entries.length - set.failed.length, failed: set.failed.map((e) => e.config.name),
       ...(config.server.readyWhenAllPoliciesLoaded && set.failed.length > 0 ? { readyz: 'failing until every policy loads (server.readyWhenAllPoliciesLoaded)' } : {}),
     });
     if (options.watch ?? Boolean(config.source)) server.#watchConfig();
