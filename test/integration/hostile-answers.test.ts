@@ -78,7 +78,7 @@ it('a patch from validate fails the policy: a validating answer carries no patch
 
 it('thirty copies of a parent into its child fail that policy at 1 MiB of copies; the host lives', async () => {
   const res = await t.post('/mutate/copy-bomb', configMap());
-  expect(res.body.response.status.message).toBe('policy "copy-bomb": returned a patch that does not apply to the object: its copy operations clone more than 1 MiB in all');
+  expect(res.body.response.status.message).toBe('policy "copy-bomb": returned a patch that does not apply to the object: its copy and move operations clone more than 1 MiB in all');
   expect((await t.get('/healthz')).status).toBe(200);
 });
 

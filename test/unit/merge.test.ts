@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { decodeOutput, MAX_MESSAGE_LENGTH, MAX_PATCH_DEPTH, type Outcome } from '../../host/src/evaluate/outcome.ts';
 import { MAX_COPIED_BYTES, patchedObject } from '../../host/src/merge/patches.ts';
+import type { JsonObject, JsonValue } from '@portcullis/sdk';
 import { merge, type Evaluated } from '../../host/src/merge/merge.ts';
 import { MAX_WARNING_LENGTH, MAX_WARNINGS_TOTAL } from '../../host/src/merge/warnings.ts';
 
@@ -187,14 +188,15 @@ describe('hostile patches hurt only the policy that returned them', () => {
     const result = merge([ev(labeler), ev(allowed('proto', [{ op: 'add', path: '/constructor/prototype', value: { policy: 'proto' } }]))], 'CREATE', pod());
     expect(({} as Record<string, unknown>).policy).toBeUndefined();
     expect((Object.prototype as Record<string, unknown>).policy).toBeUndefined();
-    expect(result.decision.patch).toContainEqual({ op: 'add', path: '/constructor', value: { prototype: { policy: 'proto' } } });
+    // RFC 6902 with own properties only: /constructor does not exist, so the add does not apply.
+    expect(result.decision.status?.message).toBe('policy "proto": returned a patch that does not apply to the object: /constructor/prototype: its parent does not exist or is neither an object nor a list');
   });
 
   it('copies that double the object are stopped at 1 MiB of copies: the policy fails, the host lives', () => {
     const bomb = Array.from({ length: 30 }, (_, i) => ({ op: 'copy' as const, from: '/spec', path: `/spec/a${i}` }));
     const started = performance.now();
     const alone = merge([ev(allowed('bomb', bomb))], 'CREATE', pod());
-    expect(statusOf(alone)).toMatch(/^policy "bomb": returned a patch that does not apply to the object: its copy operations clone more than 1 MiB in all$/);
+    expect(statusOf(alone)).toMatch(/^policy "bomb": returned a patch that does not apply to the object: its copy and move operations clone more than 1 MiB in all$/);
     const beside = merge([ev(labeler), ev(allowed('bomb', bomb))], 'CREATE', pod());
     expect(statusOf(beside)).toMatch(/^policy "bomb": .*clone more than 1 MiB/);
     expect(performance.now() - started).toBeLessThan(2000);
@@ -236,5 +238,77 @@ describe('hostile patches hurt only the policy that returned them', () => {
   it('a denial message is cut to 4096 characters', () => {
     const outcome = decodeOutput('long', JSON.stringify({ outcome: 'deny', message: 'x'.repeat(1_000_000) }));
     expect(outcome.status === 'denied' && outcome.message).toBe(`${'x'.repeat(MAX_MESSAGE_LENGTH)}… (995904 more characters cut)`);
+  });
+});
+
+// The second round (same day), against the fixes above; json-patch.ts is the answer to most.
+describe('patches are applied as RFC 6902 says, with own properties and real list indices', () => {
+  const pod = (): JsonObject => ({
+    apiVersion: 'v1', kind: 'Pod', metadata: { name: 'p', namespace: 'n', labels: { app: 'a' } },
+    spec: { containers: [{ name: 'app', env: [{ name: 'A', value: '1' }] }, { name: 'evil', securityContext: { privileged: true } }] },
+  });
+  const names = (object: JsonValue | null) => (object as unknown as { spec: { containers: { name: string }[] } }).spec.containers.map((c) => c.name);
+  const labeler = allowed('labeler', [{ op: 'add', path: '/metadata/labels/team', value: 'x' }]);
+  const statusOf = (outcomes: Outcome[]) => merge(outcomes.map((o) => ev(o)), 'CREATE', pod()).decision.status?.message;
+
+  it('a path through an inherited property does not exist: nothing reaches Object.prototype', () => {
+    const sneaky = allowed('sneaky', [
+      { op: 'move', from: '/metadata/constructor', path: '/metadata/alias' },
+      { op: 'add', path: '/metadata/alias/prototype/policy', value: 'sneaky' },
+      { op: 'test', path: '/metadata/name', value: 'p' },
+    ]);
+    expect(statusOf([sneaky])).toMatch(/^policy "sneaky": returned a patch that does not apply to the object: \/metadata\/constructor does not exist$/);
+    expect(statusOf([labeler, sneaky])).toMatch(/^policy "sneaky": .*\/metadata\/constructor does not exist$/);
+    expect(statusOf([allowed('quiet', [{ op: 'remove', path: '/metadata/toString' }])])).toMatch(/\/metadata\/toString does not exist$/);
+    expect((Object.prototype as Record<string, unknown>).policy).toBeUndefined();
+  });
+
+  it('an index past the end, or not in canonical form, does not apply; no sparse list, no 500', () => {
+    for (const path of ['/spec/containers/5/x', '/spec/containers/4294967294/x']) {
+      const started = performance.now();
+      expect(statusOf([labeler, allowed('far', [{ op: 'add', path, value: { a: '1' } }])])).toMatch(/^policy "far": returned a patch that does not apply to the object: .*its parent does not exist/);
+      expect(performance.now() - started).toBeLessThan(1000);
+    }
+    const fixer = allowed('fixer', [{ op: 'replace', path: '/spec/containers/1/securityContext/privileged', value: false }]);
+    for (const index of ['00', '']) {
+      expect(statusOf([allowed('inserter', [{ op: 'add', path: `/spec/containers/${index}`, value: { name: 'sidecar' } }]), fixer]))
+        .toBe(`policy "inserter": returned a patch that does not apply to the object: /spec/containers/${index}: "${index}" is not a list index`);
+    }
+    expect(statusOf([allowed('scalar', [{ op: 'add', path: '/kind/x', value: { a: '1' } }]), labeler])).toMatch(/^policy "scalar": .*its parent does not exist or is neither/);
+  });
+
+  it('thousands of copies and moves cost linear time; what they read counts against the budget', () => {
+    const copies = Array.from({ length: 15_000 }, (_, i) => ({ op: 'copy' as const, from: '/metadata/name', path: `/metadata/labels/c${i}` }));
+    let started = performance.now();
+    expect(merge([ev(allowed('copier', copies))], 'CREATE', pod()).decision.allowed).toBe(true);
+    expect(performance.now() - started).toBeLessThan(3000);
+    const big = { ...pod(), data: { blob: 'x'.repeat(10_000) } };
+    const moves = Array.from({ length: 2000 }, (_, i) => ({ op: 'move' as const, from: '/data', path: `/data${i}` }));
+    started = performance.now();
+    const result = merge([ev(labeler), ev(allowed('mover', moves))], 'CREATE', big);
+    expect(result.decision.status?.message).toMatch(/^policy "mover": .*clone more than 1 MiB in all$/);
+    expect(performance.now() - started).toBeLessThan(3000);
+  });
+
+  it('appends conflict with a write to their list and with another policy\'s writes past its end; not with each other', () => {
+    const append = (policy: string, path = '/spec/containers/-') => allowed(policy, [{ op: 'add', path, value: { name: policy } }]);
+    const replaceList = allowed('replacer', [{ op: 'replace', path: '/spec/containers', value: [{ name: 'only' }] }]);
+    expect(statusOf([append('sidecar'), replaceList])).toBe('policy "replacer": its patch conflicts with policy "sidecar" at /spec/containers/-');
+    expect(statusOf([replaceList, append('sidecar')])).toBe('policy "sidecar": its patch conflicts with policy "replacer" at /spec/containers');
+    const envAppend = allowed('env', [{ op: 'add', path: '/spec/containers/0/env/-', value: { name: 'B', value: '2' } }]);
+    expect(statusOf([envAppend, allowed('unenv', [{ op: 'remove', path: '/spec/containers/0/env' }])])).toMatch(/^policy "unenv": its patch conflicts with policy "env"/);
+    const ownElement = allowed('own', [{ op: 'add', path: '/spec/containers/-', value: { name: 'own' } }, { op: 'add', path: '/spec/containers/2/image', value: 'img' }]);
+    expect(statusOf([ownElement, append('other')])).toMatch(/^policy "other": its patch conflicts with policy "own"/);
+    expect(statusOf([append('other'), ownElement])).toMatch(/^policy "own": its patch conflicts with policy "other"/);
+    const both = merge([ev(append('one')), ev(append('two', '/spec/containers/2'))], 'CREATE', pod());
+    expect(names(patchedObject(pod(), both.decision.patch))).toEqual(['app', 'evil', 'one', 'two']);
+  });
+
+  it('a map key "-" is a key like any other; the same value in another key order is the same write', () => {
+    const dash = (policy: string, value: string) => allowed(policy, [{ op: 'add', path: '/metadata/labels/-', value }]);
+    expect(statusOf([dash('one', 'a'), dash('two', 'b')])).toBe('policy "two": its patch conflicts with policy "one" at /metadata/labels/-');
+    const ordered = (policy: string, value: Record<string, string>) => allowed(policy, [{ op: 'add', path: '/spec/securityContext', value }]);
+    const result = merge([ev(ordered('one', { a: '1', b: '2' })), ev(ordered('two', { b: '2', a: '1' }))], 'CREATE', pod());
+    expect(result.decision.allowed).toBe(true);
   });
 });

@@ -1,22 +1,27 @@
 // Combines the JSONPatch operations of several mutating policies, each written against the
 // same original object, into one patch. Every policy's operations are expanded into the leaf
-// paths they write (an `add` that creates a missing map counts as writes to its keys, so two
-// policies adding different annotations to an object without annotations compose). Two
-// policies writing overlapping paths with different values conflict; identical writes do not.
+// paths they write (an `add` that creates a missing map under an existing one counts as writes
+// to its keys, so two policies adding different annotations to an object without annotations
+// compose). Two policies writing overlapping paths with different values conflict; identical
+// writes do not. Every policy wrote its paths against the original, so one that inserts or
+// removes a list element conflicts with any other writing inside that list (applied one after
+// the other, the second one's indices would point at other elements: red team, a fix aimed at
+// a privileged container landed on its neighbour); appends compose with each other and with
+// element writes, but not with a write to the list itself or to an element only an append made.
 // The final patch is the difference between the original and the merged object, so it applies
-// cleanly to the original by construction, and is checked once more with fast-json-patch.
-// Every policy wrote its paths against the original, so a policy that inserts or removes a list
-// element conflicts with any other policy writing inside that list: applied one after the
-// other, the second policy's indices would point at different elements (red team: a fix aimed
-// at a privileged container landed on its neighbour). Patches are untrusted and applied on the
-// main thread: `copy` clones are bounded (MAX_COPIED_BYTES), conflicts are found through an
-// index rather than by comparing every pair of writes, and anything one policy's patch makes
-// throw rejects that policy only.
+// to the original by construction, and is checked once more.
+//
+// Patches are untrusted and applied on the main thread, with json-patch.ts (strict RFC 6902:
+// own properties, canonical indices, bounded copies); conflicts are found through an index, not
+// by comparing every pair of writes; anything one policy's patch makes throw rejects that
+// policy only.
 import jsonpatch from 'fast-json-patch';
 import type { JsonValue, PatchOperation } from '@portcullis/sdk';
+import { applyOperation, applyPatch, CopyBudget, define, isMap, parsePointer, PatchError, toPointer, valueAt } from './json-patch.ts';
 
-const { applyOperation, compare, deepClone, getValueByPointer } = jsonpatch;
-type Operation = jsonpatch.Operation;
+export { MAX_COPIED_BYTES } from './json-patch.ts';
+
+const { compare } = jsonpatch;
 
 export interface PolicyPatch {
   policy: string;
@@ -36,53 +41,43 @@ export interface CombinedPatch {
 interface Write {
   policy: string;
   path: string[];
-  /** JSON text of the value written, or undefined for a removal; appends never collide. */
+  /** JSON text of the value written (keys sorted), or undefined for a removal. */
   value: string | undefined;
+  /** It adds an element at the end of a list of the original (`-`, or the index of its end). */
   append: boolean;
-  /** It inserts or removes an element of a list the original has, before its last: later elements move. */
+  /** It inserts or removes an element of a list of the original, before its last: later elements move. */
   shifts: boolean;
+  /** It writes into an element past the end of a list of the original (one its own append made). */
+  beyond: boolean;
 }
-
-/**
- * Most a patch's `copy` operations may clone, as JSON text, in all: thirty copies of a parent
- * into its child (1.5 KB of patch) doubled a Pod 30 times and took the host's heap (red team).
- * The apiserver's own JSON patch bounds accumulated copies the same way.
- */
-export const MAX_COPIED_BYTES = 2 ** 20;
 
 // What identifies the object under review. A patch that changes one of these would make the
 // apiserver refuse the response or, worse, store a different object than the one it admitted.
 const IDENTITY = [['apiVersion'], ['kind'], ['metadata', 'name'], ['metadata', 'namespace'], ['metadata', 'uid']] as const;
-const IDENTITY_POINTERS = IDENTITY.map((path) => `/${path.join('/')}`);
+const IDENTITY_POINTERS = IDENTITY.map((path) => toPointer(path));
 
 /** Why a policy's patch may not be applied at all, whatever the other policies do. */
 export function forbiddenChange(original: JsonValue, operations: PatchOperation[]): string | undefined {
-  const touches = (pointer: string | undefined) => pointer !== undefined &&
-    (pointer === '' || IDENTITY_POINTERS.some((p) => p === pointer || p.startsWith(`${pointer}/`)));
   const root = operations.find((op) => op.path === '' || ('from' in op && op.from === ''));
   if (root) return `returned a patch that would ${root.op === 'remove' ? 'remove' : 'replace'} the whole object (path ""); a policy may change parts of it only`;
-  if (!operations.some((op) => touches(op.path) || ('from' in op && touches(op.from)))) return undefined;
-  const patched = deepClone(original) as JsonValue;
+  // Only a patch that goes near the identity is applied here (a copy of the object each time).
+  const near = (pointer: string) => IDENTITY_POINTERS.some((p) => p === pointer || p.startsWith(`${pointer}/`) || pointer.startsWith(`${p}/`));
+  if (!operations.some((op) => near(op.path) || ('from' in op && near(op.from)))) return undefined;
+  const patched = clone(original);
   try {
-    applyAll(patched, operations, false);
+    applyPatch(patched, operations);
   } catch {
     return undefined; // Not applicable at all: reported as such by the caller.
   }
   for (const path of IDENTITY) {
-    const before = identityAt(original, path);
-    const after = identityAt(patched, path);
+    const before = valueAt(original, path);
+    const after = valueAt(patched, path);
     if (JSON.stringify(before) !== JSON.stringify(after)) {
       return `returned a patch that changes ${path.join('.')} (${JSON.stringify(before) ?? 'absent'} to ${JSON.stringify(after) ?? 'absent'}); ` +
         'a policy may not change apiVersion, kind, metadata.name, metadata.namespace or metadata.uid';
     }
   }
   return undefined;
-}
-
-function identityAt(value: JsonValue | undefined, path: readonly string[]): JsonValue | undefined {
-  let node = value;
-  for (const key of path) node = node !== null && typeof node === 'object' && !Array.isArray(node) ? node[key] : undefined;
-  return node;
 }
 
 export function combinePatches(original: JsonValue, patches: PolicyPatch[]): CombinedPatch {
@@ -114,7 +109,7 @@ function combineAllowed(original: JsonValue, patches: PolicyPatch[]): CombinedPa
   // Several: one working copy, patched in place. Copies of the whole object are the main
   // cost of a mutating review, so the per-policy "does it apply alone" check only runs
   // when applying it to the working copy fails.
-  let merged = deepClone(original) as JsonValue;
+  let merged = clone(original);
   const accepted: PolicyPatch[] = [];
   const writes = new WriteIndex();
   const rejected: PatchRejection[] = [];
@@ -122,9 +117,10 @@ function combineAllowed(original: JsonValue, patches: PolicyPatch[]): CombinedPa
     const { policy, operations } = entry;
     let mine: Write[];
     try {
-      mine = operations.flatMap((op) => leafWrites(policy, op, original));
+      const budget = new CopyBudget();
+      mine = operations.flatMap((op) => leafWrites(policy, op, original, budget));
     } catch (error) {
-      rejected.push({ policy, reason: 'invalid', message: `returned a patch the host cannot merge: ${firstLine(error).message}` });
+      rejected.push({ policy, reason: 'invalid', message: `returned a patch that does not apply to the object: ${firstLine(error).message}` });
       continue;
     }
     const clash = writes.conflict(mine);
@@ -135,7 +131,7 @@ function combineAllowed(original: JsonValue, patches: PolicyPatch[]): CombinedPa
     const failure = applyInPlace(merged, operations, original);
     if (failure) {
       // The working copy may be half-patched: rebuild it from the patches accepted so far.
-      merged = deepClone(original) as JsonValue;
+      merged = clone(original);
       for (const done of accepted) applyInPlace(merged, done.operations, original);
       const alone = checkApplies(original, operations);
       if (alone) {
@@ -156,10 +152,15 @@ function combineAllowed(original: JsonValue, patches: PolicyPatch[]): CombinedPa
   return { patch, rejected };
 }
 
+/** A plain copy of a JSON value. */
+function clone(value: JsonValue): JsonValue {
+  return JSON.parse(JSON.stringify(value)) as JsonValue;
+}
+
 /** Applies operations to a copy of the document; returns why they do not apply, if they do not. */
 function checkApplies(document: JsonValue, operations: PatchOperation[]): Error | undefined {
   try {
-    applyAll(deepClone(document) as JsonValue, operations, true);
+    applyPatch(clone(document), operations);
     return undefined;
   } catch (error) {
     return firstLine(error);
@@ -174,17 +175,19 @@ function checkApplies(document: JsonValue, operations: PatchOperation[]): Error 
  */
 function applyInPlace(merged: JsonValue, operations: PatchOperation[], original: JsonValue): Error | undefined {
   try {
-    const copies = new CopyBudget();
+    const budget = new CopyBudget();
     for (const op of operations) {
       const path = parsePointer(op.path);
-      const writes = op.op === 'add' || op.op === 'replace' ? expand('', path, op.value, original, false) : [];
+      const writes = op.op === 'add' ? expand('', path, op.value, original, false) : [];
       if (writes.length > 1 || (writes.length === 1 && writes[0]!.path.length > path.length)) {
         for (const write of writes) setDeep(merged, write.path, JSON.parse(write.value!) as JsonValue);
         continue;
       }
-      const copy = 'value' in op ? { ...op, value: deepClone(op.value) as JsonValue } : op;
-      copies.spend(merged, op);
-      applyOperation(merged, copy as Operation, true, true);
+      // An add at the index of the original list's end is an append (see listEffect): it goes
+      // after what other policies appended, as theirs go after it.
+      const end = op.op !== 'remove' && op.op !== 'replace' && op.op !== 'test' && listEffect(original, path, true).append;
+      const placed = end ? { ...op, path: toPointer([...path.slice(0, -1), '-']) } : op;
+      applyOperation(merged, 'value' in placed ? { ...placed, value: clone(placed.value) } : placed, budget);
     }
     return undefined;
   } catch (error) {
@@ -192,97 +195,98 @@ function applyInPlace(merged: JsonValue, operations: PatchOperation[], original:
   }
 }
 
-/** Applies operations to `document` in place (fast-json-patch's checks, bounded copies); throws as fast-json-patch does. */
-function applyAll(document: JsonValue, operations: PatchOperation[], validate: boolean): void {
-  const copies = new CopyBudget();
-  for (const op of operations) {
-    copies.spend(document, op);
-    applyOperation(document, op as Operation, validate, true);
-  }
-}
-
-class CopyBudget {
-  #left = MAX_COPIED_BYTES;
-
-  spend(document: JsonValue, op: PatchOperation): void {
-    if (op.op !== 'copy') return;
-    // A missing `from` is fast-json-patch's to report.
-    const text = JSON.stringify(valueAt(document, op.from) ?? null);
-    this.#left -= text.length;
-    if (this.#left < 0) throw new Error(`its copy operations clone more than ${MAX_COPIED_BYTES / 2 ** 20} MiB in all`);
-  }
-}
-
 function firstLine(error: unknown): Error {
+  if (error instanceof PatchError) return error;
   return error instanceof Error ? new Error(error.message.split('\n')[0]) : new Error(String(error));
 }
 
-function setDeep(document: JsonValue, path: string[], value: JsonValue): JsonValue {
-  let node = document as Record<string, JsonValue>;
-  for (const segment of path.slice(0, -1)) {
-    // Own properties only: an inherited one (`constructor`) is not part of the object.
-    const child = Object.hasOwn(node, segment) ? node[segment] : undefined;
-    // Lists are walked by index like maps; only a missing or scalar step becomes a new map.
-    if (typeof child !== 'object' || child === null) define(node, segment, {});
-    node = node[segment] as Record<string, JsonValue>;
+/**
+ * Writes a leaf of an expanded map. Its path runs through what the original has (expand saw to
+ * that: maps and list elements, own and in range only), then maps this or an earlier policy created.
+ */
+function setDeep(document: JsonValue, path: string[], value: JsonValue): void {
+  let node = document;
+  for (const [i, segment] of path.slice(0, -1).entries()) {
+    const existing = valueAt(node, [segment]);
+    if (existing !== undefined) {
+      node = existing;
+      continue;
+    }
+    if (!isMap(node)) throw new PatchError(`${toPointer(path.slice(0, i + 1))} does not exist`);
+    define(node, segment, {});
+    node = node[segment]!;
   }
+  if (!isMap(node)) throw new PatchError(`${toPointer(path)}: its parent is not an object`);
   define(node, path[path.length - 1]!, value);
-  return document;
 }
 
-/** Sets an own property even where plain assignment would not (a key named like an accessor). */
-function define(node: Record<string, JsonValue>, key: string, value: JsonValue): void {
-  Object.defineProperty(node, key, { value, writable: true, enumerable: true, configurable: true });
-}
-
-function leafWrites(policy: string, op: PatchOperation, original: JsonValue): Write[] {
+function leafWrites(policy: string, op: PatchOperation, original: JsonValue, budget: CopyBudget): Write[] {
   const path = parsePointer(op.path);
   const write = (at: string[], value: string | undefined, inserts: boolean): Write =>
-    ({ policy, path: at, value, append: false, shifts: shiftsList(original, at, inserts) });
+    ({ policy, path: at, value, ...listEffect(original, at, inserts) });
   switch (op.op) {
     case 'test':
       return [];
     case 'remove':
       return [write(path, undefined, false)];
-    case 'move':
-      return [
-        write(parsePointer(op.from), undefined, false),
-        write(path, JSON.stringify(valueAt(original, op.from) ?? null), true),
-      ];
-    case 'copy':
-      return expand(policy, path, valueAt(original, op.from) ?? null, original, true);
+    case 'move': {
+      const from = parsePointer(op.from);
+      // Read from the original, as the policy wrote it; counted, since a patch may move a lot.
+      const moved = valueAt(original, from);
+      return [write(from, undefined, false), write(path, moved === undefined ? 'null' : budget.spend(sorted(moved)), true)];
+    }
+    case 'copy': {
+      const copied = valueAt(original, parsePointer(op.from));
+      if (copied !== undefined) budget.spend(copied);
+      return expand(policy, path, copied ?? null, original, true);
+    }
     case 'add':
+      return expand(policy, path, op.value, original, true);
     case 'replace':
-      if (path[path.length - 1] === '-') return [{ policy, path, value: JSON.stringify(op.value), append: true, shifts: false }];
-      return expand(policy, path, op.value, original, op.op === 'add');
+      return [write(path, JSON.stringify(sorted(op.value)), false)];
   }
 }
 
-/**
- * Whether writing at `path` moves elements of a list in the original: inserting before its end
- * (`inserts`: add, copy or move to an index), or removing any element but the last.
- */
-function shiftsList(original: JsonValue, path: string[], inserts: boolean): boolean {
+/** What writing at `path` does to a list of the original it is in (nothing, for a map). */
+function listEffect(original: JsonValue, path: string[], inserts: boolean): Pick<Write, 'append' | 'shifts' | 'beyond'> {
+  const none = { append: false, shifts: false, beyond: false };
+  // A write into an element past the end of a list: one an append of the same patch made.
+  for (let i = 0; i < path.length - 1; i++) {
+    const list = valueAt(original, path.slice(0, i));
+    if (Array.isArray(list) && /^\d+$/.test(path[i]!) && Number(path[i]) >= list.length) return { ...none, beyond: true };
+  }
+  const list = valueAt(original, path.slice(0, -1));
   const last = path[path.length - 1];
-  if (last === undefined || !/^(0|[1-9]\d*)$/.test(last)) return false;
-  const list = valueAt(original, toPointer(path.slice(0, -1)));
-  if (!Array.isArray(list)) return false;
+  if (!Array.isArray(list) || last === undefined) return none;
+  if (last === '-') return { ...none, append: true };
+  if (!/^(0|[1-9]\d*)$/.test(last)) return none; // not an index: the strict apply refuses it
   const index = Number(last);
-  return inserts ? index < list.length : index < list.length - 1;
+  if (inserts && index === list.length) return { ...none, append: true };
+  return { ...none, shifts: inserts ? index < list.length : index < list.length - 1 };
 }
 
 /**
- * An object written where the original has nothing is a set of writes to its leaves. Not an
- * element added to a list: its path is a position, not a key (expanded, an append of a map
- * became a property "-" of the list and was lost).
+ * An object added where the original has nothing, under an object it has, is a set of writes
+ * to its leaves. Not an element of a list (its path is a position, not a key: expanded, an
+ * append of a map became a property "-" of the list and was lost), nor under something missing
+ * (the add does not apply) or not an object.
  */
-function expand(policy: string, path: string[], value: JsonValue, original: JsonValue, inserts: boolean): Write[] {
-  const isMap = typeof value === 'object' && value !== null && !Array.isArray(value);
-  if (isMap && Object.keys(value).length > 0 && valueAt(original, toPointer(path)) === undefined &&
-    path.length > 0 && !Array.isArray(valueAt(original, toPointer(path.slice(0, -1))))) {
-    return Object.entries(value).flatMap(([key, child]) => expand(policy, [...path, key], child, original, false));
+function expand(policy: string, path: string[], value: JsonValue, original: JsonValue, inserts: boolean, created = false): Write[] {
+  if (isMap(value) && Object.keys(value).length > 0 && path.length > 0 && valueAt(original, path) === undefined &&
+    (created || isMap(valueAt(original, path.slice(0, -1))))) {
+    return Object.entries(value).flatMap(([key, child]) => expand(policy, [...path, key], child, original, false, true));
   }
-  return [{ policy, path, value: JSON.stringify(value), append: false, shifts: shiftsList(original, path, inserts) }];
+  const effect = created ? { append: false, shifts: false, beyond: false } : listEffect(original, path, inserts);
+  return [{ policy, path, value: JSON.stringify(sorted(value)), ...effect }];
+}
+
+/** The value with its maps' keys in order, so the same value written twice compares equal. */
+function sorted(value: JsonValue): JsonValue {
+  if (Array.isArray(value)) return value.map(sorted);
+  if (!isMap(value)) return value;
+  const out: Record<string, JsonValue> = {};
+  for (const key of Object.keys(value).sort()) define(out, key, sorted(value[key]!));
+  return out;
 }
 
 /**
@@ -291,45 +295,76 @@ function expand(policy: string, path: string[], value: JsonValue, original: Json
  * policies of 20,000 writes each, red team).
  */
 class WriteIndex {
-  /** Writes by their exact path. */
+  /** Writes (not appends) by their exact path. */
   readonly #at = new Map<string, Write[]>();
-  /** The first write strictly below each path. */
+  /** The first write (not an append) strictly below each path. */
   readonly #below = new Map<string, Write>();
-  /** Writes that move the elements of a list, by the list's path. */
+  /** The first append into each list, by the list's path. */
+  readonly #appends = new Map<string, Write>();
+  /** The first write into an element past the end of each list. */
+  readonly #beyond = new Map<string, Write>();
+  /** The first write that moves the elements of each list, by the list's path. */
   readonly #shifting = new Map<string, Write>();
 
   add(write: Write): void {
-    if (write.append) return; // appends never collide
     const keys = prefixes(write.path);
     const key = keys[keys.length - 1]!;
+    const list = keys[keys.length - 2]!;
+    if (write.append) {
+      if (!this.#appends.has(list)) this.#appends.set(list, write);
+      return;
+    }
     const same = this.#at.get(key);
     if (same) same.push(write);
     else this.#at.set(key, [write]);
     for (const prefix of keys.slice(0, -1)) if (!this.#below.has(prefix)) this.#below.set(prefix, write);
-    if (write.shifts && !this.#shifting.has(keys[keys.length - 2]!)) this.#shifting.set(keys[keys.length - 2]!, write);
+    if (write.shifts && !this.#shifting.has(list)) this.#shifting.set(list, write);
+    if (write.beyond) {
+      for (let i = 0; i < write.path.length; i++) if (!this.#beyond.has(keys[i]!)) this.#beyond.set(keys[i]!, write);
+    }
   }
 
   /** The first earlier write one of `mine` collides with: where it collides, and whose it is. */
   conflict(mine: Write[]): { policy: string; path: string } | undefined {
     for (const a of mine) {
-      if (a.append) continue;
-      const keys = prefixes(a.path);
-      const key = keys[keys.length - 1]!;
-      // An earlier write to an ancestor of a's path, or to a list a's path goes into whose elements it moved.
-      for (const prefix of keys.slice(0, -1)) {
-        const above = this.#at.get(prefix)?.[0];
-        if (above) return { policy: above.policy, path: prefix };
-        const shifted = this.#shifting.get(prefix);
-        if (shifted) return { policy: shifted.policy, path: toPointer(shifted.path) };
-      }
-      // The same path: only the same value, with no list moving, is no conflict.
-      for (const b of this.#at.get(key) ?? []) {
-        if (b.value !== a.value || a.shifts || b.shifts) return { policy: b.policy, path: key };
-      }
-      // An earlier write below a's path; or, when a moves a list's elements, anywhere in that list.
-      const below = this.#below.get(key) ?? (a.shifts ? this.#below.get(keys[keys.length - 2]!) : undefined);
-      if (below) return { policy: below.policy, path: a.shifts ? key : toPointer(below.path) };
+      const found = this.#conflict(a);
+      if (found) return found;
     }
+    return undefined;
+  }
+
+  #conflict(a: Write): { policy: string; path: string } | undefined {
+    const keys = prefixes(a.path);
+    const key = keys[keys.length - 1]!;
+    const list = keys[keys.length - 2]!;
+    const at = (w: Write, path = toPointer(w.path)) => ({ policy: w.policy, path });
+    // An earlier write to a's path's ancestor (the list itself, for an append), or to a list
+    // a's path goes into whose elements it moved.
+    for (const prefix of keys.slice(0, -1)) {
+      const above = this.#at.get(prefix)?.[0];
+      if (above) return at(above, prefix);
+      const shifted = a.append ? undefined : this.#shifting.get(prefix);
+      if (shifted) return at(shifted);
+    }
+    if (a.append) {
+      // Into an element past the end: an append of the other policy would be what it changes.
+      const beyond = this.#beyond.get(list);
+      return beyond ? at(beyond) : undefined;
+    }
+    if (a.beyond) {
+      for (const prefix of keys) {
+        const appended = this.#appends.get(prefix);
+        if (appended) return at(appended);
+      }
+    }
+    // The same path: only the same value, with no list moving, is no conflict.
+    for (const b of this.#at.get(key) ?? []) {
+      if (b.value !== a.value || a.shifts || b.shifts) return at(b, key);
+    }
+    // An earlier write below a's path (an append into it too); or, when a moves a list's
+    // elements, anywhere in that list.
+    const below = this.#below.get(key) ?? this.#appends.get(key) ?? (a.shifts ? this.#below.get(list) : undefined);
+    if (below) return at(below, a.shifts ? key : toPointer(below.path));
     return undefined;
   }
 }
@@ -341,27 +376,10 @@ function prefixes(path: string[]): string[] {
   return keys;
 }
 
-function valueAt(document: JsonValue, pointer: string): JsonValue | undefined {
-  try {
-    return getValueByPointer(document, pointer) as JsonValue | undefined;
-  } catch {
-    return undefined;
-  }
-}
-
-function parsePointer(pointer: string): string[] {
-  if (pointer === '') return [];
-  return pointer.slice(1).split('/').map((s) => s.replace(/~1/g, '/').replace(/~0/g, '~'));
-}
-
-function toPointer(path: string[]): string {
-  return path.map((s) => '/' + s.replace(/~/g, '~0').replace(/\//g, '~1')).join('');
-}
-
 /** The object as the apiserver would store it after `patch` (a copy; the original is untouched). */
 export function patchedObject(object: JsonValue | null | undefined, patch: PatchOperation[]): JsonValue | null {
   if (object === null || object === undefined || patch.length === 0) return object ?? null;
-  const patched = deepClone(object) as JsonValue;
-  applyAll(patched, patch, false);
+  const patched = clone(object);
+  applyPatch(patched, patch);
   return patched;
 }

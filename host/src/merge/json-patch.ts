@@ -1,0 +1,149 @@
+// RFC 6902 applied strictly to JSON values, for patches a policy returned: own properties only
+// (a pointer through `constructor` reached Object.prototype through fast-json-patch, which
+// resolves inherited properties), list indices in canonical form and within the list (`00`
+// was index 0 to fast-json-patch and a map key to the merge; a huge one made a sparse list of
+// four billion keys), values copied at most MAX_COPIED_BYTES in all, and no copy of the whole
+// document per operation (fast-json-patch's validation cloned it for every move and copy, so
+// thousands of them stalled the main thread for a minute). Red team, 2026-11-23.
+import type { JsonValue, PatchOperation } from '@portcullis/sdk';
+
+/** A patch that does not apply; the message says where and why. */
+export class PatchError extends Error {}
+
+/**
+ * Most a patch's `copy` operations may clone, as JSON text, in all (and the most the merge
+ * reads to follow its moves and copies): thirty copies of a parent into its child (1.5 KB of
+ * patch) doubled a Pod 30 times and took the host's heap. The apiserver bounds accumulated
+ * copies the same way.
+ */
+export const MAX_COPIED_BYTES = 2 ** 20;
+
+type JsonMap = { [key: string]: JsonValue };
+
+const INDEX = /^(0|[1-9]\d*)$/;
+
+export function isMap(value: JsonValue | undefined): value is JsonMap {
+  return typeof value === 'object' && value !== null && !Array.isArray(value);
+}
+
+export function parsePointer(pointer: string): string[] {
+  if (pointer === '') return [];
+  if (!pointer.startsWith('/')) throw new PatchError(`"${pointer}" is not a JSON pointer`);
+  return pointer.slice(1).split('/').map((s) => s.replace(/~1/g, '/').replace(/~0/g, '~'));
+}
+
+export function toPointer(path: readonly string[]): string {
+  return path.map((s) => '/' + s.replace(/~/g, '~0').replace(/\//g, '~1')).join('');
+}
+
+/** The value at a path, or undefined: own properties and canonical indices within the list only. */
+export function valueAt(document: JsonValue | undefined, path: readonly string[]): JsonValue | undefined {
+  let node = document;
+  for (const segment of path) {
+    if (Array.isArray(node)) node = INDEX.test(segment) ? node[Number(segment)] : undefined;
+    else if (isMap(node)) node = Object.hasOwn(node, segment) ? node[segment] : undefined;
+    else return undefined;
+    if (node === undefined) return undefined;
+  }
+  return node;
+}
+
+/** Sets an own property even where plain assignment would not (a key named like an accessor). */
+export function define(node: JsonMap, key: string, value: JsonValue): void {
+  Object.defineProperty(node, key, { value, writable: true, enumerable: true, configurable: true });
+}
+
+/** Counts what copies clone (and what the merge reads to follow moves), against MAX_COPIED_BYTES. */
+export class CopyBudget {
+  #left = MAX_COPIED_BYTES;
+
+  /** The value as JSON text, counted. */
+  spend(value: JsonValue): string {
+    const text = JSON.stringify(value);
+    this.#left -= text.length;
+    if (this.#left < 0) throw new PatchError(`its copy and move operations clone more than ${MAX_COPIED_BYTES / 2 ** 20} MiB in all`);
+    return text;
+  }
+}
+
+/** Applies operations to `document` in place; throws PatchError at the first that does not apply. */
+export function applyPatch(document: JsonValue, operations: readonly PatchOperation[], budget = new CopyBudget()): void {
+  for (const op of operations) applyOperation(document, op, budget);
+}
+
+export function applyOperation(document: JsonValue, op: PatchOperation, budget: CopyBudget): void {
+  const path = parsePointer(op.path);
+  if (path.length === 0) throw new PatchError(`${op.op} of the whole document (path ""): a policy may change parts of it only`);
+  switch (op.op) {
+    case 'add':
+      return add(document, path, op.value);
+    case 'remove':
+      remove(document, path);
+      return;
+    case 'replace':
+      return replace(document, path, op.value);
+    case 'move': {
+      const from = parsePointer(op.from);
+      if (from.length < path.length && from.every((s, i) => s === path[i])) throw new PatchError(`move from ${op.from} into its own child ${op.path}`);
+      return add(document, path, remove(document, from));
+    }
+    case 'copy': {
+      const value = valueAt(document, parsePointer(op.from));
+      if (value === undefined) throw new PatchError(`copy from ${op.from}, which does not exist`);
+      return add(document, path, JSON.parse(budget.spend(value)) as JsonValue);
+    }
+    case 'test': {
+      const value = valueAt(document, path);
+      if (value === undefined || !equal(value, op.value)) throw new PatchError(`test at ${op.path} failed`);
+      return;
+    }
+    default:
+      throw new PatchError(`unknown operation ${JSON.stringify((op as { op: unknown }).op)}`);
+  }
+}
+
+function parentOf(document: JsonValue, path: string[]): { parent: JsonValue[] | JsonMap; key: string } {
+  const parent = valueAt(document, path.slice(0, -1));
+  if (!Array.isArray(parent) && !isMap(parent)) throw new PatchError(`${toPointer(path)}: its parent does not exist or is neither an object nor a list`);
+  return { parent, key: path[path.length - 1]! };
+}
+
+/** A list index in canonical form, at most `max`. */
+function listIndex(path: string[], key: string, max: number): number {
+  if (!INDEX.test(key)) throw new PatchError(`${toPointer(path)}: "${key}" is not a list index`);
+  const index = Number(key);
+  if (index > max) throw new PatchError(`${toPointer(path)}: index ${index} is past the end of the list`);
+  return index;
+}
+
+function add(document: JsonValue, path: string[], value: JsonValue): void {
+  const { parent, key } = parentOf(document, path);
+  if (Array.isArray(parent)) parent.splice(key === '-' ? parent.length : listIndex(path, key, parent.length), 0, value);
+  else define(parent, key, value);
+}
+
+function remove(document: JsonValue, path: string[]): JsonValue {
+  if (path.length === 0) throw new PatchError('remove of the whole document');
+  const { parent, key } = parentOf(document, path);
+  if (Array.isArray(parent)) return parent.splice(listIndex(path, key, parent.length - 1), 1)[0]!;
+  if (!Object.hasOwn(parent, key)) throw new PatchError(`${toPointer(path)} does not exist`);
+  const value = parent[key]!;
+  delete parent[key];
+  return value;
+}
+
+function replace(document: JsonValue, path: string[], value: JsonValue): void {
+  const { parent, key } = parentOf(document, path);
+  if (Array.isArray(parent)) parent[listIndex(path, key, parent.length - 1)] = value;
+  else if (Object.hasOwn(parent, key)) define(parent, key, value);
+  else throw new PatchError(`${toPointer(path)} does not exist`);
+}
+
+/** JSON equality (key order does not matter). */
+export function equal(a: JsonValue, b: JsonValue): boolean {
+  if (a === b) return true;
+  if (Array.isArray(a)) return Array.isArray(b) && a.length === b.length && a.every((x, i) => equal(x, b[i]!));
+  if (!isMap(a) || !isMap(b)) return false;
+  const keys = Object.keys(a);
+  return keys.length === Object.keys(b).length && keys.every((k) => Object.hasOwn(b, k) && equal(a[k]!, b[k]!));
+}
