@@ -75,13 +75,15 @@ export function applyOperation(document: JsonValue, op: PatchOperation, budget: 
   const path = parsePointer(op.path);
   if (path.length === 0) throw new PatchError(`${op.op} of the whole document (path ""): a policy may change parts of it only`);
   switch (op.op) {
+    // Values go in as copies: later operations would otherwise change the operation itself (and
+    // the patch sent to the apiserver with it: an add of a map, then a remove inside it).
     case 'add':
-      return add(document, path, op.value);
+      return add(document, path, copyOf(op.value));
     case 'remove':
       remove(document, path);
       return;
     case 'replace':
-      return replace(document, path, op.value);
+      return replace(document, path, copyOf(op.value));
     case 'move': {
       const from = parsePointer(op.from);
       if (from.length < path.length && from.every((s, i) => s === path[i])) throw new PatchError(`move from ${op.from} into its own child ${op.path}`);
@@ -100,6 +102,10 @@ export function applyOperation(document: JsonValue, op: PatchOperation, budget: 
     default:
       throw new PatchError(`unknown operation ${JSON.stringify((op as { op: unknown }).op)}`);
   }
+}
+
+function copyOf(value: JsonValue): JsonValue {
+  return typeof value === 'object' && value !== null ? JSON.parse(JSON.stringify(value)) as JsonValue : value;
 }
 
 function parentOf(document: JsonValue, path: string[]): { parent: JsonValue[] | JsonMap; key: string } {

@@ -78,7 +78,16 @@ export function merge(evaluated: Evaluated[], operation: Operation, object: Json
   let patch: Decision['patch'] = [];
   const mutable = (operation === 'CREATE' || operation === 'UPDATE') && object !== null && object !== undefined;
   if (mutable && patches.length > 0 && candidates.length === 0) {
-    const combined = combinePatches(object, patches);
+    let combined: ReturnType<typeof combinePatches>;
+    try {
+      combined = combinePatches(object, patches);
+    } catch (error) {
+      // Nothing one policy did (those are rejections): the object itself, nested too deep for
+      // the host to copy, or a fault of the merge. Never a 500 for the review: each patching
+      // policy fails, per its failurePolicy.
+      const reason = error instanceof Error ? error.message : String(error);
+      combined = { patch: [], rejected: patches.map(({ policy }) => ({ policy, reason: 'invalid' as const, message: `the host could not merge its patch: ${reason}` })) };
+    }
     patch = combined.patch;
     for (const rejection of combined.rejected) {
       const entry = byName.get(rejection.policy)!;

@@ -69,11 +69,16 @@ export function forbiddenChange(original: JsonValue, operations: PatchOperation[
   } catch {
     return undefined; // Not applicable at all: reported as such by the caller.
   }
+  const changed = identityChange(original, patched);
+  return changed ? `returned a patch that ${changed}` : undefined;
+}
+
+function identityChange(original: JsonValue, patched: JsonValue): string | undefined {
   for (const path of IDENTITY) {
     const before = valueAt(original, path);
     const after = valueAt(patched, path);
     if (JSON.stringify(before) !== JSON.stringify(after)) {
-      return `returned a patch that changes ${path.join('.')} (${JSON.stringify(before) ?? 'absent'} to ${JSON.stringify(after) ?? 'absent'}); ` +
+      return `changes ${path.join('.')} (${JSON.stringify(before) ?? 'absent'} to ${JSON.stringify(after) ?? 'absent'}); ` +
         'a policy may not change apiVersion, kind, metadata.name, metadata.namespace or metadata.uid';
     }
   }
@@ -112,38 +117,46 @@ function combineAllowed(original: JsonValue, patches: PolicyPatch[]): CombinedPa
   let merged = clone(original);
   const accepted: PolicyPatch[] = [];
   const writes = new WriteIndex();
+  /** Where accepted policies copied or moved from: another policy writing there changes what they copied. */
+  const reads = new WriteIndex();
   const rejected: PatchRejection[] = [];
+  const rebuild = () => {
+    merged = clone(original);
+    for (const done of accepted) applyInPlace(merged, done.operations, original);
+  };
   for (const entry of active) {
     const { policy, operations } = entry;
-    let mine: Write[];
+    // What does not apply to the original is the policy's own fault, whatever the others did.
+    const alone = checkApplies(original, operations);
+    let mine: PolicyWrites;
     try {
-      const budget = new CopyBudget();
-      mine = operations.flatMap((op) => leafWrites(policy, op, original, budget));
+      if (alone) throw alone;
+      mine = policyWrites(policy, operations, original);
     } catch (error) {
       rejected.push({ policy, reason: 'invalid', message: `returned a patch that does not apply to the object: ${firstLine(error).message}` });
       continue;
     }
-    const clash = writes.conflict(mine);
+    const clash = writes.conflict(mine.writes) ?? writes.conflict(mine.reads) ?? reads.conflict(mine.writes);
     if (clash) {
       rejected.push({ policy, reason: 'conflict', other: clash.policy, path: clash.path, message: `its patch conflicts with policy "${clash.policy}" at ${clash.path}` });
       continue;
     }
     const failure = applyInPlace(merged, operations, original);
-    if (failure) {
+    // Each patch alone was checked; with the others, the identity could still change (one copies
+    // from where another wrote).
+    const changed = failure ? undefined : identityChange(original, merged);
+    if (failure || changed) {
       // The working copy may be half-patched: rebuild it from the patches accepted so far.
-      merged = clone(original);
-      for (const done of accepted) applyInPlace(merged, done.operations, original);
-      const alone = checkApplies(original, operations);
-      if (alone) {
-        rejected.push({ policy, reason: 'invalid', message: `returned a patch that does not apply to the object: ${alone.message}` });
-      } else {
-        const other = accepted.find((p) => p.policy !== policy)?.policy ?? policy;
-        rejected.push({ policy, reason: 'conflict', other, path: '', message: `its patch cannot apply after the patch of policy "${other}": ${failure.message}` });
-      }
+      rebuild();
+      const other = accepted.find((p) => p.policy !== policy)?.policy ?? policy;
+      rejected.push(changed
+        ? { policy, reason: 'invalid', message: `returned a patch that, applied after the patch of policy "${other}", ${changed}` }
+        : { policy, reason: 'conflict', other, path: '', message: `its patch cannot apply after the patch of policy "${other}": ${failure!.message}` });
       continue;
     }
     accepted.push(entry);
-    for (const write of mine) writes.add(write);
+    for (const write of mine.writes) writes.add(write);
+    for (const read of mine.reads) reads.add(read);
   }
   const patch = compare(original as object, merged as object) as PatchOperation[];
   // Belt and braces: the combined patch must apply to the original as the apiserver will do it.
@@ -178,16 +191,12 @@ function applyInPlace(merged: JsonValue, operations: PatchOperation[], original:
     const budget = new CopyBudget();
     for (const op of operations) {
       const path = parsePointer(op.path);
-      const writes = op.op === 'add' ? expand('', path, op.value, original, false) : [];
+      const writes = op.op === 'add' ? expand('', path, op.value, original, { left: MAX_EXPANDED_WRITES }) : [];
       if (writes.length > 1 || (writes.length === 1 && writes[0]!.path.length > path.length)) {
         for (const write of writes) setDeep(merged, write.path, JSON.parse(write.value!) as JsonValue);
         continue;
       }
-      // An add at the index of the original list's end is an append (see listEffect): it goes
-      // after what other policies appended, as theirs go after it.
-      const end = op.op !== 'remove' && op.op !== 'replace' && op.op !== 'test' && listEffect(original, path, true).append;
-      const placed = end ? { ...op, path: toPointer([...path.slice(0, -1), '-']) } : op;
-      applyOperation(merged, 'value' in placed ? { ...placed, value: clone(placed.value) } : placed, budget);
+      applyOperation(merged, op, budget);
     }
     return undefined;
   } catch (error) {
@@ -220,49 +229,95 @@ function setDeep(document: JsonValue, path: string[], value: JsonValue): void {
   define(node, path[path.length - 1]!, value);
 }
 
-function leafWrites(policy: string, op: PatchOperation, original: JsonValue, budget: CopyBudget): Write[] {
-  const path = parsePointer(op.path);
-  const write = (at: string[], value: string | undefined, inserts: boolean): Write =>
-    ({ policy, path: at, value, ...listEffect(original, at, inserts) });
-  switch (op.op) {
-    case 'test':
-      return [];
-    case 'remove':
-      return [write(path, undefined, false)];
-    case 'move': {
-      const from = parsePointer(op.from);
-      // Read from the original, as the policy wrote it; counted, since a patch may move a lot.
-      const moved = valueAt(original, from);
-      return [write(from, undefined, false), write(path, moved === undefined ? 'null' : budget.spend(sorted(moved)), true)];
-    }
-    case 'copy': {
-      const copied = valueAt(original, parsePointer(op.from));
-      if (copied !== undefined) budget.spend(copied);
-      return expand(policy, path, copied ?? null, original, true);
-    }
-    case 'add':
-      return expand(policy, path, op.value, original, true);
-    case 'replace':
-      return [write(path, JSON.stringify(sorted(op.value)), false)];
-  }
+/** Leaves a patch may be expanded into; past it, a new map is one write (it then conflicts rather than composes). */
+const MAX_EXPANDED_WRITES = 10_000;
+/**
+ * The work of indexing a patch's writes: path segments times pointer length, summed. A patch
+ * of deep paths with long keys made the index hash megabytes per write (red team: 14.7 s).
+ */
+const MAX_INDEX_WORK = 20_000_000;
+
+interface PolicyWrites {
+  writes: Write[];
+  /** Where its copies and moves read from. */
+  reads: Write[];
 }
 
-/** What writing at `path` does to a list of the original it is in (nothing, for a map). */
-function listEffect(original: JsonValue, path: string[], inserts: boolean): Pick<Write, 'append' | 'shifts' | 'beyond'> {
-  const none = { append: false, shifts: false, beyond: false };
-  // A write into an element past the end of a list: one an append of the same patch made.
-  for (let i = 0; i < path.length - 1; i++) {
-    const list = valueAt(original, path.slice(0, i));
-    if (Array.isArray(list) && /^\d+$/.test(path[i]!) && Number(path[i]) >= list.length) return { ...none, beyond: true };
+function policyWrites(policy: string, operations: PatchOperation[], original: JsonValue): PolicyWrites {
+  const budget = new CopyBudget();
+  const expansion = { left: MAX_EXPANDED_WRITES };
+  const writes: Write[] = [];
+  const reads: Write[] = [];
+  // A value no other write can equal: what a copy or move writes depends on what the patch did
+  // before it, so two policies writing "the same" there is no proof of agreement.
+  let opaque = 0;
+  const unique = () => `\u0000${policy}\u0000${opaque++}`;
+  const write = (path: string[], value: string | undefined, kind: Change): Write => ({ policy, path, value, ...listEffect(original, path, kind) });
+  let work = 0;
+  for (const op of operations) {
+    const path = parsePointer(op.path);
+    switch (op.op) {
+      case 'test':
+        reads.push(write(path, unique(), 'set'));
+        break;
+      case 'remove':
+        writes.push(write(path, undefined, 'remove'));
+        break;
+      case 'move': {
+        const from = parsePointer(op.from);
+        const moved = valueAt(original, from);
+        if (moved !== undefined) budget.spend(moved); // what following it costs, bounded like copies
+        reads.push(write(from, unique(), 'set'));
+        writes.push(write(from, undefined, 'remove'), write(path, unique(), 'insert'));
+        break;
+      }
+      case 'copy': {
+        const from = parsePointer(op.from);
+        const copied = valueAt(original, from);
+        if (copied !== undefined) budget.spend(copied);
+        reads.push(write(from, unique(), 'set'));
+        writes.push(write(path, unique(), 'insert'));
+        break;
+      }
+      case 'add':
+        writes.push(...expand(policy, path, op.value, original, expansion));
+        break;
+      case 'replace':
+        writes.push(write(path, JSON.stringify(sorted(op.value)), 'set'));
+        break;
+    }
   }
-  const list = valueAt(original, path.slice(0, -1));
-  const last = path[path.length - 1];
-  if (!Array.isArray(list) || last === undefined) return none;
-  if (last === '-') return { ...none, append: true };
-  if (!/^(0|[1-9]\d*)$/.test(last)) return none; // not an index: the strict apply refuses it
-  const index = Number(last);
-  if (inserts && index === list.length) return { ...none, append: true };
-  return { ...none, shifts: inserts ? index < list.length : index < list.length - 1 };
+  for (const w of [...writes, ...reads]) work += w.path.length * (w.path.reduce((n, s) => n + s.length + 1, 0));
+  if (work > MAX_INDEX_WORK) throw new PatchError(`its patch writes too many, too deep paths to merge (${writes.length} writes)`);
+  return { writes, reads };
+}
+
+/** What a write does at its place: add there (insert), remove what is there, or replace it. */
+type Change = 'insert' | 'remove' | 'set';
+
+/**
+ * What writing at `path` does to the lists of the original it goes through, in one walk: an
+ * append (`-` at the end of the path), a move of later elements (insert before the end, remove
+ * before the last), or a write past the original end (at an index the original list does not
+ * have: it depends on what appends came before).
+ */
+function listEffect(original: JsonValue, path: string[], change: Change): Pick<Write, 'append' | 'shifts' | 'beyond'> {
+  const none = { append: false, shifts: false, beyond: false };
+  let node: JsonValue | undefined = original;
+  for (const [i, segment] of path.entries()) {
+    const last = i === path.length - 1;
+    if (Array.isArray(node)) {
+      if (segment === '-') return last && change === 'insert' ? { ...none, append: true } : { ...none, beyond: true };
+      if (/^\d+$/.test(segment)) {
+        const index = Number(segment);
+        if (index >= node.length) return { ...none, beyond: true };
+        if (last) return { ...none, shifts: change === 'insert' || (change === 'remove' && index < node.length - 1) };
+      }
+    }
+    if (last || node === undefined) return none;
+    node = valueAt(node, [segment]);
+  }
+  return none;
 }
 
 /**
@@ -271,12 +326,14 @@ function listEffect(original: JsonValue, path: string[], inserts: boolean): Pick
  * append of a map became a property "-" of the list and was lost), nor under something missing
  * (the add does not apply) or not an object.
  */
-function expand(policy: string, path: string[], value: JsonValue, original: JsonValue, inserts: boolean, created = false): Write[] {
-  if (isMap(value) && Object.keys(value).length > 0 && path.length > 0 && valueAt(original, path) === undefined &&
-    (created || isMap(valueAt(original, path.slice(0, -1))))) {
-    return Object.entries(value).flatMap(([key, child]) => expand(policy, [...path, key], child, original, false, true));
+function expand(policy: string, path: string[], value: JsonValue, original: JsonValue, expansion: { left: number }, created = false): Write[] {
+  const keys = isMap(value) ? Object.keys(value) : [];
+  if (keys.length > 0 && keys.length <= expansion.left && path.length > 0 &&
+    (created || (valueAt(original, path) === undefined && isMap(valueAt(original, path.slice(0, -1)))))) {
+    expansion.left -= keys.length;
+    return keys.flatMap((key) => expand(policy, [...path, key], (value as Record<string, JsonValue>)[key]!, original, expansion, true));
   }
-  const effect = created ? { append: false, shifts: false, beyond: false } : listEffect(original, path, inserts);
+  const effect = created ? { append: false, shifts: false, beyond: false } : listEffect(original, path, 'insert');
   return [{ policy, path, value: JSON.stringify(sorted(value)), ...effect }];
 }
 
@@ -314,9 +371,10 @@ class WriteIndex {
       if (!this.#appends.has(list)) this.#appends.set(list, write);
       return;
     }
+    // Two different values are enough to tell any third write there apart: keep at most two.
     const same = this.#at.get(key);
-    if (same) same.push(write);
-    else this.#at.set(key, [write]);
+    if (!same) this.#at.set(key, [write]);
+    else if (same.length < 2 && same.every((w) => w.value !== write.value)) same.push(write);
     for (const prefix of keys.slice(0, -1)) if (!this.#below.has(prefix)) this.#below.set(prefix, write);
     if (write.shifts && !this.#shifting.has(list)) this.#shifting.set(list, write);
     if (write.beyond) {
@@ -352,14 +410,16 @@ class WriteIndex {
       return beyond ? at(beyond) : undefined;
     }
     if (a.beyond) {
+      // Positions past the original end belong to what was appended before: another policy's
+      // appends, or its own writes there, make them other positions.
       for (const prefix of keys) {
-        const appended = this.#appends.get(prefix);
-        if (appended) return at(appended);
+        const other = this.#appends.get(prefix) ?? this.#beyond.get(prefix);
+        if (other) return at(other);
       }
     }
     // The same path: only the same value, with no list moving, is no conflict.
     for (const b of this.#at.get(key) ?? []) {
-      if (b.value !== a.value || a.shifts || b.shifts) return at(b, key);
+      if (b.value !== a.value || a.shifts || b.shifts || a.beyond || b.beyond) return at(b, key);
     }
     // An earlier write below a's path (an append into it too); or, when a moves a list's
     // elements, anywhere in that list.
