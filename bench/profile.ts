@@ -66,7 +66,8 @@ export async function summariseProfiles(dir: string, window?: { fromUs: number; 
 
 export function renderProfiles(title: string, threads: ThreadProfile[]): string {
   const lines = [`### ${title}`, ''];
-  for (const t of threads) {
+  // A process that did not run while the load did (a short-lived child) has nothing to show.
+  for (const t of threads.filter((thread) => thread.totalMs > 0)) {
     lines.push(`**${t.thread}** — busy ${t.busyMs} ms of ${t.totalMs} ms sampled`, '', '| self ms | % of busy | function | where |', '|---:|---:|---|---|');
     for (const e of t.top) lines.push(`| ${e.selfMs} | ${e.pctBusy} | \`${e.fn}\` | ${e.where} |`);
     lines.push('');
