@@ -73,6 +73,10 @@ describe('portcullis run', () => {
         await writeFile(join(dir, 'pod.yaml'), 'apiVersion: v1\nkind: Pod\nmetadata: { name: p }\n');
         return ['--policy', wasm('numbers'), '--request', join(dir, 'pod.yaml'), '--operation', 'delete'];
       }, /^portcullis run: --operation must be CREATE, UPDATE, DELETE or CONNECT \(upper case\), not "delete"$/],
+      ['an UPDATE without the object as it was', async () => {
+        await writeFile(join(dir, 'pod.yaml'), 'apiVersion: v1\nkind: Pod\nmetadata: { name: p }\n');
+        return ['--policy', wasm('numbers'), '--request', join(dir, 'pod.yaml'), '--operation', 'UPDATE'];
+      }, /^portcullis run: --operation UPDATE needs --old-object FILE: the object as it was before the update$/],
       ['a YAML file of several documents', async () => {
         await writeFile(join(dir, 'two.yaml'), 'apiVersion: v1\nkind: Pod\nmetadata: { name: a }\n---\napiVersion: v1\nkind: Pod\nmetadata: { name: b }\n');
         return ['--policy', wasm('numbers'), '--request', join(dir, 'two.yaml')];

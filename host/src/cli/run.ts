@@ -109,6 +109,11 @@ export async function readRequest(values: RequestFlags): Promise<AdmissionReview
   if (values.operation !== undefined && !['CREATE', 'UPDATE', 'DELETE', 'CONNECT'].includes(values.operation)) {
     throw new UsageError(`--operation must be CREATE, UPDATE, DELETE or CONNECT (upper case), not "${values.operation}"`);
   }
+  // The apiserver always sends the object before the change with an UPDATE; a policy that
+  // compares the two would be tested against something no cluster sends.
+  if (values.operation === 'UPDATE' && values['old-object'] === undefined) {
+    throw new UsageError('--operation UPDATE needs --old-object FILE: the object as it was before the update');
+  }
   try {
     const value = parseDocument(text);
     if (isObject(value) && value.kind === 'AdmissionReview') {
