@@ -111,9 +111,8 @@ function combineAllowed(original: JsonValue, patches: PolicyPatch[]): CombinedPa
       ? { patch: [], rejected: [{ policy, reason: 'invalid', message: `returned a patch that does not apply to the object: ${error.message}` }] }
       : { patch: operations, rejected: [] };
   }
-  // Several: one working copy, patched in place. Copies of the whole object are the main
-  // cost of a mutating review, so the per-policy "does it apply alone" check only runs
-  // when applying it to the working copy fails.
+  // Several: each patch is checked alone on its own copy (whether it applies must not depend on
+  // the policies before it: red team), then applied to one working copy, in place.
   let merged = clone(original);
   const accepted: PolicyPatch[] = [];
   const writes = new WriteIndex();
