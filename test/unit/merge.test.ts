@@ -372,3 +372,62 @@ describe('the merge answers for every policy, and a merged patch does what each 
     expect(performance.now() - started).toBeLessThan(3000);
   });
 });
+
+// The fourth round (same day).
+describe('a patch means the same beside other patches as alone', () => {
+  const pod = (): JsonObject => ({
+    apiVersion: 'v1', kind: 'Pod', metadata: { name: 'web', namespace: 'n', labels: { app: 'a' } },
+    spec: { containers: [{ name: 'c0', image: 'i' }, { name: 'c1', image: 'i', securityContext: { privileged: true, runAsUser: 0 } }] },
+  });
+  const team = allowed('team', [{ op: 'add', path: '/metadata/labels/team', value: 'x' }]);
+  const patched = (outcomes: Outcome[]) => {
+    const decision = merge(outcomes.map((o) => ev(o)), 'CREATE', pod()).decision;
+    expect(decision.status).toBeUndefined();
+    type Shape = { metadata: { annotations?: Record<string, string> }; spec: { containers: Record<string, unknown>[] } };
+    return patchedObject(pod(), decision.patch) as unknown as Shape;
+  };
+
+  it('an add over a map the same patch made replaces it, as alone (a hardening patch stayed privileged)', () => {
+    const harden = allowed('harden', [
+      { op: 'copy', from: '/spec/containers/1/securityContext', path: '/spec/containers/0/securityContext' },
+      { op: 'add', path: '/spec/containers/0/securityContext', value: { runAsNonRoot: true } },
+    ]);
+    expect(patched([harden]).spec.containers[0]!.securityContext).toEqual({ runAsNonRoot: true });
+    expect(patched([team, harden]).spec.containers[0]!.securityContext).toEqual({ runAsNonRoot: true });
+    const twice = allowed('twice', [
+      { op: 'add', path: '/metadata/annotations', value: { inject: 'true', debug: 'on' } },
+      { op: 'add', path: '/metadata/annotations', value: { inject: 'false' } },
+    ]);
+    expect(patched([team, twice]).metadata.annotations).toEqual({ inject: 'false' });
+  });
+
+  it('the same removal by two policies is made once: an appended sidecar is not taken with it', () => {
+    const sidecar = allowed('sidecar', [{ op: 'add', path: '/spec/containers/-', value: { name: 'proxy' } }]);
+    const drop = (policy: string) => allowed(policy, [{ op: 'remove', path: '/spec/containers/1' }]);
+    for (const order of [[sidecar, drop('one'), drop('two')], [drop('one'), drop('two'), sidecar]]) {
+      expect(patched(order).spec.containers.map((c) => c.name)).toEqual(['c0', 'proxy']);
+    }
+    const unlabel = (policy: string) => allowed(policy, [{ op: 'remove', path: '/metadata/labels/app' }]);
+    expect(patched([unlabel('one'), unlabel('two')])).not.toHaveProperty('metadata.labels.app');
+  });
+
+  it('"make sure the map exists, then add my key" composes with the same from another policy', () => {
+    const ensure = (policy: string, key: string) => allowed(policy, [
+      { op: 'add', path: '/metadata/annotations', value: {} },
+      { op: 'add', path: `/metadata/annotations/${key}`, value: policy },
+    ]);
+    expect(patched([ensure('one', 'a'), ensure('two', 'b')]).metadata.annotations).toEqual({ a: 'one', b: 'two' });
+    expect(patched([ensure('one', 'a'), allowed('map', [{ op: 'add', path: '/metadata/annotations', value: { b: 'map' } }])]).metadata.annotations).toEqual({ a: 'one', b: 'map' });
+  });
+
+  it('inserting and removing at the front of a long list is bounded; a number JSON cannot carry is refused', () => {
+    const long = { ...pod(), spec: { ...(pod().spec as JsonObject), l: Array.from({ length: 200_000 }, (_, i) => i) } };
+    const churn = Array.from({ length: 26_000 }, (_, i) =>
+      (i % 2 === 0 ? { op: 'add' as const, path: '/spec/l/0', value: -1 } : { op: 'remove' as const, path: '/spec/l/0' }));
+    const started = performance.now();
+    const decision = merge([ev(team), ev(allowed('churn', churn))], 'CREATE', long).decision;
+    expect(decision.status?.message).toMatch(/^policy "churn": .*inserts and removes move list elements more than 5,000,000 times$/);
+    expect(performance.now() - started).toBeLessThan(2000);
+    expect(() => decodeOutput('inf', '{"outcome":"allow","patch":[{"op":"add","path":"/spec/x","value":1e999}]}')).toThrow(/a number JSON cannot carry/);
+  });
+});

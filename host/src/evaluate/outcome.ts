@@ -96,6 +96,8 @@ function checkPatchValue(value: unknown, where: string): void {
   const stack: [unknown, number][] = [[value, 0]];
   while (stack.length > 0) {
     const [node, depth] = stack.pop()!;
+    // 1e999 parses to Infinity, which the apiserver would get as null.
+    if (typeof node === 'number' && !Number.isFinite(node)) throw new MalformedOutput(`returned a patch value with a number JSON cannot carry (${where})`);
     if (typeof node !== 'object' || node === null) continue;
     if (depth >= MAX_PATCH_DEPTH) throw new MalformedOutput(`returned a patch value nested deeper than ${MAX_PATCH_DEPTH} levels (${where})`);
     if (!Array.isArray(node) && Object.hasOwn(node, '__proto__')) throw new MalformedOutput(`returned a patch value with a "__proto__" key (${where})`);

@@ -119,9 +119,12 @@ function combineAllowed(original: JsonValue, patches: PolicyPatch[]): CombinedPa
   /** Where accepted policies copied or moved from: another policy writing there changes what they copied. */
   const reads = new WriteIndex();
   const rejected: PatchRejection[] = [];
+  /** What accepted policies removed: the same removal by a later one is done once, not twice. */
+  let removed = new Set<string>();
   const rebuild = () => {
     merged = clone(original);
-    for (const done of accepted) applyInPlace(merged, done.operations, original);
+    removed = new Set();
+    for (const done of accepted) applyInPlace(merged, done.operations, original, removed);
   };
   for (const entry of active) {
     const { policy, operations } = entry;
@@ -140,7 +143,7 @@ function combineAllowed(original: JsonValue, patches: PolicyPatch[]): CombinedPa
       rejected.push({ policy, reason: 'conflict', other: clash.policy, path: clash.path, message: `its patch conflicts with policy "${clash.policy}" at ${clash.path}` });
       continue;
     }
-    const failure = applyInPlace(merged, operations, original);
+    const failure = applyInPlace(merged, operations, original, removed);
     // Each patch alone was checked; with the others, the identity could still change (one copies
     // from where another wrote).
     const changed = failure ? undefined : identityChange(original, merged);
@@ -182,21 +185,34 @@ function checkApplies(document: JsonValue, operations: PatchOperation[]): Error 
 /**
  * Applies one policy's operations to the merged object, in place. An `add` that creates a map
  * the original lacked is applied leaf by leaf, so it fills in a map an earlier policy created
- * instead of replacing it; every other operation applies as written. Values are copied in, so
- * later policies never change the operations a policy returned.
+ * instead of replacing it (an empty one only makes sure the map is there); a removal an earlier
+ * policy made already is not made again (twice, at the end of a list, it took another
+ * policy's appended element: red team); every other operation applies as written. `removed`
+ * gains what this patch removes.
  */
-function applyInPlace(merged: JsonValue, operations: PatchOperation[], original: JsonValue): Error | undefined {
+function applyInPlace(merged: JsonValue, operations: PatchOperation[], original: JsonValue, removed: Set<string>): Error | undefined {
   try {
     const budget = new CopyBudget();
+    const touched = new Touched();
+    const mine: string[] = [];
     for (const op of operations) {
       const path = parsePointer(op.path);
-      const writes = op.op === 'add' ? expand('', path, op.value, original, { left: MAX_EXPANDED_WRITES }) : [];
-      if (writes.length > 1 || (writes.length === 1 && writes[0]!.path.length > path.length)) {
-        for (const write of writes) setDeep(merged, write.path, JSON.parse(write.value!) as JsonValue);
-        continue;
+      if (op.op === 'add' && fillsIn(path, op.value, original, touched)) {
+        if (Object.keys(op.value as object).length === 0) {
+          if (!isMap(valueAt(merged, path))) applyOperation(merged, op, budget);
+        } else {
+          for (const write of expand('', path, op.value, original, { left: MAX_EXPANDED_WRITES }, touched)) setDeep(merged, write.path, JSON.parse(write.value!) as JsonValue);
+        }
+      } else if (op.op === 'remove' && removed.has(op.path) && !touched.overlaps(path)) {
+        // Removed already by an earlier policy: the same removal, once.
+      } else {
+        applyOperation(merged, op, budget);
+        if (op.op === 'remove' && valueAt(original, path) !== undefined) mine.push(op.path);
       }
-      applyOperation(merged, op, budget);
+      touched.add(path);
+      if (op.op === 'move') touched.add(parsePointer(op.from));
     }
+    for (const pointer of mine) removed.add(pointer);
     return undefined;
   } catch (error) {
     return firstLine(error);
@@ -253,8 +269,10 @@ function policyWrites(policy: string, operations: PatchOperation[], original: Js
   const unique = () => `\u0000${policy}\u0000${opaque++}`;
   const write = (path: string[], value: string | undefined, kind: Change): Write => ({ policy, path, value, ...listEffect(original, path, kind) });
   let work = 0;
+  const touched = new Touched();
   for (const op of operations) {
     const path = parsePointer(op.path);
+    const from = op.op === 'move' ? parsePointer(op.from) : undefined;
     switch (op.op) {
       case 'test':
         reads.push(write(path, unique(), 'set'));
@@ -263,11 +281,10 @@ function policyWrites(policy: string, operations: PatchOperation[], original: Js
         writes.push(write(path, undefined, 'remove'));
         break;
       case 'move': {
-        const from = parsePointer(op.from);
-        const moved = valueAt(original, from);
+        const moved = valueAt(original, from!);
         if (moved !== undefined) budget.spend(moved); // what following it costs, bounded like copies
-        reads.push(write(from, unique(), 'set'));
-        writes.push(write(from, undefined, 'remove'), write(path, unique(), 'insert'));
+        reads.push(write(from!, unique(), 'set'));
+        writes.push(write(from!, undefined, 'remove'), write(path, unique(), 'insert'));
         break;
       }
       case 'copy': {
@@ -279,12 +296,14 @@ function policyWrites(policy: string, operations: PatchOperation[], original: Js
         break;
       }
       case 'add':
-        writes.push(...expand(policy, path, op.value, original, expansion));
+        writes.push(...expand(policy, path, op.value, original, expansion, touched));
         break;
       case 'replace':
         writes.push(write(path, JSON.stringify(sorted(op.value)), 'set'));
         break;
     }
+    touched.add(path);
+    if (from) touched.add(from);
   }
   for (const w of [...writes, ...reads]) work += w.path.length * (w.path.reduce((n, s) => n + s.length + 1, 0));
   if (work > MAX_INDEX_WORK) throw new PatchError(`its patch writes too many, too deep paths to merge (${writes.length} writes)`);
@@ -325,15 +344,47 @@ function listEffect(original: JsonValue, path: string[], change: Change): Pick<W
  * append of a map became a property "-" of the list and was lost), nor under something missing
  * (the add does not apply) or not an object.
  */
-function expand(policy: string, path: string[], value: JsonValue, original: JsonValue, expansion: { left: number }, created = false): Write[] {
+function expand(
+  policy: string, path: string[], value: JsonValue, original: JsonValue, expansion: { left: number }, touched: Touched, created = false,
+): Write[] {
   const keys = isMap(value) ? Object.keys(value) : [];
-  if (keys.length > 0 && keys.length <= expansion.left && path.length > 0 &&
-    (created || (valueAt(original, path) === undefined && isMap(valueAt(original, path.slice(0, -1)))))) {
+  if (keys.length <= expansion.left && (created ? keys.length > 0 : fillsIn(path, value, original, touched))) {
     expansion.left -= keys.length;
-    return keys.flatMap((key) => expand(policy, [...path, key], (value as Record<string, JsonValue>)[key]!, original, expansion, true));
+    // An empty map only makes sure the map is there: it writes nothing another policy could differ on.
+    return keys.flatMap((key) => expand(policy, [...path, key], (value as Record<string, JsonValue>)[key]!, original, expansion, touched, true));
   }
   const effect = created ? { append: false, shifts: false, beyond: false } : listEffect(original, path, 'insert');
   return [{ policy, path, value: JSON.stringify(sorted(value)), ...effect }];
+}
+
+/**
+ * Whether an `add` fills in a map rather than writing its value as a whole: a map, where the
+ * original has nothing, under a map it has, and where this patch has not written before (its
+ * own earlier map there is replaced, as RFC 6902 says, not merged into: red team).
+ */
+function fillsIn(path: string[], value: JsonValue, original: JsonValue, touched: Touched): boolean {
+  return isMap(value) && path.length > 0 && valueAt(original, path) === undefined &&
+    isMap(valueAt(original, path.slice(0, -1))) && !touched.overlaps(path);
+}
+
+/** The paths a patch has written so far. */
+class Touched {
+  readonly #at = new Set<string>();
+  /** Every strict prefix of a path written. */
+  readonly #above = new Set<string>();
+
+  /** Written at, above or below `path`. */
+  overlaps(path: string[]): boolean {
+    const keys = prefixes(path);
+    const key = keys[keys.length - 1]!;
+    return this.#at.has(key) || this.#above.has(key) || keys.slice(0, -1).some((k) => this.#at.has(k));
+  }
+
+  add(path: string[]): void {
+    const keys = prefixes(path);
+    this.#at.add(keys[keys.length - 1]!);
+    for (const key of keys.slice(0, -1)) this.#above.add(key);
+  }
 }
 
 /** The value with its maps' keys in order, so the same value written twice compares equal. */
@@ -341,7 +392,11 @@ function sorted(value: JsonValue): JsonValue {
   if (Array.isArray(value)) return value.map(sorted);
   if (!isMap(value)) return value;
   const out: Record<string, JsonValue> = {};
-  for (const key of Object.keys(value).sort()) define(out, key, sorted(value[key]!));
+  // Assignment is much faster than defineProperty on a large map; only "__proto__" needs it.
+  for (const key of Object.keys(value).sort()) {
+    if (key === '__proto__') define(out, key, sorted(value[key]!));
+    else out[key] = sorted(value[key]!);
+  }
   return out;
 }
 
