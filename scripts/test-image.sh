@@ -41,7 +41,10 @@ unshare --mount --propagation private bash -c '
   mount -t tmpfs -o mode=1777 tmpfs "$r/tmp"; mount -t tmpfs -o uid=1000,gid=1000,mode=0700 tmpfs "$r/var/cache/portcullis"
   if chroot --userspec=1000:1000 "$r" /usr/local/bin/node -e "require(\"fs\").writeFileSync(\"/app/x\", \"\")" 2>/dev/null; then
     echo "FAIL: /app is writable" >&2; exit 1; fi
-  cd "$r" && chroot --userspec=1000:1000 "$r" /usr/bin/env -i PATH=/usr/local/bin:/usr/bin:/bin NODE_ENV=production \
+  # Not `cd && chroot ... &`: that backgrounds a subshell, and $! (killed below) would be the
+  # subshell, leaving the server running after the test (it did).
+  cd "$r"
+  chroot --userspec=1000:1000 "$r" /usr/bin/env -i PATH=/usr/local/bin:/usr/bin:/bin NODE_ENV=production \
     PORTCULLIS_CACHE=/var/cache/portcullis HOME=/tmp sh -c "cd /app && exec node host/bin/portcullis.js serve --tls-self-signed --port $2" >"$3" 2>&1 &
   pid=$!
   code=000
@@ -52,6 +55,7 @@ unshare --mount --propagation private bash -c '
     sleep 1
   done
   kill -TERM $pid 2>/dev/null || true; wait $pid || true
+  if pgrep -f "portcullis.js serve --tls-self-signed --port $2\$" >/dev/null; then echo "FAIL: the read-only run did not stop on SIGTERM" >&2; exit 1; fi
   [[ $code == 200 ]] || { echo "FAIL: read-only run: /readyz answered $code" >&2; tail -n 30 "$3" >&2; exit 1; }
   grep -q "\"msg\":\"ready\"" "$3" || { echo "FAIL: no ready line" >&2; exit 1; }
   echo "test:image: read-only root, uid 1000: /readyz 200; $(grep -o "\"msg\":\"ready\"[^}]*" "$3")"
