@@ -129,13 +129,9 @@ function combineAllowed(original: JsonValue, patches: PolicyPatch[]): CombinedPa
   for (const entry of active) {
     const { policy, operations } = entry;
     // What does not apply to the original is the policy's own fault, whatever the others did.
-    const alone = checkApplies(original, operations);
-    let mine: PolicyWrites;
-    try {
-      if (alone) throw alone;
-      mine = policyWrites(policy, operations, original);
-    } catch (error) {
-      rejected.push({ policy, reason: 'invalid', message: `returned a patch that does not apply to the object: ${firstLine(error).message}` });
+    const mine = checkApplies(original, operations) ?? policyWrites(policy, operations, original);
+    if (mine instanceof Error) {
+      rejected.push({ policy, reason: 'invalid', message: `returned a patch that does not apply to the object: ${mine.message}` });
       continue;
     }
     const clash = writes.conflict(mine.writes) ?? writes.conflict(mine.reads) ?? reads.conflict(mine.writes);
@@ -194,6 +190,8 @@ function applyInPlace(merged: JsonValue, operations: PatchOperation[], original:
   try {
     const budget = new CopyBudget();
     const touched = new Touched();
+    // Shared by the patch's adds, as in policyWrites, so a map is filled in here exactly where it was indexed leaf by leaf.
+    const expansion = { left: MAX_EXPANDED_WRITES };
     const mine: string[] = [];
     for (const op of operations) {
       const path = parsePointer(op.path);
@@ -201,7 +199,7 @@ function applyInPlace(merged: JsonValue, operations: PatchOperation[], original:
         if (Object.keys(op.value as object).length === 0) {
           if (!isMap(valueAt(merged, path))) applyOperation(merged, op, budget);
         } else {
-          for (const write of expand('', path, op.value, original, { left: MAX_EXPANDED_WRITES }, touched)) setDeep(merged, write.path, JSON.parse(write.value!) as JsonValue);
+          fillIn(merged, path, op.value, expansion);
         }
       } else if (op.op === 'remove' && removed.has(op.path) && !touched.overlaps(path)) {
         // Removed already by an earlier policy: the same removal, once.
@@ -217,6 +215,14 @@ function applyInPlace(merged: JsonValue, operations: PatchOperation[], original:
   } catch (error) {
     return firstLine(error);
   }
+}
+
+/** Writes an added map into the merged object leaf by leaf, where expand() indexed leaves. */
+function fillIn(merged: JsonValue, path: string[], value: JsonValue, expansion: { left: number }): void {
+  const keys = isMap(value) ? Object.keys(value) : [];
+  if (keys.length === 0 || keys.length > expansion.left) return setDeep(merged, path, clone(value));
+  expansion.left -= keys.length;
+  for (const key of keys) fillIn(merged, [...path, key], (value as Record<string, JsonValue>)[key]!, expansion);
 }
 
 function firstLine(error: unknown): Error {
@@ -258,7 +264,16 @@ interface PolicyWrites {
   reads: Write[];
 }
 
-function policyWrites(policy: string, operations: PatchOperation[], original: JsonValue): PolicyWrites {
+/** A patch's writes and reads for the index, or why the host will not merge it. */
+function policyWrites(policy: string, operations: PatchOperation[], original: JsonValue): PolicyWrites | Error {
+  try {
+    return indexedWrites(policy, operations, original);
+  } catch (error) {
+    return firstLine(error);
+  }
+}
+
+function indexedWrites(policy: string, operations: PatchOperation[], original: JsonValue): PolicyWrites {
   const budget = new CopyBudget();
   const expansion = { left: MAX_EXPANDED_WRITES };
   const writes: Write[] = [];
@@ -272,7 +287,7 @@ function policyWrites(policy: string, operations: PatchOperation[], original: Js
   const touched = new Touched();
   for (const op of operations) {
     const path = parsePointer(op.path);
-    const from = op.op === 'move' ? parsePointer(op.from) : undefined;
+    const from = op.op === 'move' || op.op === 'copy' ? parsePointer(op.from) : [];
     switch (op.op) {
       case 'test':
         reads.push(write(path, unique(), 'set'));
@@ -280,18 +295,13 @@ function policyWrites(policy: string, operations: PatchOperation[], original: Js
       case 'remove':
         writes.push(write(path, undefined, 'remove'));
         break;
-      case 'move': {
-        const moved = valueAt(original, from!);
-        if (moved !== undefined) budget.spend(moved); // what following it costs, bounded like copies
-        reads.push(write(from!, unique(), 'set'));
-        writes.push(write(from!, undefined, 'remove'), write(path, unique(), 'insert'));
-        break;
-      }
+      case 'move':
       case 'copy': {
-        const from = parsePointer(op.from);
-        const copied = valueAt(original, from);
-        if (copied !== undefined) budget.spend(copied);
+        // What following it costs, bounded like the copies themselves.
+        const source = valueAt(original, from);
+        if (source !== undefined) budget.spend(source);
         reads.push(write(from, unique(), 'set'));
+        if (op.op === 'move') writes.push(write(from, undefined, 'remove'));
         writes.push(write(path, unique(), 'insert'));
         break;
       }
@@ -303,7 +313,7 @@ function policyWrites(policy: string, operations: PatchOperation[], original: Js
         break;
     }
     touched.add(path);
-    if (from) touched.add(from);
+    if (op.op === 'move') touched.add(from);
   }
   for (const w of [...writes, ...reads]) work += w.path.length * (w.path.reduce((n, s) => n + s.length + 1, 0));
   if (work > MAX_INDEX_WORK) throw new PatchError(`its patch writes too many, too deep paths to merge (${writes.length} writes)`);
