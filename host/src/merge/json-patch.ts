@@ -116,7 +116,8 @@ export function applyOperation(document: JsonValue, op: PatchOperation, budget: 
   }
 }
 
-function copyOf(value: JsonValue): JsonValue {
+/** A plain copy of a JSON value (primitives are their own copy). */
+export function copyOf(value: JsonValue): JsonValue {
   return typeof value === 'object' && value !== null ? JSON.parse(JSON.stringify(value)) as JsonValue : value;
 }
 

@@ -17,7 +17,7 @@
 // policy only.
 import jsonpatch from 'fast-json-patch';
 import type { JsonValue, PatchOperation } from '@portcullis/sdk';
-import { applyOperation, applyPatch, CopyBudget, define, isMap, parsePointer, PatchError, toPointer, valueAt } from './json-patch.ts';
+import { applyOperation, applyPatch, copyOf, CopyBudget, define, isMap, parsePointer, PatchError, toPointer, valueAt } from './json-patch.ts';
 
 export { MAX_COPIED_BYTES } from './json-patch.ts';
 
@@ -63,7 +63,7 @@ export function forbiddenChange(original: JsonValue, operations: PatchOperation[
   // Only a patch that goes near the identity is applied here (a copy of the object each time).
   const near = (pointer: string) => IDENTITY_POINTERS.some((p) => p === pointer || p.startsWith(`${pointer}/`) || pointer.startsWith(`${p}/`));
   if (!operations.some((op) => near(op.path) || ('from' in op && near(op.from)))) return undefined;
-  const patched = clone(original);
+  const patched = copyOf(original);
   try {
     applyPatch(patched, operations);
   } catch {
@@ -113,7 +113,7 @@ function combineAllowed(original: JsonValue, patches: PolicyPatch[]): CombinedPa
   }
   // Several: each patch is checked alone on its own copy (whether it applies must not depend on
   // the policies before it: red team), then applied to one working copy, in place.
-  let merged = clone(original);
+  let merged = copyOf(original);
   const accepted: PolicyPatch[] = [];
   const writes = new WriteIndex();
   /** Where accepted policies copied or moved from: another policy writing there changes what they copied. */
@@ -122,7 +122,7 @@ function combineAllowed(original: JsonValue, patches: PolicyPatch[]): CombinedPa
   /** What accepted policies removed: the same removal by a later one is done once, not twice. */
   let removed = new Set<string>();
   const rebuild = () => {
-    merged = clone(original);
+    merged = copyOf(original);
     removed = new Set();
     for (const done of accepted) applyInPlace(merged, done.operations, original, removed);
   };
@@ -163,15 +163,10 @@ function combineAllowed(original: JsonValue, patches: PolicyPatch[]): CombinedPa
   return { patch, rejected };
 }
 
-/** A plain copy of a JSON value. */
-function clone(value: JsonValue): JsonValue {
-  return JSON.parse(JSON.stringify(value)) as JsonValue;
-}
-
 /** Applies operations to a copy of the document; returns why they do not apply, if they do not. */
 function checkApplies(document: JsonValue, operations: PatchOperation[]): Error | undefined {
   try {
-    applyPatch(clone(document), operations);
+    applyPatch(copyOf(document), operations);
     return undefined;
   } catch (error) {
     return firstLine(error);
@@ -220,7 +215,7 @@ function applyInPlace(merged: JsonValue, operations: PatchOperation[], original:
 /** Writes an added map into the merged object leaf by leaf, where expand() indexed leaves. */
 function fillIn(merged: JsonValue, path: string[], value: JsonValue, expansion: { left: number }): void {
   const keys = isMap(value) ? Object.keys(value) : [];
-  if (keys.length === 0 || keys.length > expansion.left) return setDeep(merged, path, clone(value));
+  if (keys.length === 0 || keys.length > expansion.left) return setDeep(merged, path, copyOf(value));
   expansion.left -= keys.length;
   for (const key of keys) fillIn(merged, [...path, key], (value as Record<string, JsonValue>)[key]!, expansion);
 }
@@ -503,7 +498,7 @@ function prefixes(path: string[]): string[] {
 /** The object as the apiserver would store it after `patch` (a copy; the original is untouched). */
 export function patchedObject(object: JsonValue | null | undefined, patch: PatchOperation[]): JsonValue | null {
   if (object === null || object === undefined || patch.length === 0) return object ?? null;
-  const patched = clone(object);
+  const patched = copyOf(object);
   applyPatch(patched, patch);
   return patched;
 }
