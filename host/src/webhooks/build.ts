@@ -65,7 +65,12 @@ export interface DesiredConfigurations {
  * Service's namespace, else "default" (where the Lease then goes).
  */
 export function hostNamespace(webhooks: WebhooksConfig, env: NodeJS.ProcessEnv = process.env): string {
-  return webhooks.namespace ?? (env.POD_NAMESPACE || undefined) ?? webhooks.service?.namespace ?? 'default';
+  return configuredNamespace(webhooks, env) ?? 'default';
+}
+
+/** The host's namespace as configured or told (undefined: nothing says, and hostNamespace takes "default"). */
+export function configuredNamespace(webhooks: WebhooksConfig, env: NodeJS.ProcessEnv = process.env): string | undefined {
+  return webhooks.namespace ?? (env.POD_NAMESPACE || undefined) ?? webhooks.service?.namespace;
 }
 
 export function excludedNamespaces(webhooks: WebhooksConfig, env: NodeJS.ProcessEnv = process.env): string[] {

@@ -13,6 +13,7 @@ import type { Logger } from '../util/log.ts';
 import {
   buildConfigurations,
   checkManagedName,
+  configuredNamespace,
   excludedNamespaces,
   hostNamespace,
   MANAGED_BY_LABEL,
@@ -139,7 +140,7 @@ export class WebhookManager {
     if (!this.#ca.current) this.#log.warn('serving without TLS: the apiserver only calls HTTPS webhooks, so the managed webhooks cannot reach this host');
     // The fallback is right in a Pod of the default namespace, and a surprise anywhere else
     // (a host run by hand, with a url): it silently leaves "default" unguarded (newcomer pass).
-    if (webhooks.namespace === undefined && !process.env.POD_NAMESPACE && webhooks.service?.namespace === undefined) {
+    if (configuredNamespace(webhooks, this.#o.env) === undefined) {
       this.#log.warn('webhooks.namespace is not set, so this host takes "default" as its own namespace and no managed webhook covers it; set webhooks.namespace to the namespace this host runs in', { excludeNamespaces: this.#excluded(webhooks) });
     }
     if (this.#elector) this.#elector.start();
