@@ -24,5 +24,5 @@ if [[ ! -x $here/../shared/tools/local-apiserver.sh ]]; then
   echo "test-deps: ../shared/tools/local-apiserver.sh not found; the end-to-end tests need ../shared/tools beside the checkout" >&2
   exit 1
 fi
-# Our own apiserver build (see the script for why not the shared one): ~5 min once, then cached.
+# Our own copy of the apiserver recipe (the same reflect2 fix as the shared one): ~10 min once, then cached.
 "$here/scripts/kube-apiserver.sh" >/dev/null
