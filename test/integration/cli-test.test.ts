@@ -6,6 +6,7 @@ import { beforeAll, describe, expect, it } from 'vitest';
 import { cli } from '../helpers/cli.ts';
 import { root } from '../helpers/policies.ts';
 import { parseSuite, SuiteError } from '../../host/src/cli/test.ts';
+import { module } from '../helpers/wasm.ts';
 
 let dir: string;
 const policy = (name: string) => `${root}policies/${name}/${name}.wasm`;
@@ -134,6 +135,36 @@ cases:
     expect(result.code).toBe(1);
   });
 
+  it('a policy that fails does not pass a case expecting a denial; a bad case is its own ERROR line and the rest still run', async () => {
+    const folder = await mkdtemp(join(tmpdir(), 'portcullis-cli-failing-'));
+    // validate is `unreachable`: a crash, which failurePolicy Fail turns into a denial.
+    await writeFile(join(folder, 'trap.wasm'), module({
+      memories: [{ min: 1 }], functions: [[0x00]],
+      exports: [{ name: 'memory', kind: 'memory', index: 0 }, { name: 'validate', kind: 'func', index: 0 }],
+    }));
+    const file = join(folder, 'failing.test.yaml');
+    await writeFile(file, `policy: trap.wasm
+cases:
+  - name: expects a denial
+    object: { apiVersion: v1, kind: Pod, metadata: { name: p } }
+    expect: { allowed: false }
+  - name: a typo in this case
+    object: { apiVersion: v1, kind: Pod, metadata: { name: p } }
+    expect: { alowed: false }
+  - name: expects the failure
+    object: { apiVersion: v1, kind: Pod, metadata: { name: p } }
+    expect: { failed: true, allowed: false }
+`);
+    const result = await cli(['test', file]);
+    const lines = result.stdout.trim().split('\n');
+    expect(lines).toHaveLength(4);
+    expect(lines[0]).toMatch(/^FAIL .*› expects a denial: policy trap failed \(crash\) instead of deciding: crashed: wasm trap: unreachable/);
+    expect(lines[1]).toMatch(/^ERROR .*› a typo in this case: cases\[1\] \("a typo in this case"\): expect takes .*not alowed$/);
+    expect(lines[2]).toMatch(/^PASS .*› expects the failure$/);
+    expect(lines[3]).toBe('1 passed, 2 failed');
+    expect(result.code).toBe(1);
+  });
+
   it('says plainly when there is nothing to run (usage error, exit 2)', async () => {
     const empty = await mkdtemp(join(dir, 'empty-'));
     const result = await cli(['test', empty]);
@@ -148,17 +179,28 @@ describe('suite files are checked field by field', () => {
     ['a list instead of a mapping', '- a\n', /must be a YAML mapping/],
     ['no cases', 'policy: p.wasm\n', /"cases" must be a non-empty list/],
     ['both policy and policies', 'policy: a.wasm\npolicies: [b.wasm]\ncases: [{}]\n', /not both/],
-    ['an unknown case field', 'policy: p.wasm\ncases:\n  - { objet: {}, expect: { allowed: true } }\n', /cases\[0\] has unknown field\(s\) objet/],
-    ['no expectation', 'policy: p.wasm\ncases:\n  - { object: { apiVersion: v1, kind: Pod } }\n', /"expect" must be a mapping/],
-    ['an unknown expectation', 'policy: p.wasm\ncases:\n  - { object: { apiVersion: v1, kind: Pod }, expect: { allow: true } }\n', /not allow/],
-    ['an object without kind', 'policy: p.wasm\ncases:\n  - { object: { metadata: {} }, expect: { allowed: true } }\n', /needs apiVersion and kind/],
     ['bad rules', 'policies: [{ module: p.wasm, rules: [{ operations: CREATE }] }]\ncases:\n  - { object: { apiVersion: v1, kind: Pod }, expect: { allowed: true } }\n', /policies\[0\]\.rules must be/],
-    ['a bad operation', 'policy: p.wasm\ncases:\n  - { operation: PATCH, object: { apiVersion: v1, kind: Pod }, expect: { allowed: true } }\n', /operation must be/],
-    ['a bad request', 'policy: p.wasm\ncases:\n  - { request: { uid: x }, expect: { allowed: true } }\n', /request: request x: request.kind/],
-    ['duplicate case names', 'policy: p.wasm\ncases:\n  - { name: a, object: { apiVersion: v1, kind: Pod }, expect: { allowed: true } }\n  - { name: a, object: { apiVersion: v1, kind: Pod }, expect: { allowed: true } }\n', /two cases are named "a"/],
-  ])('%s', (_name, text, message) => {
+  ])('the whole suite: %s', (_name, text, message) => {
     expect(bad(text)).toThrow(SuiteError);
     expect(bad(text)).toThrow(message);
+  });
+
+  // A mistake in one case is that case's error; the suite's other cases still parse.
+  const GOOD_CASE = '  - { name: fine, object: { apiVersion: v1, kind: Pod }, expect: { allowed: true } }\n';
+  it.each([
+    ['an unknown case field', '  - { objet: {}, expect: { allowed: true } }\n', /cases\[1\] has unknown field\(s\) objet/],
+    ['no expectation', '  - { object: { apiVersion: v1, kind: Pod } }\n', /"expect" must be a mapping/],
+    ['an unknown expectation', '  - { object: { apiVersion: v1, kind: Pod }, expect: { allow: true } }\n', /not allow/],
+    ['a bad expect.failed', '  - { object: { apiVersion: v1, kind: Pod }, expect: { failed: yes please } }\n', /expect\.failed must be true or false/],
+    ['an object without kind', '  - { object: { metadata: {} }, expect: { allowed: true } }\n', /needs apiVersion and kind/],
+    ['a bad operation', '  - { operation: PATCH, object: { apiVersion: v1, kind: Pod }, expect: { allowed: true } }\n', /operation must be/],
+    ['a bad request', '  - { request: { uid: x }, expect: { allowed: true } }\n', /request: request x: request.kind/],
+    ['a duplicate case name', '  - { name: fine, object: { apiVersion: v1, kind: Pod }, expect: { allowed: false } }\n', /another case is already named "fine"/],
+  ])('one case: %s', (_name, text, message) => {
+    const parsed = parseSuite('/x/s.test.yaml', `policy: p.wasm\ncases:\n${GOOD_CASE}${text}`);
+    expect(parsed.cases).toHaveLength(2);
+    expect(parsed.cases[0]).not.toHaveProperty('error');
+    expect(parsed.cases[1]).toMatchObject({ error: expect.stringMatching(message) });
   });
 
   it('builds the request from the object: kind, resource, namespace, operation and user', () => {
@@ -171,7 +213,8 @@ cases:
     expect: { allowed: true }
 `);
     expect(parsed.policies).toEqual([{ name: 'p', module: '/x/p.wasm', settings: {}, rules: undefined }]);
-    expect(parsed.cases[0]!.request).toMatchObject({
+    expect(parsed.cases[0]).toHaveProperty('request');
+    expect((parsed.cases[0] as { request: unknown }).request).toMatchObject({
       kind: { group: 'networking.k8s.io', version: 'v1', kind: 'Ingress' },
       resource: { group: 'networking.k8s.io', version: 'v1', resource: 'ingresses' },
       name: 'i', namespace: 'shop', operation: 'UPDATE', userInfo: { username: 'alice', groups: ['dev'] },

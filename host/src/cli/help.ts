@@ -67,7 +67,9 @@ export const COMMANDS: Record<string, { summary: string; help: string }> = {
 Runs declarative suites: each case's merged answer (allowed, code, message, warnings, patched
 object) against what it expects, in the real sandbox. Without arguments, the current folder;
 a folder is searched for *.test.yaml and portcullis-test.yaml. Prints one line per case, then
-"N passed, N failed"; exits 1 on any failure or unusable suite file.
+"N passed, N failed"; exits 1 on any failure or unusable suite file or case. A policy that
+fails (crash, deadline, memory cap) fails its case, even one expecting the denial that
+failurePolicy Fail makes of it, unless the case expects failed: true.
 
 suite file:
   policy: ../my-policy.wasm          # or policies: [{ name, module, settings, rules }]
@@ -77,6 +79,7 @@ suite file:
       object: { ... }                # or request: a whole AdmissionRequest
       operation: CREATE              # oldObject, namespace, user, groups, dryRun, mode
       expect: { allowed: false, code: 403, message: substring, warnings: [...], patched: { ... } }
+                                     # failed: true  when a policy failing is what the case tests
 `,
   },
   run: {

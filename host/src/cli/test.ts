@@ -10,6 +10,7 @@ import { parseArgs } from 'node:util';
 import type { AdmissionRequest, JsonValue, Mode } from '@portcullis/sdk';
 import { parse as parseYaml } from 'yaml';
 import { evaluatePolicy } from '../evaluate/evaluate.ts';
+import type { Outcome } from '../evaluate/outcome.ts';
 import { errorMessage, PortcullisError } from '../errors.ts';
 import { merge } from '../merge/merge.ts';
 import { patchedObject } from '../merge/patches.ts';
@@ -25,7 +26,7 @@ import { UsageError } from './usage.ts';
 
 const USAGE = 'usage: portcullis test [FILE.yaml|DIR ...]   (default: the current folder; a folder is searched for *.test.yaml and portcullis-test.yaml)';
 const CASE_KEYS = new Set(['name', 'mode', 'object', 'oldObject', 'operation', 'namespace', 'user', 'groups', 'dryRun', 'request', 'expect']);
-const EXPECT_KEYS = new Set(['allowed', 'code', 'message', 'warnings', 'patched']);
+const EXPECT_KEYS = new Set(['allowed', 'code', 'message', 'warnings', 'patched', 'failed']);
 
 /** A suite file that cannot be used: its path and what is wrong, on one line. */
 export class SuiteError extends PortcullisError {
@@ -36,9 +37,12 @@ export class SuiteError extends PortcullisError {
 
 /** rules undefined: the module's embedded default rules, as serve would apply them. */
 interface PolicyRef { name: string; module: string; settings: JsonValue; rules: RuleWithOperations[] | undefined }
-interface Expectation { allowed?: boolean; code?: number; message?: string; warnings?: string[]; patched?: JsonValue }
+/** failed: a policy's failure (crash, deadline, cap) is what the case is about; otherwise any failure fails the case. */
+interface Expectation { allowed?: boolean; code?: number; message?: string; warnings?: string[]; patched?: JsonValue; failed?: boolean }
 interface Case { name: string; mode: Mode | undefined; request: AdmissionRequest; expect: Expectation }
-interface Suite { file: string; policies: PolicyRef[]; cases: Case[] }
+/** A case that cannot be run: its own ERROR line; the suite's other cases still run. */
+interface BadCase { name: string; error: string }
+interface Suite { file: string; policies: PolicyRef[]; cases: (Case | BadCase)[] }
 
 export default async function test(args: string[]): Promise<number> {
   let targets: string[];
@@ -69,7 +73,12 @@ export default async function test(args: string[]): Promise<number> {
       failed++;
       continue;
     }
-    for (const { name, problems } of results) {
+    for (const { name, problems, error } of results) {
+      if (error !== undefined) {
+        failed++;
+        process.stdout.write(`ERROR ${shown} › ${name}: ${error}\n`);
+        continue;
+      }
       if (problems.length === 0) passed++;
       else failed++;
       process.stdout.write(problems.length === 0 ? `PASS ${shown} › ${name}\n` : `FAIL ${shown} › ${name}: ${problems.join('; ')}\n`);
@@ -115,12 +124,20 @@ export function parseSuite(file: string, text: string): Suite {
   const base = dirname(file);
   const policies = parsePolicies(doc, base);
   if (!Array.isArray(doc.cases) || doc.cases.length === 0) throw new SuiteError('"cases" must be a non-empty list');
-  const cases = doc.cases.map((c, i) => parseCase(c, i));
+  // A mistake in one case costs that case, not the suite: the others still run and report.
   const names = new Set<string>();
-  for (const c of cases) {
-    if (names.has(c.name)) throw new SuiteError(`two cases are named "${c.name}"; names must be unique`);
-    names.add(c.name);
-  }
+  const cases = doc.cases.map((value, i): Case | BadCase => {
+    let parsed: Case;
+    try {
+      parsed = parseCase(value, i);
+    } catch (error) {
+      if (!(error instanceof SuiteError)) throw error;
+      return { name: caseName(value, i), error: error.message };
+    }
+    if (names.has(parsed.name)) return { name: parsed.name, error: `cases[${i}]: another case is already named "${parsed.name}"; names must be unique` };
+    names.add(parsed.name);
+    return parsed;
+  });
   return { file, policies, cases };
 }
 
@@ -160,11 +177,15 @@ function parseCase(value: unknown, index: number): Case {
   if (!isObject(value)) throw new SuiteError(`${where} must be a mapping`);
   const unknown = Object.keys(value).filter((k) => !CASE_KEYS.has(k));
   if (unknown.length > 0) throw new SuiteError(`${where} has unknown field(s) ${unknown.join(', ')} (known: ${[...CASE_KEYS].join(', ')})`);
-  const name = typeof value.name === 'string' && value.name !== '' ? value.name : `case ${index + 1}`;
+  const name = caseName(value, index);
   const at = `${where} ("${name}")`;
   if (value.mode !== undefined && value.mode !== 'validate' && value.mode !== 'mutate') throw new SuiteError(`${at}: mode must be validate or mutate`);
   if (!isObject(value.expect)) throw new SuiteError(`${at}: "expect" must be a mapping with at least one of ${[...EXPECT_KEYS].join(', ')}`);
   return { name, mode: value.mode, request: caseRequest(value, at), expect: parseExpect(value.expect, at) };
+}
+
+function caseName(value: unknown, index: number): string {
+  return isObject(value) && typeof value.name === 'string' && value.name !== '' ? value.name : `case ${index + 1}`;
 }
 
 function parseExpect(value: Record<string, unknown>, at: string): Expectation {
@@ -172,6 +193,7 @@ function parseExpect(value: Record<string, unknown>, at: string): Expectation {
   const unknown = keys.filter((k) => !EXPECT_KEYS.has(k));
   if (unknown.length > 0 || keys.length === 0) throw new SuiteError(`${at}: expect takes ${[...EXPECT_KEYS].join(', ')}${unknown.length ? `, not ${unknown.join(', ')}` : ''}`);
   if (value.allowed !== undefined && typeof value.allowed !== 'boolean') throw new SuiteError(`${at}: expect.allowed must be true or false`);
+  if (value.failed !== undefined && typeof value.failed !== 'boolean') throw new SuiteError(`${at}: expect.failed must be true or false`);
   if (value.code !== undefined && !Number.isInteger(value.code)) throw new SuiteError(`${at}: expect.code must be an integer`);
   if (value.message !== undefined && typeof value.message !== 'string') throw new SuiteError(`${at}: expect.message must be a string`);
   const warnings = value.warnings;
@@ -195,7 +217,7 @@ function caseRequest(value: Record<string, unknown>, at: string): AdmissionReque
 
 // ---- running: the same sandbox, evaluation and merge as `serve` ----
 
-async function runSuite(suite: Suite): Promise<{ name: string; problems: string[] }[]> {
+async function runSuite(suite: Suite): Promise<{ name: string; problems: string[]; error?: string }[]> {
   const pool = new SandboxPool(Math.min(2, suite.policies.length));
   try {
     const loaded: (LoadedPolicy & { rules: RuleWithOperations[] })[] = [];
@@ -208,10 +230,14 @@ async function runSuite(suite: Suite): Promise<{ name: string; problems: string[
     }
     const results = [];
     for (const c of suite.cases) {
-      const { decision, evaluated } = await evaluateCase(pool, loaded, c);
-      const problems = check(c, decision);
+      if ('error' in c) {
+        results.push({ name: c.name, problems: [], error: c.error });
+        continue;
+      }
+      const { decision, outcomes } = await evaluateCase(pool, loaded, c);
+      const problems = [...failures(c, outcomes), ...check(c, decision)];
       // An unexpected verdict from no policy at all is the rules' doing, not the policy's: say so.
-      if (problems.length > 0 && evaluated === 0) problems.push('no policy evaluated this request: none of their rules matches its operation and resource (or its mode)');
+      if (problems.length > 0 && outcomes.length === 0) problems.push('no policy evaluated this request: none of their rules matches its operation and resource (or its mode)');
       results.push({ name: c.name, problems });
     }
     return results;
@@ -222,7 +248,7 @@ async function runSuite(suite: Suite): Promise<{ name: string; problems: string[
 
 type RuledPolicy = LoadedPolicy & { rules: RuleWithOperations[] };
 
-async function evaluateCase(pool: SandboxPool, all: RuledPolicy[], c: Case): Promise<{ decision: Decision; evaluated: number }> {
+async function evaluateCase(pool: SandboxPool, all: RuledPolicy[], c: Case): Promise<{ decision: Decision; outcomes: Outcome[] }> {
   const policies = all.filter((p) => p.rules.length === 0 || p.rules.some((rule) => ruleMatches(rule, c.request)));
   // Without a mode, a policy runs as a validating webhook if it can, else as a mutating one.
   const runs = policies.map((policy) => ({ policy, mode: c.mode ?? (policy.modes.includes('validate') ? 'validate' : 'mutate') }))
@@ -233,7 +259,17 @@ async function evaluateCase(pool: SandboxPool, all: RuledPolicy[], c: Case): Pro
       request: c.request, settings: policy.settings, headers: {}, sslpeer: null, dryRun: c.request.dryRun === true, webhook: `/${mode}/${policy.name}`,
     }),
   })));
-  return { decision: merge(evaluated, c.request.operation, c.request.object).decision, evaluated: evaluated.length };
+  return { decision: merge(evaluated, c.request.operation, c.request.object).decision, outcomes: evaluated.map((e) => e.outcome) };
+}
+
+/**
+ * With failurePolicy Fail a crashing policy denies, so a case expecting a denial would pass for
+ * the wrong reason: a failure fails the case unless it says `failed: true`.
+ */
+function failures(c: Case, outcomes: Outcome[]): string[] {
+  const failed = outcomes.filter((o) => o.status === 'failed');
+  if (c.expect.failed === true) return failed.length > 0 ? [] : ['expected a policy to fail (expect.failed), but none did'];
+  return failed.map((o) => `policy ${o.policy} failed (${o.failure}) instead of deciding: ${o.message}`);
 }
 
 function check(c: Case, decision: Decision): string[] {
