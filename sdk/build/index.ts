@@ -6,6 +6,7 @@ import { existsSync } from 'node:fs';
 import { basename, dirname, extname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Worker } from 'node:worker_threads';
+import { withSourceLines } from './source-lines.ts';
 
 export type Language = 'typescript' | 'assemblyscript';
 
@@ -77,7 +78,7 @@ async function buildTypeScript(source: string, stubWasi: boolean, timeoutMs: num
   try {
     bundled = await build({
       stdin: { contents: entry, resolveDir: dirname(source), sourcefile: 'portcullis-entry.js', loader: 'js' },
-      bundle: true, format: 'esm', platform: 'neutral', target: 'es2022', write: false,
+      bundle: true, format: 'esm', platform: 'neutral', target: 'es2022', write: false, sourcemap: 'inline',
       external: ['portcullis:*'], logLevel: 'silent', mainFields: ['module', 'main'],
     });
   } catch (error) {
@@ -90,7 +91,9 @@ async function buildTypeScript(source: string, stubWasi: boolean, timeoutMs: num
   }
   // stubWasi: the component imports nothing from WASI, so a policy has no clock, random,
   // files, network or environment unless the host grants a capability interface.
-  const options = { witPath: witDir, world: 'admission-policy', jsSource: bundled.outputFiles[0]!.text, stubWasi, sync: true };
+  // The map becomes a table of source lines, so an exception names policy.ts:LINE (source-lines.ts).
+  const jsSource = withSourceLines(bundled.outputFiles[0]!.text, dirname(source));
+  const options = { witPath: witDir, world: 'admission-policy', jsSource, stubWasi, sync: true };
   return componentizeWithDeadline(source, options, timeoutMs);
 }
 

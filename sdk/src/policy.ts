@@ -123,8 +123,32 @@ function classify(error: unknown): EvaluationOutput {
 }
 
 function describe(error: unknown): string {
-  if (error instanceof Error) return error.name && error.name !== 'Error' ? `${error.name}: ${error.message}` : error.message;
-  return String(error);
+  if (!(error instanceof Error)) return String(error);
+  const text = error.name && error.name !== 'Error' ? `${error.name}: ${error.message}` : error.message;
+  const where = located(error.stack);
+  return where ? `${text} (at ${where})` : text;
+}
+
+/** Set by the statement `portcullis build` appends to the bundle (sdk/build/source-lines.ts). */
+interface SourceLines { files: string[]; lines: string }
+
+/**
+ * The first frame of a stack that is in the author's own source, as "fn, policy.ts:4": QuickJS
+ * names lines of the bundle, which the build's table maps back. Undefined when unknown.
+ */
+function located(stack: string | undefined): string | undefined {
+  const table = (globalThis as { __portcullisSourceLines?: SourceLines }).__portcullisSourceLines;
+  if (typeof stack !== 'string' || !table) return undefined;
+  const lines = table.lines.split(';');
+  for (const frame of stack.split('\n')) {
+    const found = /^\s*at (.+?) \(.*:(\d+):\d+\)$/.exec(frame);
+    if (!found) continue;
+    const [file, line] = (lines[Number(found[2]) - 1] ?? '').split(':');
+    if (file === undefined || line === undefined) continue;
+    const fn = found[1] === '<anonymous>' ? '' : `${found[1]}, `;
+    return `${fn}${table.files[Number(file)] ?? '?'}:${line}`;
+  }
+  return undefined;
 }
 
 function withWarnings(output: EvaluationOutput, warnings: string[]): EvaluationOutput {

@@ -88,9 +88,9 @@ describe('crashes and garbage', () => {
     expect(await evaluatePolicy(pool, big, 'validate', input())).toMatchObject({ status: 'failed', failure: 'temporary', message: 'returned 2097152 bytes, more than its 1048576-byte output limit' });
   });
 
-  it('turns an uncaught exception of a TypeScript policy into a crash with its message', async () => {
+  it('turns an uncaught exception of a TypeScript policy into a crash with its message and where in the source it was thrown', async () => {
     const hostile = await load(pool, 'hostile', { settings: { probe: 'nope' } });
-    expect(await evaluatePolicy(pool, hostile, 'validate', input())).toMatchObject({ status: 'failed', failure: 'crash', message: 'unknown probe nope' });
+    expect(await evaluatePolicy(pool, hostile, 'validate', input())).toMatchObject({ status: 'failed', failure: 'crash', message: 'unknown probe nope (at validate, policy.ts:23)' });
   });
 });
 
