@@ -182,7 +182,7 @@ describe('context RBAC as a real ServiceAccount', () => {
       ],
     });
     try {
-      await sa.waitForLog(/listing \/apis\/networking.k8s.io\/v1\/ingresses answered HTTP 403 \(RBAC: see scripts\/context-rbac.ts\)/, 30_000);
+      await sa.waitForLog(/listing \/apis\/networking.k8s.io\/v1\/ingresses answered HTTP 403 \(RBAC: 'portcullis rbac --config FILE' prints what it needs\)/, 30_000);
       await kubectlOk(['apply', '-f', `${root}deploy-overlays/context/rbac-context.yaml`]);
       // The informers retry every 5 s; RBAC changes take effect at once.
       await sa.waitForLog(/"msg":"context: cache synced"[^\n]*Ingress/, 30_000);

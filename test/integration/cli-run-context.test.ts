@@ -1,5 +1,5 @@
 // `portcullis run --context`: context-aware policies evaluated offline against objects from a file.
-import { mkdtemp, writeFile } from 'node:fs/promises';
+import { mkdtemp, readFile, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { beforeAll, describe, expect, it } from 'vitest';
@@ -43,5 +43,23 @@ describe('portcullis run --context', () => {
     const grant = await cli(['run', '--policy', policy, '--request', review, '--context', objects, '--grant', 'Ingress']);
     expect(grant.code).toBe(2);
     expect(grant.stderr).toContain('--grant takes apiVersion/Kind');
+  });
+});
+
+describe('portcullis rbac', () => {
+  it('prints the RBAC of a configuration\'s context caches: the shipped overlay is its output for policies/context.yaml', async () => {
+    const { code, stdout, stderr } = await cli(['rbac', '--config', 'policies/context.yaml']); // the CLI runs in the checkout's root
+    expect(stderr).toBe('');
+    expect(code).toBe(0);
+    expect(stdout).toBe(await readFile(`${root}deploy-overlays/context/rbac-context.yaml`, 'utf8'));
+  });
+
+  it('names the ServiceAccount it binds, and says what is missing without --config (exit 2)', async () => {
+    const custom = await cli(['rbac', '-c', `${root}policies/context.yaml`, '--service-account', 'gate', '--namespace', 'admission', '--name', 'gate-context']);
+    expect(custom.stdout).toContain('subjects:\n  - kind: ServiceAccount\n    name: gate\n    namespace: admission');
+    expect(custom.stdout).toContain('kind: ClusterRole\nmetadata:\n  name: gate-context');
+    const missing = await cli(['rbac']);
+    expect(missing.code).toBe(2);
+    expect(missing.stderr).toMatch(/^portcullis rbac: --config is required/);
   });
 });

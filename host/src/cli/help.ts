@@ -138,6 +138,16 @@ options:
   --workers N              sandbox worker threads (default: one per core, at least 2)
 `,
   },
+  rbac: {
+    summary: 'print the RBAC that the context caches of a configuration need',
+    help: `usage: portcullis rbac --config portcullis.yaml [--name N] [--service-account SA] [--namespace NS]
+
+Prints a ClusterRole with list and watch on every kind the configuration caches for
+context-aware policies (their grants, and Namespaces for single-webhook namespaceSelectors),
+and its ClusterRoleBinding to the host's ServiceAccount (default portcullis/portcullis).
+Apply it beside deploy/, and again whenever a policy's context grants change.
+`,
+  },
   push: {
     summary: 'publish a policy module to an OCI registry',
     help: `usage: portcullis push POLICY.wasm oci://REGISTRY/REPO:TAG [--insecure] [--docker-config PATH]

@@ -13,6 +13,7 @@ const commands: Record<string, () => Promise<{ default: (args: string[]) => Prom
   bench: () => import('./bench.ts'),
   inspect: () => import('./inspect.ts'),
   serve: () => import('./serve.ts'),
+  rbac: () => import('./rbac.ts'),
   push: () => import('./oci.ts').then((m) => ({ default: m.push })),
   pull: () => import('./oci.ts').then((m) => ({ default: m.pull })),
 };

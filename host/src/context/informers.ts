@@ -143,7 +143,7 @@ export class ClusterContext {
     const response = await fetch(context.getUrl(), { method: 'GET', headers: context.getHeaders(), dispatcher: context.getDispatcher() });
     if (response.status !== 200) {
       const body = (await response.text()).slice(0, 300);
-      const hint = response.status === 403 ? ' (RBAC: see scripts/context-rbac.ts)' : '';
+      const hint = response.status === 403 ? " (RBAC: 'portcullis rbac --config FILE' prints what it needs)" : '';
       throw new ContextCacheError(`listing ${path} answered HTTP ${response.status}${hint}: ${body}`);
     }
     return (await response.json()) as KubernetesListObject<KubernetesObject>;
