@@ -802,8 +802,10 @@ async function main(): Promise<void> {
   const md = markdown(results);
   if (only) {
     process.stdout.write(`${md}\n`);
-    await writeFile(join(work, 'results.json'), JSON.stringify(results, null, 2));
-    log(`--only: nothing written to bench/; raw results in ${work}/results.json`);
+    // Outside the work folder, which is removed on the way out.
+    const raw = join(tmpdir(), `portcullis-bench-only-${Date.now()}.json`);
+    await writeFile(raw, JSON.stringify(results, null, 2));
+    log(`--only: nothing written to bench/; raw results in ${raw}`);
     return;
   }
   const suffix = quick ? '.quick' : '';
