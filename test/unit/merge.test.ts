@@ -431,3 +431,59 @@ describe('a patch means the same beside other patches as alone', () => {
     expect(() => decodeOutput('inf', '{"outcome":"allow","patch":[{"op":"add","path":"/spec/x","value":1e999}]}')).toThrow(/a number JSON cannot carry/);
   });
 });
+
+describe('what another policy appended or made sure of is not undone or moved (red team, round 5)', () => {
+  const pod = (): JsonObject => ({
+    apiVersion: 'v1', kind: 'Pod', metadata: { name: 'web', namespace: 'n' },
+    spec: {
+      list: ['a', 'b', 'c'],
+      containers: [
+        { name: 'app', image: 'app:1', env: [], securityContext: { capabilities: { drop: ['NET_RAW'] } } },
+        { name: 'tool', image: 'tool:1', env: [] },
+      ],
+    },
+  });
+  const decide = (outcomes: Outcome[]) => merge(outcomes.map((o) => ev(o)), 'CREATE', pod()).decision;
+  const conflicts = (first: Outcome, second: Outcome) => {
+    for (const order of [[first, second], [second, first]]) {
+      expect(decide(order).status?.message).toMatch(/its patch conflicts with policy/);
+    }
+  };
+
+  it('a write above a list conflicts with another policy\'s append into it, in either order', () => {
+    const harden = allowed('harden', [{ op: 'add', path: '/spec/containers/0/securityContext/capabilities/drop/-', value: 'ALL' }]);
+    conflicts(harden, allowed('undo', [{ op: 'replace', path: '/spec/containers/0/securityContext', value: { capabilities: { drop: ['NET_RAW'] } } }]));
+    const sidecar = allowed('sidecar', [{ op: 'add', path: '/spec/containers/-', value: { name: 'proxy' } }]);
+    conflicts(sidecar, allowed('reset', [{ op: 'replace', path: '/spec', value: pod().spec! }]));
+    conflicts(sidecar, allowed('drop-spec', [{ op: 'remove', path: '/spec' }]));
+  });
+
+  it('an append into an element of a list another policy shifted conflicts (it would land in the neighbour)', () => {
+    const token = allowed('tool-env', [{ op: 'add', path: '/spec/containers/1/env/-', value: { name: 'TOKEN', value: 's' } }]);
+    conflicts(allowed('inject-first', [{ op: 'add', path: '/spec/containers/0', value: { name: 'proxy' } }]), token);
+    conflicts(allowed('drop-first', [{ op: 'remove', path: '/spec/containers/0' }]), token);
+    // Appending to the very list another policy shifted still composes: the end is the end.
+    const both = decide([allowed('inject-first', [{ op: 'add', path: '/spec/containers/0', value: { name: 'proxy' } }]), allowed('sidecar', [{ op: 'add', path: '/spec/containers/-', value: { name: 'log' } }])]);
+    expect((patchedObject(pod(), both.patch) as { spec: { containers: { name: string }[] } }).spec.containers.map((c) => c.name)).toEqual(['proxy', 'app', 'tool', 'log']);
+  });
+
+  it('removing a list\'s last element conflicts with another policy\'s writes past the end; with its appends it composes', () => {
+    const trim = allowed('trim', [{ op: 'remove', path: '/spec/list/2' }]);
+    conflicts(trim, allowed('juggle', [
+      { op: 'add', path: '/spec/list/-', value: 'd' }, { op: 'add', path: '/spec/list/-', value: 'e' }, { op: 'remove', path: '/spec/list/3' },
+    ]));
+    conflicts(trim, allowed('juggle', [{ op: 'add', path: '/spec/list/-', value: 'd' }, { op: 'replace', path: '/spec/list/3', value: 'X' }]));
+    const composed = decide([trim, allowed('append', [{ op: 'add', path: '/spec/list/-', value: 'd' }])]);
+    expect((patchedObject(pod(), composed.patch) as { spec: { list: string[] } }).spec.list).toEqual(['a', 'b', 'd']);
+  });
+
+  it('"make sure the map exists" conflicts with another policy writing something else than a map there', () => {
+    const ensure = allowed('ensure', [{ op: 'add', path: '/spec/x', value: {} }]);
+    conflicts(ensure, allowed('list', [{ op: 'add', path: '/spec/x', value: [1, 2] }]));
+    conflicts(ensure, allowed('moved', [{ op: 'move', from: '/spec/list', path: '/spec/x' }]));
+    conflicts(ensure, allowed('reset', [{ op: 'replace', path: '/spec', value: pod().spec! }]));
+    const filled = decide([ensure, allowed('map', [{ op: 'add', path: '/spec/x', value: { k: 'v' } }])]);
+    expect(filled.status).toBeUndefined();
+    expect((patchedObject(pod(), filled.patch) as { spec: { x: unknown } }).spec.x).toEqual({ k: 'v' });
+  });
+});

@@ -49,7 +49,13 @@ interface Write {
   shifts: boolean;
   /** It writes into an element past the end of a list of the original (one its own append made). */
   beyond: boolean;
+  /** It removes the last element of a list of the original: positions past the new end change. */
+  trims: boolean;
+  /** An empty map added where the original has none: it only makes sure a map is there. */
+  ensuresMap: boolean;
 }
+
+const NO_LIST_EFFECT = { append: false, shifts: false, beyond: false, trims: false } as const;
 
 // What identifies the object under review. A patch that changes one of these would make the
 // apiserver refuse the response or, worse, store a different object than the one it admitted.
@@ -277,7 +283,7 @@ function indexedWrites(policy: string, operations: PatchOperation[], original: J
   // before it, so two policies writing "the same" there is no proof of agreement.
   let opaque = 0;
   const unique = () => `\u0000${policy}\u0000${opaque++}`;
-  const write = (path: string[], value: string | undefined, kind: Change): Write => ({ policy, path, value, ...listEffect(original, path, kind) });
+  const write = (path: string[], value: string | undefined, kind: Change): Write => ({ policy, path, value, ensuresMap: false, ...listEffect(original, path, kind) });
   let work = 0;
   const touched = new Touched();
   for (const op of operations) {
@@ -324,8 +330,8 @@ type Change = 'insert' | 'remove' | 'set';
  * before the last), or a write past the original end (at an index the original list does not
  * have: it depends on what appends came before).
  */
-function listEffect(original: JsonValue, path: string[], change: Change): Pick<Write, 'append' | 'shifts' | 'beyond'> {
-  const none = { append: false, shifts: false, beyond: false };
+function listEffect(original: JsonValue, path: string[], change: Change): Pick<Write, 'append' | 'shifts' | 'beyond' | 'trims'> {
+  const none = NO_LIST_EFFECT;
   let node: JsonValue | undefined = original;
   for (const [i, segment] of path.entries()) {
     const last = i === path.length - 1;
@@ -334,7 +340,7 @@ function listEffect(original: JsonValue, path: string[], change: Change): Pick<W
       if (/^\d+$/.test(segment)) {
         const index = Number(segment);
         if (index >= node.length) return { ...none, beyond: true };
-        if (last) return { ...none, shifts: change === 'insert' || (change === 'remove' && index < node.length - 1) };
+        if (last) return { ...none, shifts: change === 'insert' || (change === 'remove' && index < node.length - 1), trims: change === 'remove' && index === node.length - 1 };
       }
     }
     if (last || node === undefined) return none;
@@ -354,12 +360,14 @@ function expand(
 ): Write[] {
   const keys = isMap(value) ? Object.keys(value) : [];
   if (keys.length <= expansion.left && (created ? keys.length > 0 : fillsIn(path, value, original, touched))) {
+    // An empty map only makes sure a map is there: other policies may fill it in, or add the same,
+    // but not write something else there (red team: their list was replaced by it).
+    if (keys.length === 0) return [{ policy, path, value: '{}', ensuresMap: true, ...NO_LIST_EFFECT }];
     expansion.left -= keys.length;
-    // An empty map only makes sure the map is there: it writes nothing another policy could differ on.
     return keys.flatMap((key) => expand(policy, [...path, key], (value as Record<string, JsonValue>)[key]!, original, expansion, touched, true));
   }
-  const effect = created ? { append: false, shifts: false, beyond: false } : listEffect(original, path, 'insert');
-  return [{ policy, path, value: JSON.stringify(sorted(value)), ...effect }];
+  const effect = created ? NO_LIST_EFFECT : listEffect(original, path, 'insert');
+  return [{ policy, path, value: JSON.stringify(sorted(value)), ensuresMap: false, ...effect }];
 }
 
 /**
@@ -421,6 +429,8 @@ class WriteIndex {
   readonly #beyond = new Map<string, Write>();
   /** The first write that moves the elements of each list, by the list's path. */
   readonly #shifting = new Map<string, Write>();
+  /** The first removal of the last element of each list, by the list's path. */
+  readonly #trimmed = new Map<string, Write>();
 
   add(write: Write): void {
     const keys = prefixes(write.path);
@@ -428,6 +438,9 @@ class WriteIndex {
     const list = keys[keys.length - 2]!;
     if (write.append) {
       if (!this.#appends.has(list)) this.#appends.set(list, write);
+      // A later write above the list would undo the append (red team: a replaced securityContext
+      // dropped another policy's "ALL" from capabilities.drop).
+      for (const prefix of keys.slice(0, -2)) if (!this.#below.has(prefix)) this.#below.set(prefix, write);
       return;
     }
     // Two different values are enough to tell any third write there apart: keep at most two.
@@ -436,6 +449,7 @@ class WriteIndex {
     else if (same.length < 2 && same.every((w) => w.value !== write.value)) same.push(write);
     for (const prefix of keys.slice(0, -1)) if (!this.#below.has(prefix)) this.#below.set(prefix, write);
     if (write.shifts && !this.#shifting.has(list)) this.#shifting.set(list, write);
+    if (write.trims && !this.#trimmed.has(list)) this.#trimmed.set(list, write);
     if (write.beyond) {
       for (let i = 0; i < write.path.length; i++) if (!this.#beyond.has(keys[i]!)) this.#beyond.set(keys[i]!, write);
     }
@@ -458,9 +472,11 @@ class WriteIndex {
     // An earlier write to a's path's ancestor (the list itself, for an append), or to a list
     // a's path goes into whose elements it moved.
     for (const prefix of keys.slice(0, -1)) {
-      const above = this.#at.get(prefix)?.[0];
+      // Writing inside a map another policy only made sure of keeps it a map.
+      const above = this.#at.get(prefix)?.find((w) => !w.ensuresMap);
       if (above) return at(above, prefix);
-      const shifted = a.append ? undefined : this.#shifting.get(prefix);
+      // An append goes to the end of its own list however it moved, not of a list above it.
+      const shifted = a.append && prefix === list ? undefined : this.#shifting.get(prefix);
       if (shifted) return at(shifted);
     }
     if (a.append) {
@@ -472,20 +488,37 @@ class WriteIndex {
       // Positions past the original end belong to what was appended before: another policy's
       // appends, or its own writes there, make them other positions.
       for (const prefix of keys) {
-        const other = this.#appends.get(prefix) ?? this.#beyond.get(prefix);
+        const other = this.#appends.get(prefix) ?? this.#beyond.get(prefix) ?? this.#trimmed.get(prefix);
         if (other) return at(other);
       }
     }
+    // Removing a list's last element moves where writes past the end land (red team: it made
+    // another policy's write past the end hit the element that policy had just removed).
+    if (a.trims) {
+      const beyond = this.#beyond.get(list);
+      if (beyond) return at(beyond);
+    }
     // The same path: only the same value, with no list moving, is no conflict.
     for (const b of this.#at.get(key) ?? []) {
+      if (a.ensuresMap || b.ensuresMap) {
+        if (!isMapText(a.value) || !isMapText(b.value)) return at(b, key);
+        continue;
+      }
       if (b.value !== a.value || a.shifts || b.shifts || a.beyond || b.beyond) return at(b, key);
     }
+    // Filling in what it made sure of is no conflict.
+    if (a.ensuresMap) return undefined;
     // An earlier write below a's path (an append into it too); or, when a moves a list's
     // elements, anywhere in that list.
     const below = this.#below.get(key) ?? this.#appends.get(key) ?? (a.shifts ? this.#below.get(list) : undefined);
     if (below) return at(below, a.shifts ? key : toPointer(below.path));
     return undefined;
   }
+}
+
+/** A written value's text is a map's (copies and moves write opaque values, which are not). */
+function isMapText(value: string | undefined): boolean {
+  return value !== undefined && value.startsWith('{');
 }
 
 /** The pointers of a path's ancestors and of itself: "", "/a", "/a/b" for ["a", "b"]. */
