@@ -283,7 +283,8 @@ function indexedWrites(policy: string, operations: PatchOperation[], original: J
   // before it, so two policies writing "the same" there is no proof of agreement.
   let opaque = 0;
   const unique = () => `\u0000${policy}\u0000${opaque++}`;
-  const write = (path: string[], value: string | undefined, kind: Change): Write => ({ policy, path, value, ensuresMap: false, ...listEffect(original, path, kind) });
+  const write = (path: string[], value: string | undefined, kind: Change): Write =>
+    ({ policy, path, value, ensuresMap: false, ...listEffect(original, path, kind) });
   let work = 0;
   const touched = new Touched();
   for (const op of operations) {
