@@ -180,6 +180,22 @@ describe('memory the linear-memory cap does not see (red-team findings)', () => 
     await stillServes();
   });
 
+  it('a guest\'s 15 MiB error message is cut to 4096 characters before it reaches the outcome', async () => {
+    // Extism's error_set made the whole block the crash message: one review answered 360 MB and
+    // wrote it to every log line (red team).
+    const policy = await loadWat('error-bomb', `(module
+      (import "extism:host/env" "alloc" (func $alloc (param i64) (result i64)))
+      (import "extism:host/env" "error_set" (func $error_set (param i64)))
+      (memory (export "memory") 1)
+      (func (export "validate") (result i32) (call $error_set (call $alloc (i64.const 15728640))) (i32.const 1)))`);
+    const outcome = await evaluatePolicy(pool, policy, 'validate', input());
+    expect(outcome).toMatchObject({ status: 'failed', failure: 'crash' });
+    const message = outcome.status === 'failed' ? outcome.message : '';
+    expect(message).toMatch(/^crashed: .*… \(\d+ more characters cut\)$/s);
+    expect(message.length).toBeLessThan(4200);
+    await stillServes();
+  });
+
   it('a guest that catches the cap\'s fault and carries on still fails the call', async () => {
     const policy = await loadWat('alloc-swallow', kernel(`
       (block $done (try_table (catch_all $done) (drop (call $alloc (i64.const 33554432)))))`));

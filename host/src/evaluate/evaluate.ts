@@ -6,7 +6,7 @@ import type { LoadedPolicy } from '../policy/loaded.ts';
 import type { PolicyEntry } from '../policy/policy-set.ts';
 import type { CallResult, SandboxPool } from '../sandbox/pool.ts';
 import type { SharedInput } from '../sandbox/protocol.ts';
-import { decodeOutput, MalformedOutput, type Outcome } from './outcome.ts';
+import { cutMessage, decodeOutput, MalformedOutput, type Outcome } from './outcome.ts';
 
 export async function evaluatePolicy(pool: SandboxPool, policy: LoadedPolicy, mode: Mode, input: EvaluationInput | string): Promise<Outcome> {
   const payload = typeof input === 'string' ? input : sharedInput(input, policy);
@@ -73,7 +73,8 @@ export function toOutcome(policy: string, result: CallResult): Outcome {
   if (!result.ok) {
     const temporary = result.fault === 'deadline' || result.fault === 'memory' || result.fault === 'output' || result.fault === 'unloaded';
     const failure = temporary ? 'temporary' : 'crash';
-    return { policy, status: 'failed', failure, message: result.message, warnings: [], ...timing };
+    // The worker cuts it already; a fault message must never carry a guest's megabytes (red team).
+    return { policy, status: 'failed', failure, message: cutMessage(result.message), warnings: [], ...timing };
   }
   try {
     return { ...decodeOutput(policy, result.output), ...timing };

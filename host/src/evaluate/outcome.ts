@@ -75,7 +75,12 @@ export const MAX_MESSAGE_LENGTH = 4096;
 function decodeMessage(value: unknown): string {
   if (value === undefined) return '';
   if (typeof value !== 'string') throw new MalformedOutput('returned a message that is not a string');
-  return value.length > MAX_MESSAGE_LENGTH ? `${value.slice(0, MAX_MESSAGE_LENGTH)}… (${value.length - MAX_MESSAGE_LENGTH} more characters cut)` : value;
+  return cutMessage(value);
+}
+
+/** A message as it goes into responses and log lines: at most MAX_MESSAGE_LENGTH characters. */
+export function cutMessage(text: string): string {
+  return text.length > MAX_MESSAGE_LENGTH ? `${text.slice(0, MAX_MESSAGE_LENGTH)}… (${text.length - MAX_MESSAGE_LENGTH} more characters cut)` : text;
 }
 
 /**

@@ -97,10 +97,20 @@ async function run(batch: number, calls: CallRequest[]): Promise<void> {
     if (!spec) answer = { ok: false, fault: 'unloaded', message: 'is not loaded in this sandbox', logs: [] };
     else if (clock() >= notAfter) answer = { ok: false, fault: 'late', message: 'waited past its deadline behind other calls; not started', logs: [] };
     else answer = await call(spec, fn, input);
+    // A guest chooses what its error says (Extism's error_set, a thrown message): tens of
+    // megabytes of it went into the response and every log line (red team). Cut, as a copy.
+    if (!answer.ok && answer.message.length > MAX_FAULT_MESSAGE) answer = { ...answer, message: cutFault(answer.message) };
     replies.push({ ...answer, spentMicros: Math.round((performance.now() - started) * 1000) });
   }
   progress.mark(calls.length);
   send({ type: 'results', batch, replies });
+}
+
+const MAX_FAULT_MESSAGE = 4096;
+
+function cutFault(text: string): string {
+  // Buffer round trip: a V8 slice would keep the whole string alive.
+  return `${Buffer.from(text.slice(0, MAX_FAULT_MESSAGE)).toString()}… (${text.length - MAX_FAULT_MESSAGE} more characters cut)`;
 }
 
 // A failed memory.grow leaves memory *below* the cap (the request was larger than the room
