@@ -111,8 +111,8 @@ describe('mutation', () => {
     ], 'CREATE', object);
     expect(result.decision.allowed).toBe(true);
     expect(result.decision.patch).toEqual([
-      { op: 'replace', path: '/spec/replicas', value: 3 },
       { op: 'add', path: '/metadata/annotations', value: { x: '1', y: '2' } },
+      { op: 'replace', path: '/spec/replicas', value: 3 },
     ]);
   });
 

@@ -15,13 +15,11 @@
 // own properties, canonical indices, bounded copies); conflicts are found through an index, not
 // by comparing every pair of writes; anything one policy's patch makes throw rejects that
 // policy only.
-import jsonpatch from 'fast-json-patch';
 import type { JsonValue, PatchOperation } from '@portcullis/sdk';
-import { applyOperation, applyPatch, copyOf, CopyBudget, define, isMap, parsePointer, PatchError, toPointer, valueAt } from './json-patch.ts';
+import { diff } from './diff.ts';
+import { applyOperation, applyPatch, copyOf, CopyBudget, define, equal, isMap, parsePointer, PatchError, toPointer, valueAt } from './json-patch.ts';
 
 export { MAX_COPIED_BYTES } from './json-patch.ts';
-
-const { compare } = jsonpatch;
 
 export interface PolicyPatch {
   policy: string;
@@ -162,17 +160,24 @@ function combineAllowed(original: JsonValue, patches: PolicyPatch[]): CombinedPa
     for (const write of mine.writes) writes.add(write);
     for (const read of mine.reads) reads.add(read);
   }
-  const patch = compare(original as object, merged as object) as PatchOperation[];
-  // Belt and braces: the combined patch must apply to the original as the apiserver will do it.
-  const check = checkApplies(original, patch);
+  const patch = diff(original, merged);
+  // Belt and braces: the combined patch must take the original to the merged object, as the apiserver will apply it.
+  const replayed = copyOf(original);
+  const check = applies(replayed, patch);
   if (check) throw new Error(`internal error: combined patch does not apply: ${check.message}`);
+  if (!equal(replayed, merged)) throw new Error('internal error: combined patch does not make the merged object');
   return { patch, rejected };
 }
 
 /** Applies operations to a copy of the document; returns why they do not apply, if they do not. */
 function checkApplies(document: JsonValue, operations: PatchOperation[]): Error | undefined {
+  return applies(copyOf(document), operations);
+}
+
+/** Applies operations to the document, in place; returns why they do not apply, if they do not. */
+function applies(document: JsonValue, operations: PatchOperation[]): Error | undefined {
   try {
-    applyPatch(copyOf(document), operations);
+    applyPatch(document, operations);
     return undefined;
   } catch (error) {
     return firstLine(error);
