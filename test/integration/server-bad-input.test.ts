@@ -43,6 +43,18 @@ describe('clear 4xx errors', () => {
     expect(await res.body.json()).toEqual({ error: { code: 'NOT_FOUND', message: 'no such endpoint /validate/%E0%A4%A: its policy name is not valid percent-encoding' } });
   });
 
+  it('an object nested too deeply to serialize is a 400 naming the request, not a 500 (red team)', async () => {
+    // Without userInfo the host serializes the request itself instead of passing its bytes on.
+    const deep = `{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1","request":{"uid":"deep-1",` +
+      '"kind":{"group":"","version":"v1","kind":"ConfigMap"},"resource":{"group":"","version":"v1","resource":"configmaps"},' +
+      `"operation":"CREATE","object":{"kind":"ConfigMap","metadata":{"name":"d"},"data":${'['.repeat(20_000)}${']'.repeat(20_000)}}}}`;
+    const res = await raw(deep);
+    expect(res.status).toBe(400);
+    expect(res.body.error.message).toMatch(/^request deep-1: the object is nested too deeply to evaluate/);
+    const ok = await raw(JSON.stringify(valid()));
+    expect(ok.body.response.allowed).toBe(true);
+  });
+
   it('a wrong content type is 415', async () => {
     const res = await raw(JSON.stringify(valid()), { 'content-type': 'text/plain' });
     expect(res).toEqual({ status: 415, body: { error: { code: 'UNSUPPORTED_MEDIA_TYPE', message: 'expected Content-Type application/json, got "text/plain"' } } });

@@ -6,6 +6,7 @@ import type { LoadedPolicy } from '../policy/loaded.ts';
 import type { PolicyEntry } from '../policy/policy-set.ts';
 import type { CallResult, SandboxPool } from '../sandbox/pool.ts';
 import type { SharedInput } from '../sandbox/protocol.ts';
+import { ReviewError } from '../errors.ts';
 import { cutMessage, decodeOutput, MalformedOutput, type Outcome } from './outcome.ts';
 
 export async function evaluatePolicy(pool: SandboxPool, policy: LoadedPolicy, mode: Mode, input: EvaluationInput | string): Promise<Outcome> {
@@ -37,7 +38,7 @@ const encoder = new TextEncoder();
 export function sharedInput(input: EvaluationInput, policy: LoadedPolicy): SharedInput {
   let envelope = envelopes.get(input);
   if (envelope === undefined) {
-    const encoded = encoder.encode(JSON.stringify({ ...input, settings: undefined }));
+    const encoded = encoder.encode(serialized(input));
     envelope = new Uint8Array(new SharedArrayBuffer(encoded.length));
     envelope.set(encoded);
     envelopes.set(input, envelope);
@@ -48,6 +49,19 @@ export function sharedInput(input: EvaluationInput, policy: LoadedPolicy): Share
     settingsJson.set(policy, settings);
   }
   return { envelope, settings };
+}
+
+/**
+ * The envelope as JSON text. A request nested deeper than JSON.stringify can recurse (about 5,000
+ * levels; Go's decoder allows 10,000) is the request's fault, said as such, not a 500 (red team).
+ */
+function serialized(input: EvaluationInput): string {
+  try {
+    return JSON.stringify({ ...input, settings: undefined });
+  } catch (error) {
+    if (!(error instanceof RangeError)) throw error;
+    throw new ReviewError(`request ${input.request.uid}: the object is nested too deeply to evaluate (${error.message})`);
+  }
 }
 
 /**
