@@ -45,7 +45,7 @@ describe('clear 4xx errors', () => {
 
   it('an object nested too deeply to serialize is a 400 naming the request, not a 500 (red team)', async () => {
     // Without userInfo the host serializes the request itself instead of passing its bytes on.
-    const deep = `{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1","request":{"uid":"deep-1",` +
+    const deep = '{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1","request":{"uid":"deep-1",' +
       '"kind":{"group":"","version":"v1","kind":"ConfigMap"},"resource":{"group":"","version":"v1","resource":"configmaps"},' +
       `"operation":"CREATE","object":{"kind":"ConfigMap","metadata":{"name":"d"},"data":${'['.repeat(20_000)}${']'.repeat(20_000)}}}}`;
     const res = await raw(deep);
