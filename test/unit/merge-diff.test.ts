@@ -66,6 +66,31 @@ describe('the merged patch', () => {
     expect(twice.map(({ op, path }) => `${op} ${path}`)).toEqual(['replace /spec/add']);
   });
 
+  it('stays small and linear where elements moved, many were removed, or lists nest (red team, round 6)', () => {
+    const n = 400_000;
+    const list = Array.from({ length: n }, (_, i) => i);
+    // A rotation keeps the length: element by element it was one replace per element.
+    const rotated = diff({ l: list }, { l: [...list.slice(1), list[0]!] });
+    expect(rotated).toEqual([{ op: 'replace', path: '/l', value: [...list.slice(1), list[0]!] }]);
+    // Most of a list removed: one replace, not thousands of removes the check would replay.
+    expect(diff({ l: list }, { l: [list[0]!, list[n - 1]!] }).map((o) => o.op)).toEqual(['replace']);
+    // Lists nested 500 deep around a long list: each element is compared once, not once per level.
+    let before: JsonValue = Array.from({ length: 200_000 }, (_, i) => i);
+    let after: JsonValue = [...(before as number[]).slice(0, -1), -1];
+    for (let i = 0; i < 500; i++) [before, after] = [[before], [after]];
+    const started = performance.now();
+    expect(diff({ spec: before }, { spec: after })).toHaveLength(1);
+    expect(performance.now() - started).toBeLessThan(1000);
+    // Many changed keys under one map: one replace of the map, whatever its depth.
+    const keys = (v: string) => Object.fromEntries(Array.from({ length: 1000 }, (_, i) => [`k${i}`, v]));
+    let deepBefore: JsonValue = keys('a');
+    let deepAfter: JsonValue = keys('b');
+    for (let i = 0; i < 2000; i++) [deepBefore, deepAfter] = [{ m: deepBefore }, { m: deepAfter }];
+    const ops = diff({ spec: deepBefore }, { spec: deepAfter });
+    expect(ops).toHaveLength(1);
+    expect(ops[0]!.op).toBe('replace');
+  });
+
   it('two policies beside a user-sized list answer a patch of their own size (red team: an 88 MB response, 3 s of main thread)', () => {
     const caps = Array.from({ length: 300_000 }, (_, i) => (i === 0 ? 'NET_ADMIN' : `CAP_${i}`));
     const pod = { apiVersion: 'v1', kind: 'Pod', metadata: { name: 'p', labels: {} }, spec: { containers: [{ name: 'c', securityContext: { capabilities: { add: caps } } }] } };

@@ -475,6 +475,15 @@ describe('what another policy appended or made sure of is not undone or moved (r
     conflicts(trim, allowed('juggle', [{ op: 'add', path: '/spec/list/-', value: 'd' }, { op: 'replace', path: '/spec/list/3', value: 'X' }]));
     const composed = decide([trim, allowed('append', [{ op: 'add', path: '/spec/list/-', value: 'd' }])]);
     expect((patchedObject(pod(), composed.patch) as { spec: { list: string[] } }).spec.list).toEqual(['a', 'b', 'd']);
+    // A trim of one list and a write past the end of another list nested in it compose (round 6).
+    const lastContainer = allowed('drop-tool', [{ op: 'remove', path: '/spec/containers/1' }]);
+    const envByIndex = allowed('env', [{ op: 'add', path: '/spec/containers/0/env/0', value: { name: 'E', value: '1' } }]);
+    for (const order of [[lastContainer, envByIndex], [envByIndex, lastContainer]]) {
+      const both = decide(order);
+      expect(both.status).toBeUndefined();
+      expect((patchedObject(pod(), both.patch) as { spec: { containers: { name: string; env: unknown[] }[] } }).spec.containers)
+        .toMatchObject([{ name: 'app', env: [{ name: 'E', value: '1' }] }]);
+    }
   });
 
   it('"make sure the map exists" conflicts with another policy writing something else than a map there', () => {

@@ -1,10 +1,15 @@
 // The one JSONPatch that takes the original object to the merged one, for the response. Its size
-// follows what the policies changed, not the size of the lists they changed: fast-json-patch's
+// and the time to make it follow the object's size, never a product of sizes: fast-json-patch's
 // compare() rewrote every later element of a list whose first element was removed, and a 2.6 MiB
 // Pod with a 680,000-element list (any user may send one; the apiserver validates it only after
 // the mutating webhooks) became an 88 MB response and 3 s of main thread (red team).
 import type { JsonValue, PatchOperation } from '@portcullis/sdk';
-import { equal, isMap, toPointer } from './json-patch.ts';
+import { isMap, toPointer } from './json-patch.ts';
+
+/** Past this many operations under one map or list, the whole of it is replaced in one. */
+export const MAX_OPERATIONS_PER_NODE = 64;
+/** Past this many elements inserted into or removed from one place of a list, the list is replaced. */
+const MAX_LIST_EDITS = 16;
 
 export function diff(original: JsonValue, merged: JsonValue): PatchOperation[] {
   const operations: PatchOperation[] = [];
@@ -12,44 +17,105 @@ export function diff(original: JsonValue, merged: JsonValue): PatchOperation[] {
   return operations;
 }
 
+/** `path` is a stack shared by the whole walk: a pointer is made only for an operation emitted. */
 function walk(before: JsonValue, after: JsonValue, path: string[], out: PatchOperation[]): void {
   if (before === after) return;
+  const start = out.length;
+  // Below the root a node with too much changed is replaced whole; the walk under it stops there.
+  const full = () => path.length > 0 && out.length - start > MAX_OPERATIONS_PER_NODE;
   if (isMap(before) && isMap(after)) {
     for (const key of Object.keys(before)) {
-      if (!Object.hasOwn(after, key)) out.push({ op: 'remove', path: toPointer([...path, key]) });
+      if (Object.hasOwn(after, key)) continue;
+      out.push({ op: 'remove', path: pointer(path, key) });
+      if (full()) return replaceWhole(after, path, out, start);
     }
     for (const key of Object.keys(after)) {
-      if (Object.hasOwn(before, key)) walk(before[key]!, after[key]!, [...path, key], out);
-      else out.push({ op: 'add', path: toPointer([...path, key]), value: after[key]! });
+      const value = after[key]!;
+      if (!Object.hasOwn(before, key)) out.push({ op: 'add', path: pointer(path, key), value });
+      else if (before[key] === value) continue;
+      else {
+        path.push(key);
+        walk(before[key]!, value, path, out);
+        path.pop();
+      }
+      if (full()) return replaceWhole(after, path, out, start);
     }
     return;
   }
-  if (Array.isArray(before) && Array.isArray(after)) return walkList(before, after, path, out);
-  if (!equal(before, after)) out.push({ op: 'replace', path: toPointer(path), value: after });
+  if (Array.isArray(before) && Array.isArray(after)) {
+    if (before.length === after.length) {
+      // Element by element; a list whose elements all moved (a rotation) is soon full, and replaced.
+      for (let i = 0; i < after.length; i++) {
+        if (before[i] === after[i]) continue;
+        path.push(String(i));
+        walk(before[i]!, after[i]!, path, out);
+        path.pop();
+        if (full()) return replaceWhole(after, path, out, start);
+      }
+      return;
+    }
+    return walkResized(before, after, path, out);
+  }
+  if (!same(before, after)) out.push({ op: 'replace', path: toPointer(path), value: after });
+}
+
+function replaceWhole(after: JsonValue, path: string[], out: PatchOperation[], start: number): void {
+  out.length = start;
+  out.push({ op: 'replace', path: toPointer(path), value: after });
 }
 
 /**
- * Elements kept at the front and at the back are left alone; between them, elements only
- * inserted become adds, elements only removed become removes, the same number on both sides is
- * compared element by element, and anything else is one replace of the list (never more
- * operations than the list has elements).
+ * A list that grew or shrank: elements kept at the front and at the back are left alone; a few
+ * elements only inserted between them are adds, a few only removed are removes, and anything
+ * else is one replace of the list. Nothing here walks into elements, so the comparisons cost
+ * each element once.
  */
-function walkList(before: JsonValue[], after: JsonValue[], path: string[], out: PatchOperation[]): void {
-  let front = 0;
+function walkResized(before: JsonValue[], after: JsonValue[], path: string[], out: PatchOperation[]): void {
   const shorter = Math.min(before.length, after.length);
-  while (front < shorter && equal(before[front]!, after[front]!)) front++;
+  let front = 0;
+  while (front < shorter && same(before[front]!, after[front]!)) front++;
   let back = 0;
-  while (back < shorter - front && equal(before[before.length - 1 - back]!, after[after.length - 1 - back]!)) back++;
+  while (back < shorter - front && same(before[before.length - 1 - back]!, after[after.length - 1 - back]!)) back++;
   const removed = before.length - front - back;
   const added = after.length - front - back;
-  if (removed === 0) {
-    for (let i = 0; i < added; i++) out.push({ op: 'add', path: toPointer([...path, String(front + i)]), value: after[front + i]! });
-  } else if (added === 0) {
+  if (removed === 0 && added <= MAX_LIST_EDITS) {
+    for (let i = 0; i < added; i++) out.push({ op: 'add', path: pointer(path, String(front + i)), value: after[front + i]! });
+  } else if (added === 0 && removed <= MAX_LIST_EDITS) {
     // Each removal at the same index takes the next element down.
-    for (let i = 0; i < removed; i++) out.push({ op: 'remove', path: toPointer([...path, String(front)]) });
-  } else if (removed === added) {
-    for (let i = 0; i < added; i++) walk(before[front + i]!, after[front + i]!, [...path, String(front + i)], out);
+    for (let i = 0; i < removed; i++) out.push({ op: 'remove', path: pointer(path, String(front)) });
   } else {
     out.push({ op: 'replace', path: toPointer(path), value: after });
   }
+}
+
+function pointer(path: string[], last: string): string {
+  path.push(last);
+  const text = toPointer(path);
+  path.pop();
+  return text;
+}
+
+/**
+ * JSON equality (key order does not matter), with a stack of its own: nesting a user may send
+ * (thousands of levels) must not overflow the call stack, which would fail every patching policy.
+ */
+export function same(a: JsonValue, b: JsonValue): boolean {
+  const pending: [JsonValue, JsonValue][] = [[a, b]];
+  while (pending.length > 0) {
+    const [x, y] = pending.pop()!;
+    if (x === y) continue;
+    if (Array.isArray(x)) {
+      if (!Array.isArray(y) || x.length !== y.length) return false;
+      for (let i = 0; i < x.length; i++) pending.push([x[i]!, y[i]!]);
+      continue;
+    }
+    if (!isMap(x) || !isMap(y)) return false;
+    const keys = Object.keys(x);
+    if (keys.length !== Object.keys(y).length) return false;
+    for (const key of keys) {
+      if (!Object.hasOwn(y, key)) return false;
+      pending.push([x[key]!, y[key]!]);
+    }
+  }
+  return true;
 }

@@ -16,8 +16,8 @@
 // by comparing every pair of writes; anything one policy's patch makes throw rejects that
 // policy only.
 import type { JsonValue, PatchOperation } from '@portcullis/sdk';
-import { diff } from './diff.ts';
-import { applyOperation, applyPatch, copyOf, CopyBudget, define, equal, isMap, parsePointer, PatchError, toPointer, valueAt } from './json-patch.ts';
+import { diff, same } from './diff.ts';
+import { applyOperation, applyPatch, copyOf, CopyBudget, define, isMap, parsePointer, PatchError, toPointer, valueAt } from './json-patch.ts';
 
 export { MAX_COPIED_BYTES } from './json-patch.ts';
 
@@ -47,13 +47,15 @@ interface Write {
   shifts: boolean;
   /** It writes into an element past the end of a list of the original (one its own append made). */
   beyond: boolean;
+  /** That list's pointer, when `beyond`. */
+  beyondList: string | undefined;
   /** It removes the last element of a list of the original: positions past the new end change. */
   trims: boolean;
   /** An empty map added where the original has none: it only makes sure a map is there. */
   ensuresMap: boolean;
 }
 
-const NO_LIST_EFFECT = { append: false, shifts: false, beyond: false, trims: false } as const;
+const NO_LIST_EFFECT = { append: false, shifts: false, beyond: false, beyondList: undefined, trims: false } as const;
 
 // What identifies the object under review. A patch that changes one of these would make the
 // apiserver refuse the response or, worse, store a different object than the one it admitted.
@@ -165,7 +167,7 @@ function combineAllowed(original: JsonValue, patches: PolicyPatch[]): CombinedPa
   const replayed = copyOf(original);
   const check = applies(replayed, patch);
   if (check) throw new Error(`internal error: combined patch does not apply: ${check.message}`);
-  if (!equal(replayed, merged)) throw new Error('internal error: combined patch does not make the merged object');
+  if (!same(replayed, merged)) throw new Error('internal error: combined patch does not make the merged object');
   return { patch, rejected };
 }
 
@@ -336,16 +338,17 @@ type Change = 'insert' | 'remove' | 'set';
  * before the last), or a write past the original end (at an index the original list does not
  * have: it depends on what appends came before).
  */
-function listEffect(original: JsonValue, path: string[], change: Change): Pick<Write, 'append' | 'shifts' | 'beyond' | 'trims'> {
+function listEffect(original: JsonValue, path: string[], change: Change): Pick<Write, 'append' | 'shifts' | 'beyond' | 'beyondList' | 'trims'> {
   const none = NO_LIST_EFFECT;
+  const beyond = (i: number) => ({ ...none, beyond: true, beyondList: toPointer(path.slice(0, i)) });
   let node: JsonValue | undefined = original;
   for (const [i, segment] of path.entries()) {
     const last = i === path.length - 1;
     if (Array.isArray(node)) {
-      if (segment === '-') return last && change === 'insert' ? { ...none, append: true } : { ...none, beyond: true };
+      if (segment === '-') return last && change === 'insert' ? { ...none, append: true } : beyond(i);
       if (/^\d+$/.test(segment)) {
         const index = Number(segment);
-        if (index >= node.length) return { ...none, beyond: true };
+        if (index >= node.length) return beyond(i);
         if (last) return { ...none, shifts: change === 'insert' || (change === 'remove' && index < node.length - 1), trims: change === 'remove' && index === node.length - 1 };
       }
     }
@@ -437,6 +440,8 @@ class WriteIndex {
   readonly #shifting = new Map<string, Write>();
   /** The first removal of the last element of each list, by the list's path. */
   readonly #trimmed = new Map<string, Write>();
+  /** The first write past the end of each list, by that list's path (not its ancestors'). */
+  readonly #beyondIn = new Map<string, Write>();
 
   add(write: Write): void {
     const keys = prefixes(write.path);
@@ -456,6 +461,7 @@ class WriteIndex {
     for (const prefix of keys.slice(0, -1)) if (!this.#below.has(prefix)) this.#below.set(prefix, write);
     if (write.shifts && !this.#shifting.has(list)) this.#shifting.set(list, write);
     if (write.trims && !this.#trimmed.has(list)) this.#trimmed.set(list, write);
+    if (write.beyond && !this.#beyondIn.has(write.beyondList!)) this.#beyondIn.set(write.beyondList!, write);
     if (write.beyond) {
       for (let i = 0; i < write.path.length; i++) if (!this.#beyond.has(keys[i]!)) this.#beyond.set(keys[i]!, write);
     }
@@ -494,14 +500,18 @@ class WriteIndex {
       // Positions past the original end belong to what was appended before: another policy's
       // appends, or its own writes there, make them other positions.
       for (const prefix of keys) {
-        const other = this.#appends.get(prefix) ?? this.#beyond.get(prefix) ?? this.#trimmed.get(prefix);
+        const other = this.#appends.get(prefix) ?? this.#beyond.get(prefix);
         if (other) return at(other);
       }
+      // Only a trim of the very list it writes past the end of moves that end (red team: the last
+      // container removed clashed with an env append by index inside the first).
+      const trimmed = this.#trimmed.get(a.beyondList!);
+      if (trimmed) return at(trimmed);
     }
     // Removing a list's last element moves where writes past the end land (red team: it made
     // another policy's write past the end hit the element that policy had just removed).
     if (a.trims) {
-      const beyond = this.#beyond.get(list);
+      const beyond = this.#beyondIn.get(list);
       if (beyond) return at(beyond);
     }
     // The same path: only the same value, with no list moving, is no conflict.
