@@ -5,7 +5,9 @@ import { evaluatePolicy } from '../../host/src/evaluate/evaluate.ts';
 import type { LoadedPolicy } from '../../host/src/policy/loaded.ts';
 import { SandboxPool } from '../../host/src/sandbox/pool.ts';
 import { DEFAULT_LIMITS } from '../../host/src/config/limits.ts';
-import { input, load } from '../helpers/policies.ts';
+import { input, load, wasm } from '../helpers/policies.ts';
+import { parseConfig } from '../../host/src/config/load.ts';
+import { loadPolicySet } from '../../host/src/policy/policy-set.ts';
 
 // One worker: every call of a review lands in the same batch.
 let pool: SandboxPool;
@@ -173,6 +175,23 @@ it('places each policy in fewer workers when many are loaded, and answers each f
       const outcomes = await Promise.all([everywhere, ...policies].map((p) => evaluatePolicy(placed, p, 'validate', shared)));
       expect(outcomes.map((o) => o.status)).toEqual(Array(4).fill(i % 2 === 0 ? 'allowed' : 'denied'));
     }
+  } finally {
+    await placed.close();
+  }
+}, 60_000);
+
+it('instancesPerPolicy: 1 in the configuration puts each policy in one worker; every policy still answers', async () => {
+  const placed = new SandboxPool(2);
+  try {
+    const config = parseConfig(`instancesPerPolicy: 1\npolicies:\n${['a', 'b', 'c'].map((n) => `  - { name: numbers-${n}, module: ${wasm('numbers')} }\n`).join('')}`, '/x/portcullis.yaml');
+    expect(config.instancesPerPolicy).toBe(1);
+    const set = await loadPolicySet(placed, config);
+    const policies = set.entries.map((e) => e.loaded!);
+    expect(policies.map((p) => placed.instancesOf(p.key))).toEqual([1, 1, 1]);
+    const shared = input({ object: { spec: { numbers: [500] } } });
+    const outcomes = await Promise.all(policies.map((p) => evaluatePolicy(placed, p, 'validate', shared)));
+    expect(outcomes.map((o) => o.status)).toEqual(['denied', 'denied', 'denied']);
+    expect(parseConfig('policies: []\n', '/x/p.yaml').instancesPerPolicy).toBe(0);
   } finally {
     await placed.close();
   }

@@ -104,6 +104,7 @@ function normalize(raw: RawConfig, source: string): Config {
     source,
     server: { ...serverRest, tls: normalizeTls(tls ?? {}, base), ...(metricsPort !== undefined ? { metricsPort } : {}) },
     workers: raw.workers ?? defaultOf('workers'),
+    instancesPerPolicy: raw.instancesPerPolicy ?? defaultOf('instancesPerPolicy'),
     logLevel: raw.logLevel ?? defaultOf('logLevel'),
     policies,
     webhooks: {

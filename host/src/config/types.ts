@@ -46,6 +46,7 @@ export type TlsMode = 'self-signed' | 'files' | 'secret' | 'insecure';
 export interface RawConfig {
   server?: RawServer;
   workers?: number;
+  instancesPerPolicy?: number;
   logLevel?: LogLevel;
   defaults?: RawDefaults;
   policies: RawPolicy[];
@@ -182,6 +183,8 @@ export interface Config {
   source?: string;
   server: ServerConfig;
   workers: number;
+  /** 0: automatic (pool.ts plan()). */
+  instancesPerPolicy: number;
   logLevel: LogLevel;
   policies: PolicyConfig[];
   webhooks: WebhooksConfig;

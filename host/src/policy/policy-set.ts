@@ -55,7 +55,7 @@ export class PolicySet {
 /** Loads every policy of a configuration in parallel; one policy's failure does not stop the rest. */
 export async function loadPolicySet(pool: SandboxPool, config: Config, registries: RegistryOptions = config.registries): Promise<PolicySet> {
   // Issue 14: how many workers each policy gets depends on how many there are (pool.ts, placement).
-  pool.plan(config.policies.length);
+  pool.plan(config.policies.length, config.instancesPerPolicy > 0 ? config.instancesPerPolicy : undefined);
   const entries = await Promise.all(config.policies.map((policy) => loadEntry(pool, policy, registries)));
   return new PolicySet(entries);
 }
