@@ -233,6 +233,8 @@ interface Scenario {
   label: string;
   server: 'limit' | 'plain' | 'portcullis';
   policies?: BenchPolicy[];
+  /** More top-level configuration (Portcullis only). */
+  config?: Record<string, unknown>;
   paths: string[];
   /** Checks one response; returns what is wrong. */
   expect: (review: { response: Record<string, unknown> }) => string | undefined;
@@ -248,6 +250,8 @@ const SCENARIOS: Scenario[] = [
   { id: 'as1', label: 'Portcullis: 1 AS policy (no-delete)', server: 'portcullis', policies: ONE_AS, paths: ['/validate'], expect: allowed },
   { id: 'ts1', label: 'Portcullis: 1 TS policy (require-labels)', server: 'portcullis', policies: ONE_TS, paths: ['/validate'], expect: allowed },
   { id: 'mixed10', label: 'Portcullis: 10 mixed policies, one /validate', server: 'portcullis', policies: MIXED_10, paths: ['/validate'], expect: allowed },
+  // Placement (docs/policy-contract.md): each policy in one worker instead of every worker.
+  { id: 'mixed10-single', label: 'Portcullis: same 10, one /validate, instancesPerPolicy 1', server: 'portcullis', policies: MIXED_10, config: { instancesPerPolicy: 1 }, paths: ['/validate'], expect: allowed },
   { id: 'per-policy10', label: 'Portcullis: same 10, per-policy endpoints', server: 'portcullis', policies: MIXED_10, paths: MIXED_10.map((p) => `/validate/${p.name}`), expect: allowed },
   { id: 'mutate5', label: 'Portcullis: 5 mutating policies, /mutate', server: 'portcullis', policies: MUTATE_5, paths: ['/mutate'], expect: patched },
   // The limit again at the end: the machine is shared, so the reference is the better of the two.
@@ -269,10 +273,10 @@ interface HttpResult {
   verdicts?: { allowed: number; denied: number; faults: number; restarts: number; log?: string[] };
 }
 
-async function startFor(scenario: Scenario | { id: string; server: Scenario['server']; policies?: BenchPolicy[] }, nodeFlags: string[] = []): Promise<Running> {
+async function startFor(scenario: Scenario | { id: string; server: Scenario['server']; policies?: BenchPolicy[]; config?: Record<string, unknown> }, nodeFlags: string[] = []): Promise<Running> {
   if (scenario.server === 'limit') return launch('limit', ['bench/limit-server.ts', '--port', '{port}'], nodeFlags);
   if (scenario.server === 'plain') return launch('plain', ['bench/plain-webhook.ts', '--port', '{port}'], nodeFlags);
-  const config = await writeConfig(join(work, `${scenario.id}.yaml`), scenario.policies!);
+  const config = await writeConfig(join(work, `${scenario.id}.yaml`), scenario.policies!, scenario.config);
   return launch(`serve-${scenario.id}`, serveArgs(config), nodeFlags);
 }
 
