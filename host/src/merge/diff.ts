@@ -4,7 +4,7 @@
 // Pod with a 680,000-element list (any user may send one; the apiserver validates it only after
 // the mutating webhooks) became an 88 MB response and 3 s of main thread (red team).
 import type { JsonValue, PatchOperation } from '@portcullis/sdk';
-import { isMap, toPointer } from './json-patch.ts';
+import { equal, isMap, pointerSegment } from './json-patch.ts';
 
 /** Past this many operations under one map or list, the whole of it is replaced in one. */
 export const MAX_OPERATIONS_PER_NODE = 64;
@@ -13,32 +13,31 @@ const MAX_LIST_EDITS = 16;
 
 export function diff(original: JsonValue, merged: JsonValue): PatchOperation[] {
   const operations: PatchOperation[] = [];
-  walk(original, merged, [], operations);
+  walk(original, merged, '', operations);
   return operations;
 }
 
-/** `path` is a stack shared by the whole walk: a pointer is made only for an operation emitted. */
-function walk(before: JsonValue, after: JsonValue, path: string[], out: PatchOperation[]): void {
+/**
+ * `at` is the node's pointer, already escaped: a child's is `at` plus its own segment, so no
+ * operation rebuilds its whole path (red team: a long key above many changes cost minutes).
+ */
+function walk(before: JsonValue, after: JsonValue, at: string, out: PatchOperation[]): void {
   if (before === after) return;
   const start = out.length;
   // Below the root a node with too much changed is replaced whole; the walk under it stops there.
-  const full = () => path.length > 0 && out.length - start > MAX_OPERATIONS_PER_NODE;
+  const full = () => at !== '' && out.length - start > MAX_OPERATIONS_PER_NODE;
   if (isMap(before) && isMap(after)) {
     for (const key of Object.keys(before)) {
       if (Object.hasOwn(after, key)) continue;
-      out.push({ op: 'remove', path: pointer(path, key) });
-      if (full()) return replaceWhole(after, path, out, start);
+      out.push({ op: 'remove', path: at + pointerSegment(key) });
+      if (full()) return replaceWhole(after, at, out, start);
     }
     for (const key of Object.keys(after)) {
       const value = after[key]!;
-      if (!Object.hasOwn(before, key)) out.push({ op: 'add', path: pointer(path, key), value });
+      if (!Object.hasOwn(before, key)) out.push({ op: 'add', path: at + pointerSegment(key), value });
       else if (before[key] === value) continue;
-      else {
-        path.push(key);
-        walk(before[key]!, value, path, out);
-        path.pop();
-      }
-      if (full()) return replaceWhole(after, path, out, start);
+      else walk(before[key]!, value, at + pointerSegment(key), out);
+      if (full()) return replaceWhole(after, at, out, start);
     }
     return;
   }
@@ -47,21 +46,19 @@ function walk(before: JsonValue, after: JsonValue, path: string[], out: PatchOpe
       // Element by element; a list whose elements all moved (a rotation) is soon full, and replaced.
       for (let i = 0; i < after.length; i++) {
         if (before[i] === after[i]) continue;
-        path.push(String(i));
-        walk(before[i]!, after[i]!, path, out);
-        path.pop();
-        if (full()) return replaceWhole(after, path, out, start);
+        walk(before[i]!, after[i]!, `${at}/${i}`, out);
+        if (full()) return replaceWhole(after, at, out, start);
       }
       return;
     }
-    return walkResized(before, after, path, out);
+    return walkResized(before, after, at, out);
   }
-  if (!same(before, after)) out.push({ op: 'replace', path: toPointer(path), value: after });
+  if (!equal(before, after)) out.push({ op: 'replace', path: at, value: after });
 }
 
-function replaceWhole(after: JsonValue, path: string[], out: PatchOperation[], start: number): void {
+function replaceWhole(after: JsonValue, at: string, out: PatchOperation[], start: number): void {
   out.length = start;
-  out.push({ op: 'replace', path: toPointer(path), value: after });
+  out.push({ op: 'replace', path: at, value: after });
 }
 
 /**
@@ -70,52 +67,20 @@ function replaceWhole(after: JsonValue, path: string[], out: PatchOperation[], s
  * else is one replace of the list. Nothing here walks into elements, so the comparisons cost
  * each element once.
  */
-function walkResized(before: JsonValue[], after: JsonValue[], path: string[], out: PatchOperation[]): void {
+function walkResized(before: JsonValue[], after: JsonValue[], at: string, out: PatchOperation[]): void {
   const shorter = Math.min(before.length, after.length);
   let front = 0;
-  while (front < shorter && same(before[front]!, after[front]!)) front++;
+  while (front < shorter && equal(before[front]!, after[front]!)) front++;
   let back = 0;
-  while (back < shorter - front && same(before[before.length - 1 - back]!, after[after.length - 1 - back]!)) back++;
+  while (back < shorter - front && equal(before[before.length - 1 - back]!, after[after.length - 1 - back]!)) back++;
   const removed = before.length - front - back;
   const added = after.length - front - back;
   if (removed === 0 && added <= MAX_LIST_EDITS) {
-    for (let i = 0; i < added; i++) out.push({ op: 'add', path: pointer(path, String(front + i)), value: after[front + i]! });
+    for (let i = 0; i < added; i++) out.push({ op: 'add', path: `${at}/${front + i}`, value: after[front + i]! });
   } else if (added === 0 && removed <= MAX_LIST_EDITS) {
     // Each removal at the same index takes the next element down.
-    for (let i = 0; i < removed; i++) out.push({ op: 'remove', path: pointer(path, String(front)) });
+    for (let i = 0; i < removed; i++) out.push({ op: 'remove', path: `${at}/${front}` });
   } else {
-    out.push({ op: 'replace', path: toPointer(path), value: after });
+    out.push({ op: 'replace', path: at, value: after });
   }
-}
-
-function pointer(path: string[], last: string): string {
-  path.push(last);
-  const text = toPointer(path);
-  path.pop();
-  return text;
-}
-
-/**
- * JSON equality (key order does not matter), with a stack of its own: nesting a user may send
- * (thousands of levels) must not overflow the call stack, which would fail every patching policy.
- */
-export function same(a: JsonValue, b: JsonValue): boolean {
-  const pending: [JsonValue, JsonValue][] = [[a, b]];
-  while (pending.length > 0) {
-    const [x, y] = pending.pop()!;
-    if (x === y) continue;
-    if (Array.isArray(x)) {
-      if (!Array.isArray(y) || x.length !== y.length) return false;
-      for (let i = 0; i < x.length; i++) pending.push([x[i]!, y[i]!]);
-      continue;
-    }
-    if (!isMap(x) || !isMap(y)) return false;
-    const keys = Object.keys(x);
-    if (keys.length !== Object.keys(y).length) return false;
-    for (const key of keys) {
-      if (!Object.hasOwn(y, key)) return false;
-      pending.push([x[key]!, y[key]!]);
-    }
-  }
-  return true;
 }

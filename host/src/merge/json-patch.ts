@@ -38,7 +38,12 @@ export function parsePointer(pointer: string): string[] {
 }
 
 export function toPointer(path: readonly string[]): string {
-  return path.map((s) => '/' + s.replace(/~/g, '~0').replace(/\//g, '~1')).join('');
+  return path.map(pointerSegment).join('');
+}
+
+/** One key as it ends a pointer: `/` and the key with `~` and `/` escaped. */
+export function pointerSegment(key: string): string {
+  return '/' + key.replace(/~/g, '~0').replace(/\//g, '~1');
 }
 
 /** The value at a path, or undefined: own properties and canonical indices within the list only. */
@@ -167,11 +172,27 @@ function replace(document: JsonValue, path: string[], value: JsonValue): void {
   else throw new PatchError(`${toPointer(path)} does not exist`);
 }
 
-/** JSON equality (key order does not matter). */
+/**
+ * JSON equality (key order does not matter), with a stack of its own: nesting a user may send
+ * (thousands of levels) must not overflow the call stack, which would fail every patching policy.
+ */
 export function equal(a: JsonValue, b: JsonValue): boolean {
-  if (a === b) return true;
-  if (Array.isArray(a)) return Array.isArray(b) && a.length === b.length && a.every((x, i) => equal(x, b[i]!));
-  if (!isMap(a) || !isMap(b)) return false;
-  const keys = Object.keys(a);
-  return keys.length === Object.keys(b).length && keys.every((k) => Object.hasOwn(b, k) && equal(a[k]!, b[k]!));
+  const pending: [JsonValue, JsonValue][] = [[a, b]];
+  while (pending.length > 0) {
+    const [x, y] = pending.pop()!;
+    if (x === y) continue;
+    if (Array.isArray(x)) {
+      if (!Array.isArray(y) || x.length !== y.length) return false;
+      for (let i = 0; i < x.length; i++) pending.push([x[i]!, y[i]!]);
+      continue;
+    }
+    if (!isMap(x) || !isMap(y)) return false;
+    const keys = Object.keys(x);
+    if (keys.length !== Object.keys(y).length) return false;
+    for (const key of keys) {
+      if (!Object.hasOwn(y, key)) return false;
+      pending.push([x[key]!, y[key]!]);
+    }
+  }
+  return true;
 }

@@ -16,8 +16,8 @@
 // by comparing every pair of writes; anything one policy's patch makes throw rejects that
 // policy only.
 import type { JsonValue, PatchOperation } from '@portcullis/sdk';
-import { diff, same } from './diff.ts';
-import { applyOperation, applyPatch, copyOf, CopyBudget, define, isMap, parsePointer, PatchError, toPointer, valueAt } from './json-patch.ts';
+import { diff } from './diff.ts';
+import { applyOperation, applyPatch, copyOf, CopyBudget, define, equal, isMap, parsePointer, PatchError, toPointer, valueAt } from './json-patch.ts';
 
 export { MAX_COPIED_BYTES } from './json-patch.ts';
 
@@ -167,7 +167,7 @@ function combineAllowed(original: JsonValue, patches: PolicyPatch[]): CombinedPa
   const replayed = copyOf(original);
   const check = applies(replayed, patch);
   if (check) throw new Error(`internal error: combined patch does not apply: ${check.message}`);
-  if (!same(replayed, merged)) throw new Error('internal error: combined patch does not make the merged object');
+  if (!equal(replayed, merged)) throw new Error('internal error: combined patch does not make the merged object');
   return { patch, rejected };
 }
 
