@@ -7,7 +7,8 @@ import type { PolicyEntry } from '../policy/policy-set.ts';
 import type { CallResult, SandboxPool } from '../sandbox/pool.ts';
 import type { SharedInput } from '../sandbox/protocol.ts';
 import { ReviewError } from '../errors.ts';
-import { cutMessage, decodeOutput, MalformedOutput, type Outcome } from './outcome.ts';
+import { cutMessage } from '../util/text.ts';
+import { decodeOutput, MalformedOutput, type Outcome } from './outcome.ts';
 
 export async function evaluatePolicy(pool: SandboxPool, policy: LoadedPolicy, mode: Mode, input: EvaluationInput | string): Promise<Outcome> {
   const payload = typeof input === 'string' ? input : sharedInput(input, policy);

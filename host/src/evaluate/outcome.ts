@@ -2,6 +2,7 @@
 // Guest output is untrusted: anything not in the contract's shape is a crash of that policy.
 import type { PatchOperation } from '@portcullis/sdk';
 import { PortcullisError } from '../errors.ts';
+import { cutMessage } from '../util/text.ts';
 
 /**
  * Why a policy failed, in merge priority order after an explicit denial:
@@ -70,7 +71,7 @@ function decodeWarnings(value: unknown): string[] {
  * Longest message kept from a denial or an error: it goes into every response and log line of
  * the review, and a guest may return up to its output cap (red team: 1 MB per review).
  */
-export const MAX_MESSAGE_LENGTH = 4096;
+export { MAX_MESSAGE_LENGTH } from '../util/text.ts';
 
 function decodeMessage(value: unknown): string {
   if (value === undefined) return '';
@@ -78,10 +79,6 @@ function decodeMessage(value: unknown): string {
   return cutMessage(value);
 }
 
-/** A message as it goes into responses and log lines: at most MAX_MESSAGE_LENGTH characters. */
-export function cutMessage(text: string): string {
-  return text.length > MAX_MESSAGE_LENGTH ? `${text.slice(0, MAX_MESSAGE_LENGTH)}… (${text.length - MAX_MESSAGE_LENGTH} more characters cut)` : text;
-}
 
 /**
  * Deepest value a patch may write. Kubernetes objects are far shallower; the merge walks values

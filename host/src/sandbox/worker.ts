@@ -4,6 +4,7 @@
 import './quiet-wasi-warning.ts';
 import { parentPort, workerData } from 'node:worker_threads';
 import type { Guest } from './guest.ts';
+import { cutMessage, MAX_MESSAGE_LENGTH } from '../util/text.ts';
 import { clock, Progress, type CallAnswer, type CallReply, type CallRequest, type FromWorker, type SandboxSpec, type ToWorker } from './protocol.ts';
 
 // Imported only now: node:wasi (pulled in by Extism) is linked before any module body runs,
@@ -99,18 +100,11 @@ async function run(batch: number, calls: CallRequest[]): Promise<void> {
     else answer = await call(spec, fn, input);
     // A guest chooses what its error says (Extism's error_set, a thrown message): tens of
     // megabytes of it went into the response and every log line (red team). Cut, as a copy.
-    if (!answer.ok && answer.message.length > MAX_FAULT_MESSAGE) answer = { ...answer, message: cutFault(answer.message) };
+    if (!answer.ok && answer.message.length > MAX_MESSAGE_LENGTH) answer = { ...answer, message: cutMessage(answer.message) };
     replies.push({ ...answer, spentMicros: Math.round((performance.now() - started) * 1000) });
   }
   progress.mark(calls.length);
   send({ type: 'results', batch, replies });
-}
-
-const MAX_FAULT_MESSAGE = 4096;
-
-function cutFault(text: string): string {
-  // Buffer round trip: a V8 slice would keep the whole string alive.
-  return `${Buffer.from(text.slice(0, MAX_FAULT_MESSAGE)).toString()}… (${text.length - MAX_FAULT_MESSAGE} more characters cut)`;
 }
 
 // A failed memory.grow leaves memory *below* the cap (the request was larger than the room
