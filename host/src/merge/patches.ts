@@ -17,7 +17,7 @@
 // policy only.
 import type { JsonValue, PatchOperation } from '@portcullis/sdk';
 import { diff } from './diff.ts';
-import { applyOperation, applyPatch, copyOf, CopyBudget, define, equal, isMap, parsePointer, PatchError, toPointer, valueAt } from './json-patch.ts';
+import { applyOperation, applyPatch, copyOf, CopyBudget, define, equal, isMap, parsePointer, PatchError, pointerSegment, toPointer, valueAt } from './json-patch.ts';
 
 export { MAX_COPIED_BYTES } from './json-patch.ts';
 
@@ -540,7 +540,7 @@ function isMapText(value: string | undefined): boolean {
 /** The pointers of a path's ancestors and of itself: "", "/a", "/a/b" for ["a", "b"]. */
 function prefixes(path: string[]): string[] {
   const keys = [''];
-  for (const segment of path) keys.push(`${keys[keys.length - 1]}/${segment.replace(/~/g, '~0').replace(/\//g, '~1')}`);
+  for (const segment of path) keys.push(keys[keys.length - 1] + pointerSegment(segment));
   return keys;
 }
 
