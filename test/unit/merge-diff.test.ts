@@ -91,6 +91,30 @@ describe('the merged patch', () => {
     expect(ops[0]!.op).toBe('replace');
   });
 
+  it('repeats a long key at most a bounded number of times (red team, round 7: 64 changes under a 1.4 MB key, an 89.6 MB patch)', () => {
+    const key = 'k'.repeat(1_400_000);
+    const leaves = (v: string) => Object.fromEntries(Array.from({ length: 64 }, (_, i) => [`f${i}`, v]));
+    const before = { spec: { [key]: leaves('a') } };
+    const after = { spec: { [key]: leaves('b') } };
+    const ops = diff(before, after);
+    expect(JSON.stringify(ops).length).toBeLessThan(2 * JSON.stringify(after).length);
+    const patched = copyOf(before);
+    applyPatch(patched, ops);
+    expect(equal(patched, after)).toBe(true);
+  });
+
+  it('walks an object nested deeper than the call stack allows (red team, round 7: overflow at 3,711 levels)', () => {
+    let before: JsonValue = { a: 1 };
+    let after: JsonValue = { a: 2 };
+    // Alternating maps and lists, 20,000 deep: a recursive walk overflows long before.
+    for (let i = 0; i < 20_000; i++) [before, after] = i % 2 ? [{ m: before }, { m: after }] : [[before], [after]];
+    const ops = diff({ spec: before }, { spec: after });
+    expect(ops).toHaveLength(1);
+    expect(ops[0]).toMatchObject({ op: 'replace', value: 2 });
+    expect(ops[0]!.path.endsWith('/a')).toBe(true);
+    expect(ops[0]!.path.split('/')).toHaveLength(20_003);
+  });
+
   it('two policies beside a user-sized list answer a patch of their own size (red team: an 88 MB response, 3 s of main thread)', () => {
     const caps = Array.from({ length: 300_000 }, (_, i) => (i === 0 ? 'NET_ADMIN' : `CAP_${i}`));
     const pod = { apiVersion: 'v1', kind: 'Pod', metadata: { name: 'p', labels: {} }, spec: { containers: [{ name: 'c', securityContext: { capabilities: { add: caps } } }] } };
