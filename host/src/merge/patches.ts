@@ -17,7 +17,7 @@
 // policy only.
 import type { JsonValue, PatchOperation } from '@portcullis/sdk';
 import { diff } from './diff.ts';
-import { applyOperation, applyPatch, copyOf, CopyBudget, define, equal, isMap, parsePointer, PatchError, pointerSegment, toPointer, valueAt } from './json-patch.ts';
+import { applyOperation, applyPatch, copyOf, CopyBudget, define, Draft, equal, isMap, parsePointer, patched, PatchError, pointerSegment, toPointer, valueAt } from './json-patch.ts';
 
 export { MAX_COPIED_BYTES } from './json-patch.ts';
 
@@ -69,20 +69,19 @@ export function forbiddenChange(original: JsonValue, operations: PatchOperation[
   // Only a patch that goes near the identity is applied here (a copy of the object each time).
   const near = (pointer: string) => IDENTITY_POINTERS.some((p) => p === pointer || p.startsWith(`${pointer}/`) || pointer.startsWith(`${p}/`));
   if (!operations.some((op) => near(op.path) || ('from' in op && near(op.from)))) return undefined;
-  const patched = copyOf(original);
+  let changed: string | undefined;
   try {
-    applyPatch(patched, operations);
+    changed = identityChange(original, patched(original, operations));
   } catch {
     return undefined; // Not applicable at all: reported as such by the caller.
   }
-  const changed = identityChange(original, patched);
   return changed ? `returned a patch that ${changed}` : undefined;
 }
 
-function identityChange(original: JsonValue, patched: JsonValue): string | undefined {
+function identityChange(original: JsonValue, result: JsonValue): string | undefined {
   for (const path of IDENTITY) {
     const before = valueAt(original, path);
-    const after = valueAt(patched, path);
+    const after = valueAt(result, path);
     if (JSON.stringify(before) !== JSON.stringify(after)) {
       return `changes ${path.join('.')} (${JSON.stringify(before) ?? 'absent'} to ${JSON.stringify(after) ?? 'absent'}); ` +
         'a policy may not change apiVersion, kind, metadata.name, metadata.namespace or metadata.uid';
@@ -119,7 +118,7 @@ function combineAllowed(original: JsonValue, patches: PolicyPatch[]): CombinedPa
   }
   // Several: each patch is checked alone on its own copy (whether it applies must not depend on
   // the policies before it: red team), then applied to one working copy, in place.
-  let merged = copyOf(original);
+  let merged = new Draft(original);
   const accepted: PolicyPatch[] = [];
   const writes = new WriteIndex();
   /** Where accepted policies copied or moved from: another policy writing there changes what they copied. */
@@ -128,7 +127,7 @@ function combineAllowed(original: JsonValue, patches: PolicyPatch[]): CombinedPa
   /** What accepted policies removed: the same removal by a later one is done once, not twice. */
   let removed = new Set<string>();
   const rebuild = () => {
-    merged = copyOf(original);
+    merged = new Draft(original);
     removed = new Set();
     for (const done of accepted) applyInPlace(merged, done.operations, original, removed);
   };
@@ -148,7 +147,7 @@ function combineAllowed(original: JsonValue, patches: PolicyPatch[]): CombinedPa
     const failure = applyInPlace(merged, operations, original, removed);
     // Each patch alone was checked; with the others, the identity could still change (one copies
     // from where another wrote).
-    const changed = failure ? undefined : identityChange(original, merged);
+    const changed = failure ? undefined : identityChange(original, merged.root);
     if (failure || changed) {
       // The working copy may be half-patched: rebuild it from the patches accepted so far.
       rebuild();
@@ -162,22 +161,22 @@ function combineAllowed(original: JsonValue, patches: PolicyPatch[]): CombinedPa
     for (const write of mine.writes) writes.add(write);
     for (const read of mine.reads) reads.add(read);
   }
-  const patch = diff(original, merged);
+  const patch = diff(original, merged.root);
   // Belt and braces: the combined patch must take the original to the merged object, as the apiserver will apply it.
-  const replayed = copyOf(original);
+  const replayed = new Draft(original);
   const check = applies(replayed, patch);
   if (check) throw new Error(`internal error: combined patch does not apply: ${check.message}`);
-  if (!equal(replayed, merged)) throw new Error('internal error: combined patch does not make the merged object');
+  if (!equal(replayed.root, merged.root)) throw new Error('internal error: combined patch does not make the merged object');
   return { patch, rejected };
 }
 
 /** Applies operations to a copy of the document; returns why they do not apply, if they do not. */
 function checkApplies(document: JsonValue, operations: PatchOperation[]): Error | undefined {
-  return applies(copyOf(document), operations);
+  return applies(new Draft(document), operations);
 }
 
 /** Applies operations to the document, in place; returns why they do not apply, if they do not. */
-function applies(document: JsonValue, operations: PatchOperation[]): Error | undefined {
+function applies(document: Draft, operations: PatchOperation[]): Error | undefined {
   try {
     applyPatch(document, operations);
     return undefined;
@@ -194,7 +193,7 @@ function applies(document: JsonValue, operations: PatchOperation[]): Error | und
  * policy's appended element: red team); every other operation applies as written. `removed`
  * gains what this patch removes.
  */
-function applyInPlace(merged: JsonValue, operations: PatchOperation[], original: JsonValue, removed: Set<string>): Error | undefined {
+function applyInPlace(merged: Draft, operations: PatchOperation[], original: JsonValue, removed: Set<string>): Error | undefined {
   try {
     const budget = new CopyBudget();
     const touched = new Touched();
@@ -205,7 +204,7 @@ function applyInPlace(merged: JsonValue, operations: PatchOperation[], original:
       const path = parsePointer(op.path);
       if (op.op === 'add' && fillsIn(path, op.value, original, touched)) {
         if (Object.keys(op.value as object).length === 0) {
-          if (!isMap(valueAt(merged, path))) applyOperation(merged, op, budget);
+          if (!isMap(valueAt(merged.root, path))) applyOperation(merged, op, budget);
         } else {
           fillIn(merged, path, op.value, expansion);
         }
@@ -226,7 +225,7 @@ function applyInPlace(merged: JsonValue, operations: PatchOperation[], original:
 }
 
 /** Writes an added map into the merged object leaf by leaf, where expand() indexed leaves. */
-function fillIn(merged: JsonValue, path: string[], value: JsonValue, expansion: { left: number }): void {
+function fillIn(merged: Draft, path: string[], value: JsonValue, expansion: { left: number }): void {
   const keys = isMap(value) ? Object.keys(value) : [];
   if (keys.length === 0 || keys.length > expansion.left) return setDeep(merged, path, copyOf(value));
   expansion.left -= keys.length;
@@ -242,17 +241,18 @@ function firstLine(error: unknown): Error {
  * Writes a leaf of an expanded map. Its path runs through what the original has (expand saw to
  * that: maps and list elements, own and in range only), then maps this or an earlier policy created.
  */
-function setDeep(document: JsonValue, path: string[], value: JsonValue): void {
-  let node = document;
+function setDeep(document: Draft, path: string[], value: JsonValue): void {
+  let node = document.own([]);
   for (const [i, segment] of path.slice(0, -1).entries()) {
-    const existing = valueAt(node, [segment]);
-    if (existing !== undefined) {
-      node = existing;
+    if (node === undefined) throw new PatchError(`${toPointer(path.slice(0, i))}: not an object`);
+    if (valueAt(node, [segment]) !== undefined) {
+      node = document.child(node, segment);
       continue;
     }
     if (!isMap(node)) throw new PatchError(`${toPointer(path.slice(0, i + 1))} does not exist`);
-    define(node, segment, {});
-    node = node[segment]!;
+    const created = document.adopt({});
+    define(node, segment, created);
+    node = created;
   }
   if (!isMap(node)) throw new PatchError(`${toPointer(path)}: its parent is not an object`);
   define(node, path[path.length - 1]!, value);
@@ -547,7 +547,6 @@ function prefixes(path: string[]): string[] {
 /** The object as the apiserver would store it after `patch` (a copy; the original is untouched). */
 export function patchedObject(object: JsonValue | null | undefined, patch: PatchOperation[]): JsonValue | null {
   if (object === null || object === undefined || patch.length === 0) return object ?? null;
-  const patched = copyOf(object);
-  applyPatch(patched, patch);
-  return patched;
+  // Shares what the patch did not change with `object`: read it, do not change it.
+  return patched(object, patch);
 }
