@@ -91,6 +91,7 @@ function tooLarge(scope: ReadScope, request: ContextRequest, size: number): Cont
 }
 
 const MAX_REQUEST_BYTES = 16 * 1024;
+const REQUEST_FIELDS = new Set(['verb', 'apiVersion', 'kind', 'namespace', 'name', 'labelSelector', 'fieldSelector']);
 
 /** Validates the guest's request: every field typed, nothing unknown, sizes bounded. */
 export function parseRequest(policy: string, text: string): ContextRequest {
@@ -104,8 +105,7 @@ export function parseRequest(policy: string, text: string): ContextRequest {
   }
   if (typeof value !== 'object' || value === null || Array.isArray(value)) throw bad('the request is not a JSON object');
   const fields = value as Record<string, unknown>;
-  const allowed = new Set(['verb', 'apiVersion', 'kind', 'namespace', 'name', 'labelSelector', 'fieldSelector']);
-  for (const key of Object.keys(fields)) if (!allowed.has(key)) throw bad(`unknown field "${key}"`);
+  for (const key of Object.keys(fields)) if (!REQUEST_FIELDS.has(key)) throw bad(`unknown field "${key}"`);
   const text_ = (key: string, required: boolean): string | undefined => {
     const v = fields[key];
     if (v === undefined || v === null) {

@@ -17,6 +17,7 @@ export class GuestFault extends PortcullisError {
 const MAX_LOGS_PER_CALL = 64;
 const MAX_LOG_LENGTH = 2048;
 const LOG_DECODER = new TextDecoder();
+const ANSWER_ENCODER = new TextEncoder();
 
 export interface Guest {
   call(fn: GuestFunction, input: CallInput): Promise<string>;
@@ -137,7 +138,7 @@ async function instantiateCore(spec: SandboxSpec, logs: LogBuffer): Promise<Gues
   const portcullis_context_read = (context: CallContext, offset: bigint): bigint => {
     const request = context.read(offset);
     // A fresh Uint8Array: Extism copies from its buffer, and Buffer.from may share a pooled one.
-    const answer = new TextEncoder().encode(readContext(request === null ? '' : request.text()));
+    const answer = ANSWER_ENCODER.encode(readContext(request === null ? '' : request.text()));
     allocated += answer.length;
     if (allocated > spec.memoryCapBytes) {
       throw kept(new GuestFault('memory', `exceeded its ${Math.round(spec.memoryCapBytes / 2 ** 20)} MiB memory cap (context read answers)`));
