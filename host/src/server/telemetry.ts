@@ -30,8 +30,7 @@ export function recordReview(deps: TelemetryDeps, r: ReviewRecord): void {
   const { caller, request, decision } = r;
   const endpoint = caller.policy ? `/${caller.mode}/*` : caller.endpoint;
   const label = decision.allowed ? 'allowed' : 'denied';
-  deps.metrics.reviews.inc({ endpoint, decision: label });
-  deps.metrics.reviewSeconds.observe({ endpoint }, r.seconds);
+  deps.metrics.recordReview(endpoint, label, r.seconds);
   for (const outcome of r.outcomes) deps.metrics.recordOutcome(outcome);
   for (const outcome of r.audited) {
     deps.metrics.audited.inc({ policy: outcome.policy, outcome: outcome.status });
