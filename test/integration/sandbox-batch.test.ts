@@ -196,3 +196,59 @@ it('instancesPerPolicy: 1 in the configuration puts each policy in one worker; e
     await placed.close();
   }
 }, 60_000);
+
+it('refuses a call when the calls ahead already waited past its share of the deadline, even when the queued work looked small', async () => {
+  // The queued-work estimate is each policy's last cost; a policy whose calls turn slow, or
+  // workers that get less CPU than a core each (overload), make it far too small. How long the
+  // calls last started had waited is the measure that cannot be wrong that way.
+  const one = new SandboxPool(1);
+  try {
+    const numbersSlow = await load(one, 'numbers', { name: 'numbers-turns-slow' });
+    const probe = await load(one, 'no-delete', { name: 'no-delete-200ms', limits: { ...DEFAULT_LIMITS, timeoutMs: 200 } });
+    for (let i = 0; i < 5; i++) await evaluatePolicy(one, numbersSlow, 'validate', input({ object: { spec: { numbers: [1] } } })); // last cost: quick
+    // Six reviews, each a legitimately slow call. The first goes alone; the other five queue
+    // behind it, counted at the policy's last (quick) cost; then each goes alone, as slow.
+    const slowReview = () => evaluatePolicy(one, numbersSlow, 'validate', input({ object: { spec: { numbers: Array<number>(600_000).fill(1) } } }));
+    const slow = [slowReview()];
+    await new Promise((resolve) => setTimeout(resolve, 10));
+    slow.push(...Array.from({ length: 5 }, slowReview));
+    await slow[0];
+    const started = performance.now();
+    await slow[1];
+    // The third slow call has waited as long as two of them ran: more than 100 ms, the probe's share (50% of 200 ms).
+    expect(performance.now() - started).toBeGreaterThan(50);
+    const refused = await evaluatePolicy(one, probe, 'validate', input({}));
+    expect(refused).toMatchObject({ status: 'failed', failure: 'temporary', message: expect.stringMatching(/the sandboxes are overloaded \(the calls ahead waited \d+ ms/) as unknown });
+    expect((await Promise.all(slow)).every((o) => o.status === 'allowed')).toBe(true);
+    // Once the queue has drained, calls are taken again.
+    expect(await evaluatePolicy(one, probe, 'validate', input({}))).toMatchObject({ status: 'allowed' });
+  } finally {
+    await one.close();
+  }
+}, 60_000);
+
+it('with a long queue (each worker given several batches at once), a worker replaced answers nothing wrongly', async () => {
+  // Issue 14: under overload the main thread's turns grew to tens of ms, and workers waited idle
+  // for it between batches; past two full batches of queue they now get up to MAX_BATCHES at
+  // once. A spinning call among them gets its worker replaced: every other call of every batch
+  // that worker held is run again elsewhere and answered for its own request.
+  const two = new SandboxPool(2);
+  try {
+    // (A long deadline: this is not about refusing work.)
+    const [numbers2, spinning] = await Promise.all([load(two, 'numbers', { name: 'numbers-deep', limits: { ...DEFAULT_LIMITS, timeoutMs: 30_000 } }), load(two, 'spin', { name: 'spin-deep', limits: { ...DEFAULT_LIMITS, timeoutMs: 1500 } })]);
+    const restarts = two.stats.restarts;
+    const wants = Array.from({ length: 1500 }, (_, i) => (i % 3 === 0 ? 'denied' : 'allowed'));
+    const calls = wants.map((want, i) => {
+      const outcome = evaluatePolicy(two, numbers2, 'validate', input({ object: { spec: { numbers: [want === 'denied' ? 500 : i % 7] } } }));
+      return i === 300 ? [outcome, evaluatePolicy(two, spinning, 'validate', input({}))] : [outcome];
+    }).flat();
+    const outcomes = await Promise.all(calls);
+    const stuck = outcomes.splice(301, 1)[0]!;
+    expect(stuck).toMatchObject({ status: 'failed', failure: 'temporary', message: expect.stringContaining('exceeded its 1.5s CPU deadline') as unknown });
+    const wrong = outcomes.flatMap((o, i) => (o.status === wants[i] ? [] : [{ i, ...o }]));
+    expect(wrong).toEqual([]);
+    expect(two.stats.restarts).toBe(restarts + 1);
+  } finally {
+    await two.close();
+  }
+}, 60_000);

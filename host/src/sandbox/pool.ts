@@ -16,10 +16,13 @@
 // of its batch go back in line as if never started. A policy that ever got a worker replaced is
 // not batched with others again, so a hostile policy delays its batch-mates at most once. Under
 // load, calls of other reviews fill the message up to a fair share of the queue; a call still
-// waiting in a batch when its deadline passes is not started (the worker checks). Overload: a
-// review whose calls would find more work queued ahead than QUEUE_SHARE of their deadline (by
-// each queued policy's last cost) is answered at once, whole, not queued only to expire there:
-// waiting reviews stay well within their deadline and what is started is what gets answered.
+// waiting in a batch when its deadline passes is not started (the worker checks). With a long
+// queue, a worker is given up to MAX_BATCHES batches at once, so it never sits idle while the
+// main thread, busy with sockets, has not yet read its answer. Overload: a review whose calls
+// would wait longer than QUEUE_SHARE of their deadline (by the queued work, or by how long the
+// calls last started had waited, whichever is more) is answered at once, whole, not queued only
+// to expire there: waiting reviews stay well within their deadline and what is started is what
+// gets answered.
 //
 // Placement (issue 14): a policy lives in `instances` workers, not necessarily all. By default
 // every policy is in every worker while policies × workers stays within INSTANCE_BUDGET; past
@@ -55,10 +58,19 @@ interface Job {
   resolve: (result: CallResult) => void;
 }
 
+/** Calls posted to a worker in one message; `first` numbers its first call in the worker's sequence (see Progress). */
+interface Batch {
+  id: number;
+  first: number;
+  jobs: Job[];
+}
+
 interface Slot {
   worker: Worker;
-  /** The batch running in this worker, in order; empty when idle. */
-  jobs: Job[];
+  /** The batches posted to this worker and not yet answered, in order: at most two (see #dispatch). */
+  batches: Batch[];
+  /** The number the next batch's first call gets in the worker's sequence. */
+  seq: number;
   timer: NodeJS.Timeout | undefined;
   progress: Progress;
   loads: Map<string, { done: (error?: string) => void; timer: NodeJS.Timeout | undefined }>;
@@ -77,6 +89,11 @@ const REQUEUE_LIMIT = 3;
  */
 const MAX_BATCH = 128;
 /**
+ * Most batches posted to one worker and not yet answered: the one it runs and those it will run
+ * next without waiting for the main thread (see #dispatch).
+ */
+const MAX_BATCHES = 4;
+/**
  * How far into the queue the scheduler looks for its round-robin choice and for companions. The
  * queue is short in normal use; under overload it can hold thousands of calls, and scanning all
  * of them for every call started would make the main thread the bottleneck it is meant to feed.
@@ -92,6 +109,13 @@ const SHARE_MAX_MICROS = 1000;
  * connections carry, push the callers' own waits past the webhook timeout.
  */
 export const QUEUE_SHARE = 0.25;
+/**
+ * The longest the calls last started may have waited (as a share of a call's deadline) for the
+ * call to be queued. Looser than QUEUE_SHARE: it is measured, not predicted, and it lags, so at
+ * the same bound it refused work that would have fitted (the overload benchmark allowed a
+ * sixth fewer reviews); it is there for what the prediction cannot see.
+ */
+export const WAIT_SHARE = 0.5;
 /** Instances (policies × workers holding each) past which policies are no longer in every worker. */
 export const INSTANCE_BUDGET = 64;
 
@@ -124,8 +148,10 @@ export class SandboxPool {
   #cost = new Map<string, number>();
   /** The sum of #cost over the queued calls (as counted when each was queued). */
   #queuedMicros = 0;
-  /** What each review's first call found queued ahead (ms per worker): its other calls are judged the same. */
-  #aheadOf = new WeakMap<object, number>();
+  /** How long the calls last sent to a worker had waited in the queue (ms); 0 once it is empty. */
+  #waited = 0;
+  /** What each review's first call found ahead of it: its other calls are judged the same. */
+  #aheadOf = new WeakMap<object, Ahead>();
   /** Which worker positions hold each policy. */
   #placement = new Map<string, Set<number>>();
   /** Workers each policy loaded from now on gets (see plan()). */
@@ -141,7 +167,7 @@ export class SandboxPool {
   }
 
   get stats(): PoolStats {
-    return { size: this.size, busy: this.#slots.filter((s) => s.jobs.length > 0).length, queued: this.#queue.length, restarts: this.#restarts };
+    return { size: this.size, busy: this.#slots.filter((s) => s.batches.length > 0).length, queued: this.#queue.length, restarts: this.#restarts };
   }
 
   /**
@@ -273,9 +299,14 @@ export class SandboxPool {
     return refusal(this.#ahead(), timeoutMs);
   }
 
-  /** Queued work, in ms per worker. */
-  #ahead(): number {
-    return this.#queuedMicros / this.size / 1000;
+  /**
+   * What a call queued now would find ahead of it: the queued work, in ms per worker, by each
+   * policy's last cost; and how long the calls last started had waited. The first predicts; the
+   * second is measured, and catches what the prediction misses: policies whose calls turned
+   * slow, workers that get less than a core each.
+   */
+  #ahead(): Ahead {
+    return { queuedMs: this.#queuedMicros / this.size / 1000, waitedMs: this.#queue.length === 0 ? 0 : this.#waited };
   }
 
   async close(): Promise<void> {
@@ -283,7 +314,7 @@ export class SandboxPool {
     for (const job of this.#queue.splice(0)) job.resolve(fault(job, 'worker', 'the sandbox pool shut down'));
     this.#queuedMicros = 0;
     await Promise.all(this.#slots.map((slot) => {
-      const jobs = slot.jobs;
+      const jobs = inflight(slot);
       this.#idle(slot);
       for (const job of jobs) job.resolve(fault(job, 'worker', 'the sandbox pool shut down'));
       return slot.worker.terminate();
@@ -298,7 +329,7 @@ export class SandboxPool {
     const worker = new Worker(new URL(`./worker${extname(fileURLToPath(import.meta.url))}`, import.meta.url), {
       stdout: false, stderr: false, resourceLimits: { maxOldGenerationSizeMb: 512 }, workerData: { progress: progress.buffer },
     });
-    const slot: Slot = { worker, jobs: [], timer: undefined, progress, loads: new Map(), index };
+    const slot: Slot = { worker, batches: [], seq: 0, timer: undefined, progress, loads: new Map(), index };
     for (const change of this.#contextSnapshot?.() ?? []) worker.postMessage(change); // issue 15: before any call
     worker.on('message', (message: FromWorker) => this.#onMessage(slot, message));
     worker.on('error', (error: Error) => this.#replace(slot, `its sandbox worker failed: ${error.message}`));
@@ -317,9 +348,10 @@ export class SandboxPool {
   #loadInto(slot: Slot, spec: SandboxSpec, probe = false): Promise<string | undefined> {
     return new Promise((resolve) => {
       // A start function that never returns holds the worker's only thread: only terminating it stops it.
-      // The worker reads the load message only once the batch it runs ends (each call of it within
-      // its deadline, so by two of the longest at worst): that wait is not the module's fault.
-      const batch = slot.jobs.length === 0 ? 0 : 2 * Math.max(...slot.jobs.map((job) => job.timeoutMs));
+      // The worker reads the load message only once the batches it has end (each call of them
+      // within its deadline, so by two of the longest each at worst): that wait is not the module's fault.
+      const jobs = inflight(slot);
+      const batch = jobs.length === 0 ? 0 : 2 * slot.batches.length * Math.max(...jobs.map((job) => job.timeoutMs));
       const timer = probe ? setTimeout(() => this.#loadExpired(slot, spec), this.#loadTimeoutMs + batch) : undefined;
       slot.loads.set(spec.key, { done: resolve, timer });
       this.#post(slot, { type: 'load', spec });
@@ -339,21 +371,55 @@ export class SandboxPool {
 
   #dispatch(): void {
     // A worker still loading policies would make a call wait behind instantiation, on its clock.
-    const idle = this.#slots.filter((slot) => slot.jobs.length === 0 && slot.loads.size === 0);
+    const idle = this.#slots.filter((slot) => slot.batches.length === 0 && slot.loads.size === 0);
     for (const [i, slot] of idle.entries()) {
       const job = this.#next(slot);
       if (!job) continue;
       this.#start(slot, [job, ...this.#companions(slot, job, idle.length - i)]);
     }
+    // Every worker busy and calls still waiting: workers get their next batches now, behind the
+    // ones they run, so each goes on as soon as one ends instead of waiting for the main thread
+    // to read its answer and send more. Under overload the main thread's turns (reading and
+    // answering hundreds of requests) grew to 60 ms, and the workers waited idle for half the
+    // time. Only while the queue holds more than full batches for every worker: with less, the
+    // calls arriving meanwhile would join a later, larger batch (a message per review cost 16%
+    // of the throughput at saturation). And only behind quick batches: a slow or suspect policy
+    // holds up its own calls, not batches that another worker could start sooner.
+    for (let taken = true; taken;) {
+      taken = false;
+      for (const slot of this.#slots) {
+        if (this.#queue.length < MAX_BATCH * this.size) return;
+        if (slot.batches.length === 0 || slot.batches.length >= MAX_BATCHES || slot.loads.size > 0) continue;
+        if (!slot.batches.every((batch) => batch.jobs.every((job) => this.#quick(job)))) continue;
+        const job = this.#next(slot);
+        if (!job) continue;
+        this.#start(slot, [job, ...this.#companions(slot, job, 1)]);
+        taken = true;
+      }
+    }
+  }
+
+  /** A call that may share a message with other reviews' and have a batch wait behind it: not solo, and its policy's last call was quick. */
+  #quick(job: Job): boolean {
+    return !this.#solo.has(job.key) && (this.#cost.get(job.key) ?? 0) <= SHARE_MAX_MICROS;
   }
 
   #start(slot: Slot, jobs: Job[]): void {
-    slot.jobs = jobs;
-    slot.progress.mark(0);
-    this.#arm(slot, jobs, shortest(jobs, 0));
+    const now = performance.now();
+    let waited = 0;
+    for (const job of jobs) waited = Math.max(waited, now - job.started);
+    this.#waited = this.#queue.length === 0 ? 0 : waited;
+    const batch: Batch = { id: jobs[0]!.id, first: slot.seq, jobs };
+    slot.seq = (slot.seq + jobs.length) | 0;
+    slot.batches.push(batch);
+    if (slot.batches.length === 1) {
+      // Its first call's deadline runs from now, should the worker be slow to start it.
+      slot.progress.mark(batch.first);
+      this.#arm(slot, shortest(jobs, 0));
+    }
     const origin = clock() - performance.now();
     this.#post(slot, {
-      type: 'call', batch: jobs[0]!.id,
+      type: 'call', batch: batch.id, first: batch.first,
       calls: jobs.map(({ id, key, fn, input, started, timeoutMs }) => ({ id, key, fn, input, notAfter: origin + started + timeoutMs })),
     });
   }
@@ -439,12 +505,13 @@ export class SandboxPool {
     return jobs;
   }
 
-  /** How many workers are running (or have in their batch) a call of each policy. */
-  #busy(): Map<string, number> {
+  /** How many workers other than `except` are running (or have in their batches) a call of each policy. */
+  #busy(except: Slot): Map<string, number> {
     const busy = new Map<string, number>();
     for (const slot of this.#slots) {
+      if (slot === except) continue;
       // Workers, not calls: a batch holding a policy ten times occupies one worker.
-      for (const key of new Set(slot.jobs.map((job) => job.key))) busy.set(key, (busy.get(key) ?? 0) + 1);
+      for (const key of new Set(inflight(slot).map((job) => job.key))) busy.set(key, (busy.get(key) ?? 0) + 1);
     }
     return busy;
   }
@@ -456,7 +523,9 @@ export class SandboxPool {
    * deadline are answered, not started.
    */
   #next(slot: Slot, capped = true): Job | undefined {
-    const busy = this.#busy();
+    // The worker the call would go to is not counted: a call queued behind its running batch
+    // occupies no other worker.
+    const busy = this.#busy(slot);
     let best = -1;
     const now = performance.now();
     // Late calls are taken out in one pass afterwards: one splice each made overload quadratic
@@ -498,13 +567,18 @@ export class SandboxPool {
       this.#dispatch();
       return;
     }
-    const jobs = slot.jobs;
-    if (jobs.length === 0 || jobs[0]!.id !== message.batch) return;
-    this.#idle(slot);
+    // Answers come in the order the batches were posted; one for a batch no longer here (its
+    // worker was replaced meanwhile) is dropped.
+    if (slot.batches[0]?.id !== message.batch) return;
+    const { jobs } = slot.batches.shift()!;
+    clearTimeout(slot.timer);
+    slot.timer = undefined;
+    // The next batch may have been running for a while: check it now.
+    if (slot.batches.length > 0) this.#expire(slot);
     const now = performance.now();
     for (const [i, job] of jobs.entries()) {
       const reply: CallReply = message.replies[i] ?? { ok: false, fault: 'trap', message: 'the sandbox worker gave no answer', logs: [], spentMicros: 0 };
-      if (this.#specs.has(job.key)) this.#cost.set(job.key, reply.spentMicros);
+      if (this.#specs.has(job.key)) this.#cost.set(job.key, costAfter(this.#cost.get(job.key), reply.spentMicros));
       // The worker has no instance of this policy (it was replaced or reloaded meanwhile): while the
       // pool still has the policy, this is no answer about the request, so the call goes back in line.
       if (!reply.ok && reply.fault === 'unloaded' && this.#specs.has(job.key) && job.requeued < REQUEUE_LIMIT) {
@@ -522,25 +596,29 @@ export class SandboxPool {
 
   #idle(slot: Slot): void {
     clearTimeout(slot.timer);
-    slot.jobs = [];
+    slot.batches = [];
     slot.timer = undefined;
   }
 
-  #arm(slot: Slot, jobs: Job[], ms: number): void {
-    slot.timer = setTimeout(() => this.#expire(slot, jobs), Math.max(1, ms));
+  #arm(slot: Slot, ms: number): void {
+    clearTimeout(slot.timer);
+    slot.timer = setTimeout(() => this.#expire(slot), Math.max(1, ms));
   }
 
-  /** The batch's deadline check: the running call outlived its own deadline, or wait until it would. */
-  #expire(slot: Slot, jobs: Job[]): void {
-    if (slot.jobs !== jobs) return;
-    const { index, since } = slot.progress.read();
-    // All done: the answer is on its way; should it never come, the last call's deadline ends the wait.
-    const job = jobs[Math.min(index, jobs.length - 1)]!;
-    if (index >= jobs.length) return this.#arm(slot, jobs, job.timeoutMs);
+  /** The deadline check: the running call outlived its own deadline, or wait until it would. */
+  #expire(slot: Slot): void {
+    if (slot.batches.length === 0 || !this.#slots.includes(slot)) return;
+    const { seq, since } = slot.progress.read();
+    const running = runningCall(slot, seq);
+    if (!running) {
+      // All done: the answers are on their way; should they never come, the last call's deadline ends the wait.
+      return this.#arm(slot, inflight(slot).at(-1).timeoutMs);
+    }
+    const { job, later } = running;
     const elapsed = clock() - since;
     // A later call may have a shorter deadline than what is left of this one: look again by then,
     // or a quick call with a long deadline would let a spinning batch-mate run on past its own.
-    if (elapsed < job.timeoutMs) return this.#arm(slot, jobs, Math.min(job.timeoutMs - elapsed, shortest(jobs, index + 1)));
+    if (elapsed < job.timeoutMs) return this.#arm(slot, Math.min(job.timeoutMs - elapsed, later));
     this.#replace(slot, `exceeded its ${seconds(job.timeoutMs)} CPU deadline`, 'deadline');
   }
 
@@ -557,13 +635,13 @@ export class SandboxPool {
     for (const { timer } of pending.values()) clearTimeout(timer);
     slot.loads.clear();
     void slot.worker.terminate();
-    const jobs = slot.jobs;
+    const jobs = inflight(slot);
+    // The call that was running is the one at fault (the last one, when all had ended); the
+    // others of its worker's batches are put back in line with a fresh wait, since nothing they
+    // did is kept.
+    const culprit = runningCall(slot, slot.progress.read().seq)?.job ?? jobs.at(-1);
     this.#idle(slot);
-    if (jobs.length > 0) {
-      // The call that was running is the one at fault; the others of its batch are put back in
-      // line with a fresh wait, since nothing they did is kept.
-      const running = Math.min(slot.progress.read().index, jobs.length - 1);
-      const culprit = jobs[running]!;
+    if (culprit) {
       if (this.#specs.has(culprit.key)) this.#solo.add(culprit.key);
       culprit.resolve(fault(culprit, kind, reason));
       for (const job of jobs.filter((j) => j !== culprit).reverse()) {
@@ -587,13 +665,45 @@ export class SandboxPool {
   }
 }
 
-function refusal(aheadMs: number, timeoutMs: number): CallResult | undefined {
-  if (aheadMs < timeoutMs * QUEUE_SHARE) return undefined;
-  return {
-    ok: false, fault: 'deadline', totalMicros: 0, logs: [],
-    message: `not started: the sandboxes are overloaded (about ${Math.round(aheadMs)} ms of work queued ahead; ` +
-      `a call waits for at most ${QUEUE_SHARE * 100}% of its ${seconds(timeoutMs)} deadline)`,
-  };
+interface Ahead {
+  queuedMs: number;
+  waitedMs: number;
+}
+
+function refusal({ queuedMs, waitedMs }: Ahead, timeoutMs: number): CallResult | undefined {
+  if (queuedMs < timeoutMs * QUEUE_SHARE && waitedMs < timeoutMs * WAIT_SHARE) return undefined;
+  const why = queuedMs >= timeoutMs * QUEUE_SHARE
+    ? `about ${Math.round(queuedMs)} ms of work queued ahead; a call finds at most ${QUEUE_SHARE * 100}%`
+    : `the calls ahead waited ${Math.round(waitedMs)} ms for a sandbox; a call waits at most ${WAIT_SHARE * 100}%`;
+  return { ok: false, fault: 'deadline', totalMicros: 0, logs: [], message: `not started: the sandboxes are overloaded (${why} of its ${seconds(timeoutMs)} deadline)` };
+}
+
+/**
+ * A policy's cost after one more call: smoothed, since a call's wall time also counts the time its
+ * worker was descheduled (per-thread CPU time has the kernel tick's resolution on some hosts), and
+ * one unlucky call made a quick policy look slow, unfit to share a message or have work queued behind it.
+ */
+function costAfter(before: number | undefined, micros: number): number {
+  return before === undefined ? micros : Math.round(before * 0.75 + micros * 0.25);
+}
+
+function inflight(slot: Slot): Job[] {
+  return slot.batches.length === 1 ? slot.batches[0]!.jobs : slot.batches.flatMap((batch) => batch.jobs);
+}
+
+/**
+ * The call that number `seq` of the worker's sequence names, and the shortest deadline among the
+ * calls after it; undefined when the worker ran them all.
+ */
+function runningCall(slot: Slot, seq: number): { job: Job; later: number } | undefined {
+  for (const [b, batch] of slot.batches.entries()) {
+    const offset = (seq - batch.first) | 0;
+    if (offset < 0 || offset >= batch.jobs.length) continue;
+    let later = shortest(batch.jobs, offset + 1);
+    for (const next of slot.batches.slice(b + 1)) later = Math.min(later, shortest(next.jobs, 0));
+    return { job: batch.jobs[offset]!, later };
+  }
+  return undefined;
 }
 
 /** The shortest deadline among a batch's calls from `from` on (Infinity when none). */

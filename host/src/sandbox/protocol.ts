@@ -49,8 +49,9 @@ export type ToWorker =
   | { type: 'load'; spec: SandboxSpec }
   | { type: 'unload'; key: string }
   // Issue 14: every call a worker runs for one review travels in one message (`batch` names it),
-  // and their answers come back in one. Run in order; see Progress for the deadline.
-  | { type: 'call'; batch: number; calls: CallRequest[] }
+  // and their answers come back in one. Run in order, batches too; `first` is the first call's
+  // number in the worker's sequence (see Progress).
+  | { type: 'call'; batch: number; first: number; calls: CallRequest[] }
   // Issue 15: changes to the worker's read-only replica of the context cache.
   | ContextChange;
 
@@ -68,7 +69,7 @@ export type CallAnswer =
   | { ok: true; output: string; guestMicros: number; logs: LogEntry[] }
   | { ok: false; fault: FaultKind; message: string; logs: LogEntry[] };
 
-/** `spentMicros`: the worker's time on the call, instantiation included (the pool's guide to what may share a message). */
+/** `spentMicros`: the worker's (wall) time on the call, instantiation included (the pool's guide to what may share a message). */
 export type CallReply = CallAnswer & { spentMicros: number };
 
 export type FromWorker =
@@ -76,30 +77,33 @@ export type FromWorker =
   | { type: 'results'; batch: number; replies: CallReply[] };
 
 /**
- * Issue 14: a batch's calls run one after another, each under its own deadline, and answer only
- * together. The worker says in shared memory which call is running and since when, so the pool
- * can tell which call outlived its deadline without a message per call.
+ * Issue 14: a worker runs its calls one after another, each under its own deadline, and answers
+ * a batch only when all its calls are done; the pool may post the next batch before the last
+ * one's answer is back (so a worker never waits for the main thread between batches). Calls are
+ * numbered in one sequence per worker, batch after batch, and the worker says in shared memory
+ * which number runs since when, so the pool can tell which call outlived its deadline without a
+ * message per call. Numbers are int32 and wrap; only differences are compared.
  */
 export class Progress {
   readonly buffer: SharedArrayBuffer;
-  readonly #index: Int32Array;
+  readonly #seq: Int32Array;
   readonly #since: Float64Array;
   constructor(buffer = new SharedArrayBuffer(16)) {
     this.buffer = buffer;
-    this.#index = new Int32Array(buffer, 0, 1);
+    this.#seq = new Int32Array(buffer, 0, 1);
     this.#since = new Float64Array(buffer, 8, 1);
   }
 
-  /** Call `index` of the batch starts now (`index` = the batch's length: all done). */
-  mark(index: number): void {
+  /** Call number `seq` starts now (the number after a batch's last: the worker has nothing to run). */
+  mark(seq: number): void {
     this.#since[0] = clock();
     // The atomic store publishes the time written before it.
-    Atomics.store(this.#index, 0, index);
+    Atomics.store(this.#seq, 0, seq | 0);
   }
 
-  read(): { index: number; since: number } {
-    const index = Atomics.load(this.#index, 0);
-    return { index, since: this.#since[0]! };
+  read(): { seq: number; since: number } {
+    const seq = Atomics.load(this.#seq, 0);
+    return { seq, since: this.#since[0]! };
   }
 }
 

@@ -102,10 +102,10 @@ async function call(spec: SandboxSpec, fn: CallRequest['fn'], input: CallRequest
 }
 
 /** Runs a batch's calls in order, saying in `progress` which one runs since when, and answers once. */
-async function run(batch: number, calls: CallRequest[]): Promise<void> {
+async function run(batch: number, first: number, calls: CallRequest[]): Promise<void> {
   const replies: CallReply[] = [];
   for (const [i, { key, fn, input, notAfter }] of calls.entries()) {
-    progress.mark(i);
+    progress.mark(first + i);
     const started = performance.now();
     const spec = specs.get(key);
     let answer: CallAnswer;
@@ -117,8 +117,22 @@ async function run(batch: number, calls: CallRequest[]): Promise<void> {
     if (!answer.ok && answer.message.length > MAX_MESSAGE_LENGTH) answer = { ...answer, message: cutMessage(answer.message) };
     replies.push({ ...answer, spentMicros: Math.round((performance.now() - started) * 1000) });
   }
-  progress.mark(calls.length);
+  progress.mark(first + calls.length);
   send({ type: 'results', batch, replies });
+}
+
+// Batches posted while one runs wait here, in order: a call that awaits (a guest still being
+// instantiated) lets the next message in, and two batches must never interleave their calls.
+const batches: Extract<ToWorker, { type: 'call' }>[] = [];
+let running = false;
+
+async function drain(): Promise<void> {
+  running = true;
+  try {
+    for (let next = batches.shift(); next; next = batches.shift()) await run(next.batch, next.first, next.calls);
+  } finally {
+    running = false;
+  }
 }
 
 // A failed memory.grow leaves memory *below* the cap (the request was larger than the room
@@ -164,7 +178,8 @@ port.on('message', (message: ToWorker) => {
       discard(message.key);
       break;
     case 'call':
-      void run(message.batch, message.calls);
+      batches.push(message);
+      if (!running) void drain();
       break;
     case 'context': // Issue 15
       applyContextChange(message);
