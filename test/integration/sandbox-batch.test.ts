@@ -127,6 +127,9 @@ it('overloaded, it answers at once the calls that could not start within their d
   const late = outcomes.filter((o) => o.status === 'failed' && !o.message.includes('the sandboxes are overloaded'));
   expect(shed.length).toBeGreaterThan(1000);
   expect(allowed.length).toBeGreaterThan(100);
+  // A refused call never ran: it has no duration (metrics observe only calls that ran).
+  expect(shed.every((o) => o.totalMicros === undefined)).toBe(true);
+  expect(allowed.every((o) => o.totalMicros !== undefined && o.totalMicros > 0)).toBe(true);
   // The queue never held much more than a deadline's worth of work.
   expect(late.every((o) => o.status === 'failed' && o.failure === 'temporary')).toBe(true);
   expect(performance.now() - started).toBeLessThan(5000);

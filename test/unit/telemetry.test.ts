@@ -44,3 +44,23 @@ it('recordReview logs a repeated policy failure once, and still counts every one
   const text = await metrics.registry.metrics();
   expect(text).toMatch(/portcullis_sandbox_faults_total\{policy="p",kind="temporary"\} 50/);
 });
+
+it('counts survive repeated scrapes exactly, and a refused call (never started) has no duration', async () => {
+  const metrics = new Metrics({ stats: { size: 1, busy: 0, queued: 0, restarts: 0 } } as SandboxPool);
+  const refused: Outcome = { policy: 'p', status: 'failed', failure: 'temporary', message: 'not started: the sandboxes are overloaded', warnings: [] };
+  const ran: Outcome = { policy: 'p', status: 'allowed', patch: [], warnings: [], totalMicros: 1500 };
+  for (let i = 0; i < 3; i++) metrics.recordOutcome(refused);
+  metrics.recordReview('/validate', 'denied', 0.001);
+  const first = await metrics.registry.metrics();
+  expect(first).toMatch(/portcullis_evaluations_total\{policy="p",outcome="failed-temporary"\} 3\n/);
+  expect(first).toMatch(/portcullis_reviews_total\{endpoint="\/validate",decision="denied"\} 1\n/);
+  expect(first).not.toMatch(/portcullis_evaluation_duration_seconds_count\{policy="p"\}/);
+  metrics.recordOutcome(ran);
+  metrics.recordOutcome(refused);
+  const second = await metrics.registry.metrics();
+  expect(second).toMatch(/portcullis_evaluations_total\{policy="p",outcome="failed-temporary"\} 4\n/);
+  expect(second).toMatch(/portcullis_evaluations_total\{policy="p",outcome="allowed"\} 1\n/);
+  expect(second).toMatch(/portcullis_sandbox_faults_total\{policy="p",kind="temporary"\} 4\n/);
+  expect(second).toMatch(/portcullis_evaluation_duration_seconds_count\{policy="p"\} 1\n/);
+  expect(second).toMatch(/portcullis_reviews_total\{endpoint="\/validate",decision="denied"\} 1\n/);
+});

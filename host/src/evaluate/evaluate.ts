@@ -84,7 +84,10 @@ export function rawEnvelope(input: EvaluationInput, body: Uint8Array, span: { st
 }
 
 export function toOutcome(policy: string, result: CallResult): Outcome {
-  const timing = { totalMicros: result.totalMicros, ...(result.ok ? { guestMicros: result.guestMicros } : {}) };
+  // A refused call has no totalMicros: it never ran.
+  const timing = {
+    ...(result.totalMicros !== undefined ? { totalMicros: result.totalMicros } : {}), ...(result.ok ? { guestMicros: result.guestMicros } : {}),
+  };
   if (!result.ok) {
     const temporary = result.fault === 'deadline' || result.fault === 'memory' || result.fault === 'output' || result.fault === 'unloaded';
     const failure = temporary ? 'temporary' : 'crash';

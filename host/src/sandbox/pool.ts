@@ -41,7 +41,8 @@ export type CallFault = FaultKind | 'deadline' | 'worker';
 
 export type CallResult =
   | { ok: true; output: string; guestMicros: number; totalMicros: number; logs: LogEntry[] }
-  | { ok: false; fault: CallFault; message: string; totalMicros: number; logs: LogEntry[] };
+  /** `totalMicros` absent: the call was refused, never started. */
+  | { ok: false; fault: CallFault; message: string; totalMicros?: number; logs: LogEntry[] };
 
 interface Job {
   id: number;
@@ -675,7 +676,7 @@ function refusal({ queuedMs, waitedMs }: Ahead, timeoutMs: number): CallResult |
   const why = queuedMs >= timeoutMs * QUEUE_SHARE
     ? `about ${Math.round(queuedMs)} ms of work queued ahead; a call finds at most ${QUEUE_SHARE * 100}%`
     : `the calls ahead waited ${Math.round(waitedMs)} ms for a sandbox; a call waits at most ${WAIT_SHARE * 100}%`;
-  return { ok: false, fault: 'deadline', totalMicros: 0, logs: [], message: `not started: the sandboxes are overloaded (${why} of its ${seconds(timeoutMs)} deadline)` };
+  return { ok: false, fault: 'deadline', logs: [], message: `not started: the sandboxes are overloaded (${why} of its ${seconds(timeoutMs)} deadline)` };
 }
 
 /**

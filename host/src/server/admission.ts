@@ -9,7 +9,7 @@ import type { PolicyEntry, PolicyRegistry } from '../policy/policy-set.ts';
 import { parseReviewText } from '../review/parse.ts';
 import { requestSpan } from '../review/raw.ts';
 import { respond, type AdmissionResponseReview } from '../review/respond.ts';
-import type { SandboxPool } from '../sandbox/pool.ts';
+import type { CallResult, SandboxPool } from '../sandbox/pool.ts';
 import { policyMatches, type NamespaceLabels } from '../select/match.ts';
 import type { Logger } from '../util/log.ts';
 import type { Metrics } from './metrics.ts';
@@ -45,7 +45,14 @@ export async function review(deps: AdmissionDeps, caller: Caller, body: string |
     };
     // Overload: when none of the review's policies could start within its deadline, the review
     // is answered now (per failurePolicy) without building the input it will not use.
-    const refused = selected.map((entry) => entry.loaded && deps.pool.refusal(entry.loaded.limits.timeoutMs));
+    // Policies mostly share a deadline: ask the pool (which words each refusal) once per deadline.
+    const byDeadline = new Map<number, CallResult | undefined>();
+    const refused = selected.map((entry) => {
+      if (!entry.loaded) return undefined;
+      const timeoutMs = entry.loaded.limits.timeoutMs;
+      if (!byDeadline.has(timeoutMs)) byDeadline.set(timeoutMs, deps.pool.refusal(timeoutMs));
+      return byDeadline.get(timeoutMs);
+    });
     const shed = refused.every((r, i) => r !== undefined || !selected[i]!.loaded);
     // Guests get the request's own bytes spliced into their input, unless parsing had to change it.
     if (!shed && typeof body !== 'string' && !parsed.normalized && selected.length > 0) {
