@@ -3,7 +3,9 @@
 import { expect, it } from 'vitest';
 import type { AdmissionRequest } from '@portcullis/sdk';
 import type { Outcome } from '../../host/src/evaluate/outcome.ts';
+import { Histogram, Registry } from 'prom-client';
 import { Metrics } from '../../host/src/server/metrics.ts';
+import { TallyHistogram } from '../../host/src/server/tallies.ts';
 import { LineThrottle, recordReview } from '../../host/src/server/telemetry.ts';
 import type { SandboxPool } from '../../host/src/sandbox/pool.ts';
 import { createLogger } from '../../host/src/util/log.ts';
@@ -63,4 +65,21 @@ it('counts survive repeated scrapes exactly, and a refused call (never started) 
   expect(second).toMatch(/portcullis_sandbox_faults_total\{policy="p",kind="temporary"\} 4\n/);
   expect(second).toMatch(/portcullis_evaluation_duration_seconds_count\{policy="p"\} 1\n/);
   expect(second).toMatch(/portcullis_reviews_total\{endpoint="\/validate",decision="denied"\} 1\n/);
+});
+
+it('TallyHistogram prints what a prom-client Histogram prints for the same observations', async () => {
+  const buckets = [0.001, 0.01, 0.1, 1];
+  const ours = new Registry();
+  const theirs = new Registry();
+  const tallied = new TallyHistogram({ name: 'h_seconds', help: 'h', label: 'policy', buckets, registry: ours });
+  const reference = new Histogram({ name: 'h_seconds', help: 'h', labelNames: ['policy'], buckets, registers: [theirs] });
+  const samples: [string, number][] = [['a', 0.0005], ['a', 0.001], ['b', 0.05], ['a', 2], ['b', 1], ['c', 0], ['a', 0.0011]];
+  for (const [policy, seconds] of samples) {
+    tallied.observe(policy, seconds);
+    reference.labels(policy).observe(seconds);
+  }
+  expect(await ours.metrics()).toBe(await theirs.metrics());
+  tallied.reset();
+  reference.reset();
+  expect(await ours.metrics()).toBe(await theirs.metrics());
 });

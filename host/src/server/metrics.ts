@@ -1,11 +1,12 @@
 // Prometheus metrics for reviews, evaluations, sandbox faults and pool saturation, plus what an
 // operator checks first: build, loaded policies (with digest and source), leadership, registry
 // pulls, and prom-client's default process and Node.js metrics.
-import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
+import { collectDefaultMetrics, Counter, Gauge, Registry } from 'prom-client';
 import type { PolicySet } from '../policy/policy-set.ts';
 import type { Outcome } from '../evaluate/outcome.ts';
 import type { SandboxPool } from '../sandbox/pool.ts';
 import { buildInfo } from '../util/build-info.ts';
+import { Tally, TallyHistogram } from './tallies.ts';
 
 const LATENCY_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5];
 
@@ -13,9 +14,9 @@ export class Metrics {
   readonly registry = new Registry();
   readonly reviews = new Counter({ name: 'portcullis_reviews_total', help: 'AdmissionReviews answered, by endpoint and decision', labelNames: ['endpoint', 'decision'] as const, registers: [this.registry], collect: (): void => this.#reviews.flush() });
   readonly badRequests = new Counter({ name: 'portcullis_bad_requests_total', help: 'Requests refused before evaluation, by reason code', labelNames: ['code'] as const, registers: [this.registry] });
-  readonly reviewSeconds = new Histogram({ name: 'portcullis_review_duration_seconds', help: 'Time from request to response', labelNames: ['endpoint'] as const, buckets: LATENCY_BUCKETS, registers: [this.registry] });
+  readonly reviewSeconds = new TallyHistogram({ name: 'portcullis_review_duration_seconds', help: 'Time from request to response', label: 'endpoint', buckets: LATENCY_BUCKETS, registry: this.registry });
   readonly evaluations = new Counter({ name: 'portcullis_evaluations_total', help: 'Policy evaluations, by policy and outcome', labelNames: ['policy', 'outcome'] as const, registers: [this.registry], collect: (): void => this.#evaluations.flush() });
-  readonly evaluationSeconds = new Histogram({ name: 'portcullis_evaluation_duration_seconds', help: 'Time of one policy evaluation including the hop into the sandbox', labelNames: ['policy'] as const, buckets: LATENCY_BUCKETS, registers: [this.registry] });
+  readonly evaluationSeconds = new TallyHistogram({ name: 'portcullis_evaluation_duration_seconds', help: 'Time of one policy evaluation including the hop into the sandbox', label: 'policy', buckets: LATENCY_BUCKETS, registry: this.registry });
   readonly faults = new Counter({ name: 'portcullis_sandbox_faults_total', help: 'Policy failures, by policy and kind', labelNames: ['policy', 'kind'] as const, registers: [this.registry], collect: (): void => this.#faults.flush() });
   readonly audited = new Counter({ name: 'portcullis_audit_decisions_total', help: 'Decisions of audit-mode policies (not enforced)', labelNames: ['policy', 'outcome'] as const, registers: [this.registry] });
   readonly policies = new Gauge({ name: 'portcullis_policies', help: 'Policies in the current set, by state', labelNames: ['state'] as const, registers: [this.registry] });
@@ -58,74 +59,18 @@ export class Metrics {
     const label = outcome.status === 'failed' ? `failed-${outcome.failure}` : outcome.status;
     this.#evaluations.add(outcome.policy, label);
     // A call the pool refused never ran: it has no duration to observe.
-    if (outcome.totalMicros !== undefined) series(this.#evaluationSeconds, this.evaluationSeconds, outcome.policy).observe(outcome.totalMicros / 1e6);
+    if (outcome.totalMicros !== undefined) this.evaluationSeconds.observe(outcome.policy, outcome.totalMicros / 1e6);
     if (outcome.status === 'failed') this.#faults.add(outcome.policy, outcome.failure);
   }
 
   /** One answered review. */
   recordReview(endpoint: string, decision: 'allowed' | 'denied', seconds: number): void {
     this.#reviews.add(endpoint, decision);
-    series(this.#reviewSeconds, this.reviewSeconds, endpoint).observe(seconds);
+    this.reviewSeconds.observe(endpoint, seconds);
   }
 
-  // Each review records a dozen series, a refused ten-policy review under overload thirty, and
-  // prom-client hashes the label values on every call, even through a labels() handle (16 µs of
-  // main thread per such review, measured). Counts are kept as plain numbers and added to the
-  // counters when they are scraped; histograms keep their per-series handles.
+  // Counted on the review path, handed to prom-client when scraped (tallies.ts).
   readonly #evaluations: Tally = new Tally(this.evaluations);
   readonly #faults: Tally = new Tally(this.faults);
   readonly #reviews: Tally = new Tally(this.reviews);
-  readonly #evaluationSeconds = new Map<string, Observed>();
-  readonly #reviewSeconds = new Map<string, Observed>();
-}
-
-type Observed = { observe(value: number): void };
-
-interface Series {
-  values: [string, string];
-  count: number;
-  added: number;
-}
-
-/** Counts of one counter by label values (in labelNames order), added to it on `flush`. */
-class Tally {
-  readonly #counter: { labels(...values: string[]): { inc(value: number): void } };
-  // Two levels, so that counting builds no key string.
-  readonly #series = new Map<string, Map<string, Series>>();
-  constructor(counter: { labels(...values: string[]): { inc(value: number): void } }) {
-    this.#counter = counter;
-  }
-
-  /** Bounded by the configuration: policies × outcomes, endpoints × decisions. */
-  add(first: string, second: string): void {
-    let inner = this.#series.get(first);
-    if (!inner) this.#series.set(first, inner = new Map<string, Series>());
-    const series = inner.get(second);
-    if (series) series.count++;
-    else inner.set(second, { values: [first, second], count: 1, added: 0 });
-  }
-
-  flush(): void {
-    for (const inner of this.#series.values()) {
-      for (const series of inner.values()) {
-        if (series.count === series.added) continue;
-        this.#counter.labels(...series.values).inc(series.count - series.added);
-        series.added = series.count;
-      }
-    }
-  }
-}
-
-/**
- * The series of `metric` for these label values (in labelNames order), from `cache`. Bounded by
- * the configuration: policies × outcomes, endpoints × decisions.
- */
-function series<T>(cache: Map<string, T>, metric: { labels(...values: string[]): T }, ...values: string[]): T {
-  const key = values.length === 1 ? values[0]! : values.join('\0');
-  let handle = cache.get(key);
-  if (handle === undefined) {
-    handle = metric.labels(...values);
-    cache.set(key, handle);
-  }
-  return handle;
 }
