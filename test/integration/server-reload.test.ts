@@ -79,12 +79,34 @@ describe('hot reload', () => {
 });
 
 describe('graceful shutdown', () => {
-  it('stops accepting on SIGTERM, finishes the review in flight, and exits 0', async () => {
+  /** `serve` as its own process on `yaml` (written to slow.yaml beside a fresh server's files). */
+  async function serve(yaml: (dir: string) => string) {
     const t = await startServer('policies: []');
     const dir = t.dir;
     await t.close();
-    await writeFile(join(dir, 'slow.yaml'), `
-server: { port: 0, host: 127.0.0.1, tls: { mode: self-signed, hostnames: [127.0.0.1], cadump: ${dir}/ca.pem } }
+    await writeFile(join(dir, 'slow.yaml'), yaml(dir));
+    const child = spawn(process.execPath, [`${root}host/bin/portcullis.js`, 'serve', '--config', join(dir, 'slow.yaml')], { cwd: root });
+    // Should the test fail before it sends SIGTERM, the server must not outlive it.
+    onTestFinished(() => {
+      if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+    });
+    const output = { stderr: '' };
+    const url = await new Promise<string>((resolve, reject) => {
+      child.stderr.on('data', (d) => {
+        output.stderr += d;
+        const match = /"msg":"listening","url":"([^"]+)"/.exec(output.stderr);
+        if (match && output.stderr.includes('"policy loaded"')) resolve(match[1]!);
+      });
+      child.on('exit', () => reject(new Error(`serve exited early: ${output.stderr}`)));
+    });
+    const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
+    const ca = await readFile(join(dir, 'ca.pem'), 'utf8');
+    return { child, url, exited, output, agent: () => new Agent({ connect: { ca } }) };
+  }
+
+  it('with shutdownDelayMs 0, stops accepting on SIGTERM, finishes the review in flight, and exits 0', async () => {
+    const { child, url, exited, output, agent: newAgent } = await serve((dir) => `
+server: { port: 0, host: 127.0.0.1, shutdownDelayMs: 0, tls: { mode: self-signed, hostnames: [127.0.0.1], cadump: ${dir}/ca.pem } }
 policies:
   - name: slow
     module: ${wasm('spin')}
@@ -92,31 +114,55 @@ policies:
     limits: { timeoutMs: 8000 }
 webhooks: { timeoutSeconds: 10 }
 `);
-    const child = spawn(process.execPath, [`${root}host/bin/portcullis.js`, 'serve', '--config', join(dir, 'slow.yaml')], { cwd: root });
-    // Should the test fail before it sends SIGTERM, the server must not outlive it.
-    onTestFinished(() => {
-      if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
-    });
-    let stderr = '';
-    const url = await new Promise<string>((resolve, reject) => {
-      child.stderr.on('data', (d) => {
-        stderr += d;
-        const match = /"msg":"listening","url":"([^"]+)"/.exec(stderr);
-        if (match && stderr.includes('"policy loaded"')) resolve(match[1]!);
-      });
-      child.on('exit', () => reject(new Error(`serve exited early: ${stderr}`)));
-    });
-    const agent = new Agent({ connect: { ca: await readFile(join(dir, 'ca.pem'), 'utf8') } });
+    const agent = newAgent();
     const inflight = request(`${url}/mutate/slow`, { method: 'POST', dispatcher: agent, headers: { 'content-type': 'application/json' }, body: JSON.stringify(admissionReview({ kind: 'ConfigMap', metadata: { name: 'x' } })) });
     await new Promise((r) => setTimeout(r, 150));
-    const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
     child.kill('SIGTERM');
     const res = await inflight;
     expect(res.statusCode).toBe(200);
+    // Answered while stopping: the connection is not kept for another call.
+    expect(res.headers.connection).toBe('close');
     expect(JSON.parse(await res.body.text()).response).toMatchObject({ allowed: true, warnings: ['policy "slow": spun 3000000'] });
     expect(await exited).toBe(0);
-    expect(stderr).toContain('"msg":"shutting down","signal":"SIGTERM"');
+    expect(output.stderr).toContain('"msg":"shutting down","signal":"SIGTERM"');
     await expect(request(`${url}/healthz`, { dispatcher: agent })).rejects.toThrow();
     await agent.close();
+  });
+
+  it('on SIGTERM goes on accepting and answering for shutdownDelayMs, each answer closing its connection, then exits 0', async () => {
+    const { child, url, exited, output, agent: newAgent } = await serve((dir) => `
+server: { port: 0, host: 127.0.0.1, shutdownDelayMs: 1500, tls: { mode: self-signed, hostnames: [127.0.0.1], cadump: ${dir}/ca.pem } }
+policies:
+  - name: quick
+    module: ${wasm('spin')}
+    settings: { iterations: 10 }
+`);
+    const review = (dispatcher: Agent) => request(`${url}/mutate/quick`, { method: 'POST', dispatcher, headers: { 'content-type': 'application/json' }, body: JSON.stringify(admissionReview({ kind: 'ConfigMap', metadata: { name: 'x' } })) });
+    const kept = newAgent();
+    const before = await review(kept);
+    expect(before.headers.connection).toBe('keep-alive');
+    await before.body.text();
+    const signalled = performance.now();
+    child.kill('SIGTERM');
+    for (let i = 0; i < 100 && !output.stderr.includes('"msg":"shutting down"'); i++) await new Promise((r) => setTimeout(r, 10));
+    expect(output.stderr).toContain('"msg":"shutting down","signal":"SIGTERM","drainMs":1500');
+    // The apiserver may still open a connection here (kube-proxy has not caught up): answered.
+    const fresh = newAgent();
+    const during = await review(fresh);
+    expect(during.statusCode).toBe(200);
+    expect(during.headers.connection).toBe('close');
+    expect(JSON.parse(await during.body.text()).response).toMatchObject({ allowed: true });
+    const readyz = await request(`${url}/readyz`, { dispatcher: newAgent() });
+    expect(readyz.statusCode).toBe(503);
+    await readyz.body.text();
+    // A connection kept alive from before is answered too (undici reconnects if it was closed).
+    const again = await review(kept);
+    expect(again.statusCode).toBe(200);
+    await again.body.text();
+    expect(child.exitCode).toBeNull();
+    expect(await exited).toBe(0);
+    expect(performance.now() - signalled).toBeGreaterThan(1400);
+    await expect(review(newAgent())).rejects.toThrow();
+    await Promise.all([kept.close(), fresh.close()]);
   });
 });

@@ -43,13 +43,18 @@ export default async function serve(args: string[]): Promise<number> {
   }
   await new Promise<void>((resolve) => {
     const shutdown = (signal: string) => {
-      server.log.info('shutting down', { signal });
+      // SIGTERM is the kubelet's: go on answering for server.shutdownDelayMs while the apiserver
+      // and kube-proxy stop sending here (app.ts, drain). SIGINT is someone at a terminal.
+      const delayMs = signal === 'SIGTERM' ? server.config.server.shutdownDelayMs : 0;
+      server.log.info('shutting down', { signal, ...(delayMs > 0 ? { drainMs: delayMs } : {}) });
+      const drained = server.drain(delayMs);
       // Webhooks go first, while the server still answers: the apiserver keeps calling a
       // webhook until its removal lands, and with Fail an unanswered call denies the request.
       // The Lease is released last, so a replica taking over finds the cleanup done.
       (certificate ? certificate.stop() : Promise.resolve())
         .then(() => manager?.stop())
         .catch((error: unknown) => server.log.error('webhook management did not stop cleanly', { message: errorMessage(error) }))
+        .then(() => drained)
         .then(() => server.stop())
         .then(resolve, resolve);
     };

@@ -60,6 +60,7 @@ export interface RawServer {
   maxBodyBytes?: number;
   headersTimeoutMs?: number;
   requestTimeoutMs?: number;
+  shutdownDelayMs?: number;
   metricsPort?: number;
   readyWhenAllPoliciesLoaded?: boolean;
   logAllowedReviews?: boolean;

@@ -2,7 +2,7 @@
 // file change or SIGHUP, certificate rotation, graceful stop. `portcullis serve` and the
 // integration tests both start it through `startServer`.
 import { unwatchFile, watchFile } from 'node:fs';
-import type { Server } from 'node:http';
+import type { Server, ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Server as HttpsServer } from 'node:https';
 import { loadConfigFile } from '../config/load.ts';
@@ -62,7 +62,10 @@ export class PortcullisServer {
   tls: TlsMaterial | undefined;
   #server: Server;
   #ready = false;
-  #inflight = 0;
+  /** Leaving: /readyz says 503 and every answer closes its connection (drain, stop). */
+  #draining = false;
+  /** Requests not yet answered. */
+  readonly #open = new Set<ServerResponse>();
   #stopping: Promise<void> | undefined;
   #cleanups: (() => void)[] = [];
   #reloading: Promise<boolean> | undefined;
@@ -83,9 +86,11 @@ export class PortcullisServer {
       acceptsReviews: () => this.#ready,
       isReady: () => this.#readiness(),
     });
-    this.#server.on('request', (_req, res) => {
-      this.#inflight++;
-      res.on('close', () => this.#inflight--);
+    // First of the request listeners, so that the header is set before any answer is written.
+    this.#server.prependListener('request', (_req, res) => {
+      this.#open.add(res);
+      res.on('close', () => this.#open.delete(res));
+      if (this.#draining) res.setHeader('connection', 'close');
     });
   }
 
@@ -167,7 +172,9 @@ export class PortcullisServer {
     const failed = this.registry.current.failed.map((e) => ({ policy: e.config.name, code: e.error?.code, error: e.error?.message }));
     // Optional: an operator who would rather have no traffic than a policy that is not enforcing.
     // Not ready until every cached context kind has synced (reads before that fail as temporary).
-    const ready = this.#ready && this.context.waiting().length === 0 && !(this.config.server.readyWhenAllPoliciesLoaded && failed.length > 0);
+    // Not ready once shutting down (drain): the endpoint goes while the host still answers.
+    const ready = this.#ready && !this.#draining && this.context.waiting().length === 0
+      && !(this.config.server.readyWhenAllPoliciesLoaded && failed.length > 0);
     return { ready, detail: { policies: this.registry.current.entries.length, failed, ...(this.#cluster ? { context: this.context.store.kinds() } : {}) } };
   }
 
@@ -268,19 +275,44 @@ export class PortcullisServer {
     timer.unref();
   }
 
-  /** Stops accepting, lets reviews in flight finish (up to `graceMs`), then shuts the sandboxes. */
+  /**
+   * The start of a shutdown (SIGTERM). The pod is leaving the Service, but the apiserver keeps
+   * using its open keep-alive connections to it, and until every kube-proxy has caught up it may
+   * still open new ones here: refusing them would fail those calls (denied, with failurePolicy
+   * Fail). For `delayMs` the server goes on accepting and answering, /readyz says 503, idle
+   * connections are closed and every answer closes its connection, so the apiserver's next
+   * call opens one to a replica that stays.
+   */
+  async drain(delayMs: number): Promise<void> {
+    this.#startDraining();
+    if (delayMs > 0) await new Promise((resolve) => setTimeout(resolve, delayMs));
+  }
+
+  #startDraining(): void {
+    if (this.#draining) return;
+    this.#draining = true;
+    // Answers being worked on close their connection too; idle connections close now.
+    for (const res of this.#open) if (!res.headersSent) res.setHeader('connection', 'close');
+    this.#server.closeIdleConnections();
+  }
+
+  /**
+   * Stops accepting, answers the reviews in flight (and any that arrive on a connection still
+   * open; each answer closes its connection) for up to `graceMs`, then shuts the sandboxes.
+   */
   stop(graceMs = 20_000): Promise<void> {
     this.#stopping ??= (async () => {
-      this.#ready = false;
+      this.#startDraining();
       for (const cleanup of this.#cleanups) cleanup();
       const closed = new Promise<void>((resolve) => this.#server.close(() => resolve()));
       this.#metricsServer?.close();
       this.#metricsServer?.closeAllConnections();
       this.#server.closeIdleConnections();
       const deadline = Date.now() + graceMs;
-      while (this.#inflight > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+      while (this.#open.size > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
       this.#server.closeAllConnections();
       await closed;
+      this.#ready = false;
       await this.#cluster?.stop();
       await this.pool.close();
     })();
