@@ -101,7 +101,9 @@ describe('an unreachable apiserver', () => {
   it('is retried and reported while reviews are served; exit does not hang', async () => {
     const closed = await freePort();
     const nowhere = await writeKubeconfig({ token: 'x' }, `https://127.0.0.1:${closed}`);
-    const host = await startHost({ managed: 'down.e2e.dev', policies: [requireLabels], env: { KUBECONFIG: nowhere } });
+    // A 1 s drain on SIGTERM (server.shutdownDelayMs; 5 s by default), so that what is timed
+    // below is the webhook cleanup against an apiserver that never answers.
+    const host = await startHost({ managed: 'down.e2e.dev', policies: [requireLabels], env: { KUBECONFIG: nowhere }, server: { shutdownDelayMs: 1000 } });
     await host.waitForLog(new RegExp(`cannot reach the apiserver at https://127.0.0.1:${closed} to get leases.*?ECONNREFUSED.*?admission reviews are still served; retrying`));
     expect(await review(host, await readFile(host.caFile, 'utf8'))).toMatchObject({ allowed: false });
     const started = Date.now();

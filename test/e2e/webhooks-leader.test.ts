@@ -48,10 +48,12 @@ describe('leader election on a Lease', () => {
   it('hands over at once when the leader exits gracefully', async () => {
     const transitions = (await lease()).spec.leaseTransitions;
     const stopped = Date.now();
-    expect(await a.stop('SIGTERM')).toBe(0);
+    const exited = a.stop('SIGTERM');
     await waitFor('B to take over', () => managedBy(b), 10_000, 100);
-    // A released the lease: B took it at its next round, well before the 3 s lease could expire.
+    // A released the lease: B took it at its next round, well before the 3 s lease could expire,
+    // while A still answers reviews for its shutdown delay (server.shutdownDelayMs).
     expect(Date.now() - stopped).toBeLessThan(3_000);
+    expect(await exited).toBe(0);
     const taken = await lease();
     expect(taken.spec.holderIdentity).toBe(leaderIdentity(b));
     expect(taken.spec.leaseTransitions).toBe(transitions + 1);

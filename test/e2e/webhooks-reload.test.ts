@@ -1,7 +1,7 @@
 // Removing or adding a `failurePolicy: Fail` policy by hot reload, under a steady stream of
 // requests it covers, through the real apiserver: not one request fails. The removed policy is
 // answered until its webhook is gone from the cluster; an added one is served before its
-// webhook appears.
+// webhook appears. A replica leaving on SIGTERM is answered through its shutdown delay.
 import { readFile } from 'node:fs/promises';
 import { Agent, request } from 'undici';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -86,5 +86,29 @@ describe('hot reload under a stream of requests (failurePolicy Fail)', () => {
     expect(failures).toEqual([]);
     expect(sent).toBeGreaterThan(50);
     expect(await host.stop('SIGTERM')).toBe(0);
+  });
+});
+
+describe('a replica leaving (SIGTERM) under a stream of requests (failurePolicy Fail)', () => {
+  it('fails no request during its shutdown delay: the apiserver is answered on the connections it keeps and the ones it opens', async () => {
+    // Persistent, so the webhook stays and the apiserver goes on calling this host while it leaves.
+    const kept = policy('require-labels', {
+      modes: ['validate'], failurePolicy: 'Fail', persistent: true, settings: { labels: { team: 'x' } },
+      rules: [{ operations: ['CREATE'], apiGroups: [''], apiVersions: ['v1'], resources: ['configmaps'] }],
+    });
+    const host = await startHost({ managed: NAME, policies: [kept], server: { shutdownDelayMs: 4000 } });
+    await waitFor('the webhook of require-labels', () => hasWebhook('require-labels'));
+    const load = stream();
+    await new Promise((r) => setTimeout(r, 1_000));
+    const exited = host.stop('SIGTERM');
+    await host.waitForLog(/"msg":"shutting down","signal":"SIGTERM","drainMs":4000/);
+    // With shutdownDelayMs 0 (the listener closed at once, as before) calls here fail with EOF
+    // or connection refused.
+    await new Promise((r) => setTimeout(r, 3_000));
+    const { sent, failures } = await load.stop();
+    expect(failures).toEqual([]);
+    expect(sent).toBeGreaterThan(50);
+    expect(host.output()).toMatch(/released the lease/);
+    expect(await exited).toBe(0);
   });
 });

@@ -141,6 +141,8 @@ policies:
     const kept = newAgent();
     const before = await review(kept);
     expect(before.headers.connection).toBe('keep-alive');
+    // Longer than the apiserver keeps an idle connection (90 s): the caller closes it, not us.
+    expect(before.headers['keep-alive']).toBe('timeout=120');
     await before.body.text();
     const signalled = performance.now();
     child.kill('SIGTERM');

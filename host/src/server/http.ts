@@ -40,7 +40,11 @@ export function createServer(config: ServerConfig, tls: TlsMaterial | undefined,
   // headersTimeout, the whole request within requestTimeout; idle keep-alive sockets close.
   server.headersTimeout = config.headersTimeoutMs;
   server.requestTimeout = config.requestTimeoutMs;
-  server.keepAliveTimeout = 30_000;
+  // The apiserver keeps idle webhook connections for 90 s (Go's http.DefaultTransport
+  // IdleConnTimeout, which client-go keeps) and reuses them. Closing one first races with a call
+  // it is writing there, and it does not retry a POST that met EOF: the call fails, and with
+  // failurePolicy Fail the request is denied. So an idle connection is left for the caller to close.
+  server.keepAliveTimeout = 120_000;
   server.on('clientError', (error: NodeJS.ErrnoException, socket) => {
     const refused = error.code === 'ERR_HTTP_REQUEST_TIMEOUT'
       ? new HttpError('REQUEST_TIMEOUT', 'the request did not arrive in time')
