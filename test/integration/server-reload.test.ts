@@ -79,12 +79,16 @@ describe('hot reload', () => {
 });
 
 describe('graceful shutdown', () => {
-  /** `serve` as its own process on `yaml` (written to slow.yaml beside a fresh server's files). */
-  async function serve(yaml: (dir: string) => string) {
+  /** `serve` as its own process, with this drain and these policies (YAML list items). */
+  async function serve(shutdownDelayMs: number, policies: string) {
     const t = await startServer('policies: []');
     const dir = t.dir;
     await t.close();
-    await writeFile(join(dir, 'slow.yaml'), yaml(dir));
+    await writeFile(join(dir, 'slow.yaml'), `
+server: { port: 0, host: 127.0.0.1, shutdownDelayMs: ${shutdownDelayMs}, tls: { mode: self-signed, hostnames: [127.0.0.1], cadump: ${dir}/ca.pem } }
+webhooks: { timeoutSeconds: 10 }
+policies:
+${policies}`);
     const child = spawn(process.execPath, [`${root}host/bin/portcullis.js`, 'serve', '--config', join(dir, 'slow.yaml')], { cwd: root });
     // Should the test fail before it sends SIGTERM, the server must not outlive it.
     onTestFinished(() => {
@@ -101,21 +105,21 @@ describe('graceful shutdown', () => {
     });
     const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
     const ca = await readFile(join(dir, 'ca.pem'), 'utf8');
-    return { child, url, exited, output, agent: () => new Agent({ connect: { ca } }) };
+    const review = (path: string, dispatcher: Agent) => request(`${url}${path}`, {
+      method: 'POST', dispatcher, headers: { 'content-type': 'application/json' }, body: JSON.stringify(admissionReview({ kind: 'ConfigMap', metadata: { name: 'x' } })),
+    });
+    return { child, url, exited, output, review, agent: () => new Agent({ connect: { ca } }) };
   }
 
   it('with shutdownDelayMs 0, stops accepting on SIGTERM, finishes the review in flight, and exits 0', async () => {
-    const { child, url, exited, output, agent: newAgent } = await serve((dir) => `
-server: { port: 0, host: 127.0.0.1, shutdownDelayMs: 0, tls: { mode: self-signed, hostnames: [127.0.0.1], cadump: ${dir}/ca.pem } }
-policies:
+    const { child, url, exited, output, review, agent: newAgent } = await serve(0, `
   - name: slow
     module: ${wasm('spin')}
     settings: { iterations: 3000000 }
     limits: { timeoutMs: 8000 }
-webhooks: { timeoutSeconds: 10 }
 `);
     const agent = newAgent();
-    const inflight = request(`${url}/mutate/slow`, { method: 'POST', dispatcher: agent, headers: { 'content-type': 'application/json' }, body: JSON.stringify(admissionReview({ kind: 'ConfigMap', metadata: { name: 'x' } })) });
+    const inflight = review('/mutate/slow', agent);
     await new Promise((r) => setTimeout(r, 150));
     child.kill('SIGTERM');
     const res = await inflight;
@@ -130,14 +134,12 @@ webhooks: { timeoutSeconds: 10 }
   });
 
   it('on SIGTERM goes on accepting and answering for shutdownDelayMs, each answer closing its connection, then exits 0', async () => {
-    const { child, url, exited, output, agent: newAgent } = await serve((dir) => `
-server: { port: 0, host: 127.0.0.1, shutdownDelayMs: 1500, tls: { mode: self-signed, hostnames: [127.0.0.1], cadump: ${dir}/ca.pem } }
-policies:
+    const { child, url, exited, output, review: post, agent: newAgent } = await serve(1500, `
   - name: quick
     module: ${wasm('spin')}
     settings: { iterations: 10 }
 `);
-    const review = (dispatcher: Agent) => request(`${url}/mutate/quick`, { method: 'POST', dispatcher, headers: { 'content-type': 'application/json' }, body: JSON.stringify(admissionReview({ kind: 'ConfigMap', metadata: { name: 'x' } })) });
+    const review = (dispatcher: Agent) => post('/mutate/quick', dispatcher);
     const kept = newAgent();
     const before = await review(kept);
     expect(before.headers.connection).toBe('keep-alive');
