@@ -1,10 +1,10 @@
 // The merged patch sent to the apiserver: it must take the original to the merged object, and
 // its size must follow what changed, not the size of the lists that changed.
-import type { JsonValue } from '@portcullis/sdk';
+import type { JsonValue, PatchOperation } from '@portcullis/sdk';
 import { describe, expect, it } from 'vitest';
 import { diff } from '../../host/src/merge/diff.ts';
 import { merge } from '../../host/src/merge/merge.ts';
-import { patchedObject } from '../../host/src/merge/patches.ts';
+import { combinePatches, patchedObject } from '../../host/src/merge/patches.ts';
 import { equal, patched } from '../../host/src/merge/json-patch.ts';
 
 /** A small seeded generator, so a failure names a case that can be run again. */
@@ -125,5 +125,62 @@ describe('the merged patch', () => {
     expect(JSON.stringify(decision.patch).length).toBeLessThan(200);
     expect((patchedObject(pod, decision.patch) as typeof pod).spec.containers[0]!.securityContext.capabilities.add).toEqual(caps.slice(1));
     expect(performance.now() - started).toBeLessThan(3000);
+  });
+});
+
+/** Every pointer into `v` (and one past each list's end, `-`, and a new key per map), for random operations. */
+function pointers(v: JsonValue, prefix: string, out: string[]): string[] {
+  if (prefix !== '') out.push(prefix);
+  if (Array.isArray(v)) {
+    v.forEach((x, i) => pointers(x, `${prefix}/${i}`, out));
+    out.push(`${prefix}/-`, `${prefix}/${v.length}`);
+  } else if (v !== null && typeof v === 'object') {
+    for (const [k, x] of Object.entries(v)) pointers(x, `${prefix}/${k}`, out);
+    out.push(`${prefix}/n0`, `${prefix}/__proto__`);
+  }
+  return out;
+}
+
+function operation(rnd: () => number, original: JsonValue): PatchOperation {
+  const all = pointers(original, '', []);
+  const at = () => all[Math.floor(rnd() * all.length)]!;
+  switch (Math.floor(rnd() * 6)) {
+    case 0: case 1: return { op: 'add', path: at(), value: value(rnd, 2) };
+    case 2: return { op: 'replace', path: at(), value: value(rnd, 2) };
+    case 3: return { op: 'remove', path: at() };
+    case 4: return { op: 'move', from: at(), path: at() };
+    default: return { op: 'copy', from: at(), path: at() };
+  }
+}
+
+function deepFreeze<T>(v: T): T {
+  if (v !== null && typeof v === 'object') for (const x of Object.values(v)) deepFreeze(x);
+  return Object.freeze(v);
+}
+
+describe('combinePatches on random patches of two and three policies', () => {
+  it('never changes the original, never throws, and returns a patch that applies to it (3,000 cases)', () => {
+    for (let seed = 1; seed <= 3000; seed++) {
+      const rnd = random(seed);
+      const original = deepFreeze({ metadata: { name: 'n', labels: value(rnd, 2) }, spec: value(rnd, 0) }) as JsonValue;
+      const patches = Array.from({ length: 2 + Math.floor(rnd() * 2) }, (_, i) => ({
+        policy: `p${i}`, operations: Array.from({ length: 1 + Math.floor(rnd() * 3) }, () => operation(rnd, original)),
+      }));
+      const name = () => `seed ${seed}: ${JSON.stringify(original)} with ${JSON.stringify(patches)}`;
+      let combined: ReturnType<typeof combinePatches>;
+      try {
+        // Frozen: a write into the original (or a subtree shared with it) throws here.
+        combined = combinePatches(original, patches);
+      } catch (error) {
+        expect.fail(`${name()}: threw ${String(error)}`);
+      }
+      try {
+        patched(original, combined.patch);
+      } catch (error) {
+        expect.fail(`${name()}: its patch ${JSON.stringify(combined.patch)} does not apply: ${String(error)}`);
+      }
+      const rejected = new Set(combined.rejected.map((r) => r.policy));
+      if (patches.every((p) => rejected.has(p.policy)) && combined.patch.length > 0) expect.fail(`${name()}: every policy rejected, yet a patch`);
+    }
   });
 });
