@@ -86,7 +86,7 @@ function valueEnd(text: Text, at: number): number {
       const end = stringEnd(text, at + 1);
       if (end < 0) return -1;
       // A string followed by a colon is a key; one with an escape in it is not passed on raw.
-      if (text.escapes && hasEscape(text, at + 1, end) && chars.charCodeAt(skipSpace(text, end + 1)) === COLON) return -1;
+      if (hasEscape(text, at + 1, end) && chars.charCodeAt(skipSpace(text, end + 1)) === COLON) return -1;
       at = end + 1;
       continue;
     }
