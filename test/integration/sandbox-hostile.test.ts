@@ -196,6 +196,72 @@ describe('memory the linear-memory cap does not see (red-team findings)', () => 
     await stillServes();
   });
 
+  it('empty kernel blocks count too: alloc(0) in a loop fails at the cap, not at the deadline', async () => {
+    // Metered at nothing, each block still cost the worker ~500 bytes: one 2 s call grew the host
+    // by a gigabyte, past the Deployment's memory limit (red team).
+    const policy = await loadWat('alloc-zero', kernel('(loop $more (drop (call $alloc (i64.const 0))) (br $more))'));
+    const outcome = await evaluatePolicy(pool, policy, 'validate', input());
+    expect(outcome).toMatchObject({ status: 'failed', failure: 'temporary' });
+    expect(outcome.status === 'failed' && outcome.message).toMatch(/exceeded its 16 MiB memory cap \(Extism kernel allocations\)/);
+    await stillServes();
+  });
+
+  // Extism's variables: names live in a map of the kernel's that no reset cleared and no meter saw.
+  const variables = (body: string) => `(module
+    (import "extism:host/env" "alloc" (func $alloc (param i64) (result i64)))
+    (import "extism:host/env" "store_u64" (func $store (param i64 i64)))
+    (import "extism:host/env" "var_get" (func $var_get (param i64) (result i64)))
+    (import "extism:host/env" "var_set" (func $var_set (param i64 i64)))
+    (memory (export "memory") 1)
+    (func (export "validate") (result i32) (local $b i64) (local $k i64)
+      (local.set $b (call $alloc (i64.const 8))) ${body} (i32.const 0)))`;
+
+  it('variables count against the cap: 200,000 names in one call fail it instead of growing the worker', async () => {
+    // A guest that set 200,000 names a call piled them up across calls until V8 aborted the whole
+    // host at the worker's heap limit (red team).
+    const policy = await loadWat('var-flood', variables(`
+      (loop $more
+        ;; the name: k as three ASCII digits of base 64, so that every name is distinct text
+        (call $store (local.get $b) (i64.or (i64.or
+          (i64.add (i64.and (local.get $k) (i64.const 63)) (i64.const 48))
+          (i64.shl (i64.add (i64.and (i64.shr_u (local.get $k) (i64.const 6)) (i64.const 63)) (i64.const 48)) (i64.const 8)))
+          (i64.shl (i64.add (i64.and (i64.shr_u (local.get $k) (i64.const 12)) (i64.const 63)) (i64.const 48)) (i64.const 16))))
+        (call $var_set (local.get $b) (local.get $b))
+        (local.set $k (i64.add (local.get $k) (i64.const 1)))
+        (br_if $more (i64.lt_u (local.get $k) (i64.const 200000))))`));
+    const outcome = await evaluatePolicy(pool, policy, 'validate', input());
+    expect(outcome).toMatchObject({ status: 'failed', failure: 'temporary' });
+    expect(outcome.status === 'failed' && outcome.message).toMatch(/exceeded its 16 MiB memory cap \(Extism variables\)/);
+    await stillServes();
+  });
+
+  it('a variable lives for one call, as the kernel block it names does', async () => {
+    // The guest traps when the name it is about to set is already set: only a leftover from an
+    // earlier call could be. Each call otherwise answers nothing, which is a crash of its own.
+    const policy = await loadWat('var-lifetime', variables(`
+      (call $store (local.get $b) (i64.const 120))
+      (if (i64.ne (call $var_get (local.get $b)) (i64.const 0)) (then unreachable))
+      (call $var_set (local.get $b) (local.get $b))`));
+    for (let i = 0; i < 3; i++) {
+      const outcome = await evaluatePolicy(pool, policy, 'validate', input());
+      expect(outcome.status === 'failed' && outcome.message).toMatch(/not JSON/);
+    }
+  });
+
+  it('every kernel import the host allows links: log_trace and get_log_level, which Extism 1.0 lacks, included', async () => {
+    // They were on the allow-list but failed at link time with "function import requires a callable".
+    const policy = await loadWat('trace-logger', `(module
+      (import "extism:host/env" "alloc" (func $alloc (param i64) (result i64)))
+      (import "extism:host/env" "log_trace" (func $trace (param i64)))
+      (import "extism:host/env" "get_log_level" (func $level (result i32)))
+      (memory (export "memory") 1)
+      (func (export "validate") (result i32)
+        (if (i32.le_s (call $level) (i32.const 0)) (then (call $trace (call $alloc (i64.const 4)))))
+        (i32.const 0)))`);
+    const outcome = await evaluatePolicy(pool, policy, 'validate', input());
+    expect(outcome.status === 'failed' && outcome.message).toMatch(/not JSON/);
+  });
+
   it('a guest that catches the cap\'s fault and carries on still fails the call', async () => {
     const policy = await loadWat('alloc-swallow', kernel(`
       (block $done (try_table (catch_all $done) (drop (call $alloc (i64.const 33554432)))))`));

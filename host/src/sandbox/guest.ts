@@ -96,6 +96,14 @@ async function instantiateComponent(spec: SandboxSpec, logs: LogBuffer): Promise
 }
 
 const NO_INPUT: [Uint8Array, Uint8Array] = [new Uint8Array(0), new Uint8Array(0)];
+/**
+ * What one Extism kernel block costs the worker besides its bytes (its Block, ArrayBuffer and
+ * DataView, and its slot): measured at about 500 bytes of RSS per empty block on Node 24.
+ */
+const BLOCK_COST = 512;
+/** What one Extism variable costs besides its name (a map entry). */
+const VAR_COST = 128;
+const MAX_VAR_NAME_BYTES = 4096;
 
 const CORE_EXPORTS: Record<GuestFunction, string> = {
   metadata: '',
@@ -113,7 +121,9 @@ async function instantiateCore(spec: SandboxSpec, logs: LogBuffer): Promise<Gues
     trace: (m: string) => logs.push('debug', m), log: (m: string) => logs.push('info', m),
   } as unknown as Console;
   // Extism's kernel serves `alloc` with ArrayBuffers outside the guest's linear memory, where
-  // the memory cap does not reach. Meter them per call against the same cap.
+  // the memory cap does not reach. Meter them per call against the same cap, each block at its
+  // length plus what a block costs the worker whatever its length (red team: `alloc(0)` in a
+  // loop, metered at nothing, grew the host by a gigabyte in one two-second call).
   let allocated = 0;
   // A guest can catch what a host function throws (exception handling's catch_all) and run on:
   // the first fault of a call is kept and decides the call however the guest carries on.
@@ -125,11 +135,42 @@ async function instantiateCore(spec: SandboxSpec, logs: LogBuffer): Promise<Gues
   const alloc = (context: CallContext, length: bigint): bigint => {
     // Checked before it counts: a negative length would lower the meter (a red-team bypass).
     const bytes = Number(length);
-    if (!(bytes >= 0) || allocated + bytes > spec.memoryCapBytes) {
+    if (!(bytes >= 0) || allocated + bytes + BLOCK_COST > spec.memoryCapBytes) {
       throw kept(new GuestFault('memory', `exceeded its ${Math.round(spec.memoryCapBytes / 2 ** 20)} MiB memory cap (Extism kernel allocations)`));
     }
-    allocated += bytes;
+    allocated += bytes + BLOCK_COST;
     return context.alloc(length);
+  };
+  // Extism keeps variables in a map of its own that no reset clears and no meter sees: a guest
+  // that set 200,000 names per call piled them up across calls until the worker's heap limit,
+  // which V8 then enforced by aborting the whole host (red team). Ours live for one call (as
+  // their values, kernel blocks, always did) and count against the cap.
+  const vars = new Map<string, bigint>();
+  const varName = (context: CallContext, addr: bigint): string | undefined => {
+    if (context.length(addr) > BigInt(MAX_VAR_NAME_BYTES)) {
+      throw kept(new GuestFault('trap', `named a variable longer than ${MAX_VAR_NAME_BYTES} bytes`));
+    }
+    return context.read(addr)?.text();
+  };
+  const var_get = (context: CallContext, addr: bigint): bigint => {
+    const name = varName(context, addr);
+    return name === undefined ? 0n : (vars.get(name) ?? 0n);
+  };
+  const var_set = (context: CallContext, addr: bigint, value: bigint): void => {
+    const name = varName(context, addr);
+    if (name === undefined) return;
+    if (value === 0n) {
+      vars.delete(name);
+      return;
+    }
+    if (!vars.has(name)) {
+      allocated += VAR_COST + name.length * 2;
+      if (allocated > spec.memoryCapBytes) {
+        throw kept(new GuestFault('memory', `exceeded its ${Math.round(spec.memoryCapBytes / 2 ** 20)} MiB memory cap (Extism variables)`));
+      }
+    }
+    // As Extism does: a variable names a whole block, whatever offset it was given.
+    vars.set(name, (value >> 48n) << 48n);
   };
   // Issue 15: context reads for AssemblyScript policies (sdk/assembly/context.ts), JSON in and out.
   const readContext = contextReader(spec.policy, spec.context ?? [], spec.memoryCapBytes);
@@ -139,7 +180,7 @@ async function instantiateCore(spec: SandboxSpec, logs: LogBuffer): Promise<Gues
     const request = context.read(offset);
     // A fresh Uint8Array: Extism copies from its buffer, and Buffer.from may share a pooled one.
     const answer = ANSWER_ENCODER.encode(readContext(request === null ? '' : request.text()));
-    allocated += answer.length;
+    allocated += answer.length + BLOCK_COST;
     if (allocated > spec.memoryCapBytes) {
       throw kept(new GuestFault('memory', `exceeded its ${Math.round(spec.memoryCapBytes / 2 ** 20)} MiB memory cap (context read answers)`));
     }
@@ -174,7 +215,12 @@ async function instantiateCore(spec: SandboxSpec, logs: LogBuffer): Promise<Gues
   const plugin: Plugin = await createPlugin({ wasm: [{ module }] }, {
     useWasi: false, runInWorker: false, logger, allowedHosts: [],
     functions: {
-      'extism:host/env': { alloc, log_info: logTo('info'), log_warn: logTo('warn'), log_error: logTo('error'), log_debug: logTo('debug') },
+      'extism:host/env': {
+        alloc, var_get, var_set,
+        log_info: logTo('info'), log_warn: logTo('warn'), log_error: logTo('error'), log_debug: logTo('debug'), log_trace: logTo('debug'),
+        // Extism 1.0 has no get_log_level; PDKs ask it to skip formatting logs nobody reads. Every level is kept (64 lines a call at most).
+        get_log_level: () => 0,
+      },
       'extism:host/user': { portcullis_context_read, portcullis_input_length, portcullis_input_read } },
   });
   const instance = await plugin.getInstance();
@@ -190,6 +236,7 @@ async function instantiateCore(spec: SandboxSpec, logs: LogBuffer): Promise<Gues
       if (!exported.has(name)) throw new GuestFault('trap', `the module does not export "${name}"`);
       allocated = 0;
       fault = undefined;
+      vars.clear();
       // Extism 1.0 never frees a call's memory blocks: without a reset they pile up (~6 KB a
       // review) until block 32,768 overflows its address encoding, after 16,384 calls.
       // Variables (Var) live in those blocks too and do not survive: linear memory does.
@@ -204,7 +251,12 @@ async function instantiateCore(spec: SandboxSpec, logs: LogBuffer): Promise<Gues
       if (output === null) return '';
       const size = (output as unknown as DataView).byteLength;
       if (size > spec.maxOutputBytes) throw outputTooLarge(spec, size);
-      return output.text();
+      const text = output.text();
+      // The call's kernel blocks (up to the cap) would otherwise stay until this policy's next
+      // call. (reset does its work before it returns its promise.)
+      void plugin.reset();
+      vars.clear();
+      return text;
     },
     memoryBytes: () => largest(memories),
     close: () => void plugin.close(),
