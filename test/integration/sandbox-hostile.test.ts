@@ -8,7 +8,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { evaluatePolicy } from '../../host/src/evaluate/evaluate.ts';
 import { loadPolicy } from '../../host/src/policy/load.ts';
 import { SandboxPool } from '../../host/src/sandbox/pool.ts';
-import { applyPlan, planBudget, readLayout } from '../../host/src/sandbox/memory-cap.ts';
+import { applyPlan, MAX_MEMORIES, planBudget, readLayout } from '../../host/src/sandbox/memory-cap.ts';
 import { DEFAULT_LIMITS } from '../../host/src/config/limits.ts';
 import { input, load, wasm } from '../helpers/policies.ts';
 import { embedPolicyInfo } from '../../host/src/policy/metadata.ts';
@@ -75,14 +75,23 @@ describe('one memory budget per policy', () => {
     await stillServes();
   });
 
-  it('refuses 12 memories of 1024 pages at load: all memories count together', async () => {
-    const bytes = module({ memories: Array.from({ length: 12 }, () => ({ min: 1024 })), functions: [RETURN_0], exports: [validate] });
-    await expect(loadBytes('memories', bytes)).rejects.toThrow(/it declares 768 MiB before running \(memories 768 MiB, tables 0 MiB\), above its 64 MiB memory budget/);
+  it('refuses 8 memories of 1024 pages at load: all memories count together', async () => {
+    const bytes = module({ memories: Array.from({ length: 8 }, () => ({ min: 1024 })), functions: [RETURN_0], exports: [validate] });
+    await expect(loadBytes('memories', bytes)).rejects.toThrow(/it declares 512 MiB before running \(memories 512 MiB, tables 0 MiB\), above its 64 MiB memory budget/);
     await stillServes();
   });
 
-  it('gives 12 small growable memories maxima that add up to the budget, so growing them all fails inside the guest', async () => {
-    const bytes = module({ memories: Array.from({ length: 12 }, () => ({ min: 1 })), functions: [RETURN_0] });
+  it(`refuses more than ${MAX_MEMORIES} memories however small: each takes 8 GiB of the host's address space`, async () => {
+    // Red team: thousands of empty memories, counted at 0 bytes, filled the process's 128 TiB
+    // until no policy could get a memory at all.
+    const bytes = module({ memories: Array.from({ length: 4000 }, () => ({ min: 0 })), functions: [RETURN_0], exports: [validate] });
+    await expect(loadBytes('empty-memories', bytes)).rejects.toThrow(
+      /policy "empty-memories" could not be loaded: it declares 4000 linear memories; a policy may have at most 8 \(each reserves about 8 GiB/);
+    await stillServes();
+  });
+
+  it('gives 8 small growable memories maxima that add up to the budget, so growing them all fails inside the guest', async () => {
+    const bytes = module({ memories: Array.from({ length: 8 }, () => ({ min: 1 })), functions: [RETURN_0] });
     const layout = readLayout(bytes);
     const cap = 64 * 2 ** 20;
     const plan = planBudget([layout], cap);
@@ -90,7 +99,7 @@ describe('one memory budget per policy', () => {
     expect(maxima.reduce((a, b) => a + b, 0) * 65536).toBeLessThanOrEqual(cap);
     // Growing every memory to its maximum stays within the budget; one page more is refused.
     const grows = maxima.flatMap((max, i) => [...growMemory(i, max - 1), ...DROP]);
-    const probe = module({ memories: Array.from({ length: 12 }, () => ({ min: 1 })), functions: [[...grows, ...growMemory(0, 1)]], exports: [validate] });
+    const probe = module({ memories: Array.from({ length: 8 }, () => ({ min: 1 })), functions: [[...grows, ...growMemory(0, 1)]], exports: [validate] });
     const probeLayout = readLayout(probe);
     const capped = applyPlan(probe, probeLayout, planBudget([probeLayout], cap).memoryMax[0]!, []);
     const { validate: run } = new WebAssembly.Instance(await WebAssembly.compile(capped)).exports as { validate: () => number };

@@ -29,6 +29,13 @@ export const TABLE_ENTRY_BYTES = 32;
 export const GLOBAL_BYTES = 16;
 /** Real modules have a dozen standard sections and a handful of custom ones. */
 export const MAX_SECTIONS = 1000;
+/**
+ * Linear memories per policy (all its core modules together). However small, each reserves
+ * about 8 GiB of the process's address space for its guard regions, and the 128 TiB a process
+ * has is shared by every worker: a module of thousands of empty memories (counted at 0 bytes)
+ * could leave no room for any other policy's memory (red team). Toolchains make one or two.
+ */
+export const MAX_MEMORIES = 8;
 /** Memories other than a module's largest share at most this fraction of the room to grow. */
 const SIDE_MEMORY_SHARE = 1 / 16;
 
@@ -134,6 +141,11 @@ export interface BudgetPlan {
  * memory gets the rest after the others' small shares.
  */
 export function planBudget(layouts: ModuleLayout[], capBytes: number): BudgetPlan {
+  const count = sum(layouts.map((l) => l.memories.length));
+  if (count > MAX_MEMORIES) {
+    throw new MemoryCapError(`it declares ${count} linear memories; a policy may have at most ${MAX_MEMORIES} ` +
+      '(each reserves about 8 GiB of the host\'s address space, whatever its size)');
+  }
   const memoryMin = sum(layouts.flatMap((l) => l.memories.map((m) => m.min))) * PAGE;
   const tableMin = sum(layouts.flatMap((l) => l.tables.map((t) => t.min))) * TABLE_ENTRY_BYTES;
   const globals = sum(layouts.map((l) => l.globals)) * GLOBAL_BYTES;
