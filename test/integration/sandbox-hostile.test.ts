@@ -348,3 +348,27 @@ describe('what a policy reaches for and cannot have is named', () => {
     expect(outcome.status === 'failed' && outcome.message).toContain(message);
   });
 });
+
+describe('what went wrong is said in words (red-team findings)', () => {
+  const loadWat = async (name: string, text: string) =>
+    loadPolicy(pool, { name, module: `${name}.wasm`, settings: {}, limits: DEFAULT_LIMITS, failurePolicy: 'Fail', enforcement: 'enforce', isolation: 'reuse' }, await parse(text));
+
+  it('a start function that sets output, before any call, is refused naming that', async () => {
+    await expect(loadWat('start-output', `(module
+      (import "extism:host/env" "alloc" (func $alloc (param i64) (result i64)))
+      (import "extism:host/env" "output_set" (func $output (param i64 i64)))
+      (memory (export "memory") 1)
+      (func $start (call $output (call $alloc (i64.const 1)) (i64.const 1)))
+      (start $start)
+      (func (export "validate") (result i32) (i32.const 0)))`)).rejects.toThrow(
+      /policy "start-output" could not be loaded: .*its start function called a host function that works only during a call/);
+  });
+
+  it('an exception the guest throws and never catches is a crash that says so', async () => {
+    const policy = await loadWat('uncaught', `(module (tag $oops (param i32)) (memory (export "memory") 1)
+      (func (export "validate") (result i32) (throw $oops (i32.const 7))))`);
+    const outcome = await evaluatePolicy(pool, policy, 'validate', input());
+    expect(outcome).toMatchObject({ status: 'failed', failure: 'crash', message: 'crashed: threw a WebAssembly exception that it did not catch' });
+    await stillServes();
+  });
+});

@@ -212,17 +212,25 @@ async function instantiateCore(spec: SandboxSpec, logs: LogBuffer): Promise<Gues
     logs.push(level, LOG_DECODER.decode(block.bytes().subarray(0, MAX_LOG_LENGTH * 4)));
   };
   const oneCopy = WebAssembly.Module.imports(module).some((i) => i.module === 'extism:host/user' && i.name === 'portcullis_input_read');
-  const plugin: Plugin = await createPlugin({ wasm: [{ module }] }, {
-    useWasi: false, runInWorker: false, logger, allowedHosts: [],
-    functions: {
-      'extism:host/env': {
-        alloc, var_get, var_set,
-        log_info: logTo('info'), log_warn: logTo('warn'), log_error: logTo('error'), log_debug: logTo('debug'), log_trace: logTo('debug'),
-        // Extism 1.0 has no get_log_level; PDKs ask it to skip formatting logs nobody reads. Every level is kept (64 lines a call at most).
-        get_log_level: () => 0,
-      },
-      'extism:host/user': { portcullis_context_read, portcullis_input_length, portcullis_input_read } },
-  });
+  let plugin: Plugin;
+  try {
+    plugin = await createPlugin({ wasm: [{ module }] }, {
+      useWasi: false, runInWorker: false, logger, allowedHosts: [],
+      functions: {
+        'extism:host/env': {
+          alloc, var_get, var_set,
+          log_info: logTo('info'), log_warn: logTo('warn'), log_error: logTo('error'), log_debug: logTo('debug'), log_trace: logTo('debug'),
+          // Extism 1.0 has no get_log_level; PDKs ask it to skip formatting logs nobody reads. Every level is kept (64 lines a call at most).
+          get_log_level: () => 0,
+        },
+        'extism:host/user': { portcullis_context_read, portcullis_input_length, portcullis_input_read } },
+    });
+  } catch (error) {
+    // A start function runs before any call: Extism's output, error and input functions then
+    // fail inside the kernel with a TypeError that names none of it (red team).
+    if (error instanceof TypeError) throw new Error(`its start function called a host function that works only during a call (${error.message})`);
+    throw error;
+  }
   const instance = await plugin.getInstance();
   const memories = Object.values(instance.exports).filter((v): v is WebAssembly.Memory => v instanceof WebAssembly.Memory);
   guest.memory = instance.exports.memory instanceof WebAssembly.Memory ? instance.exports.memory : undefined;

@@ -150,6 +150,9 @@ function memoryCapMessage(spec: SandboxSpec): string {
   return `exceeded its ${Math.round(spec.memoryCapBytes / 2 ** 20)} MiB memory cap`;
 }
 
+// Not in TypeScript's lib yet (exception handling shipped in V8 9.5).
+const WasmException = (WebAssembly as unknown as { Exception?: abstract new (...args: never[]) => object }).Exception;
+
 function describe(error: unknown): string {
   if (error instanceof WebAssembly.RuntimeError) {
     const text = error.message.startsWith('wasm trap') ? error.message : `wasm trap: ${error.message}`;
@@ -158,6 +161,8 @@ function describe(error: unknown): string {
     return text;
   }
   if (error instanceof RangeError && /call stack size/i.test(error.message)) return `stack overflow (unbounded recursion?): ${error.message}`;
+  // A wasm `throw` nothing caught: its payload is the guest's own values, which say nothing here.
+  if (WasmException && error instanceof WasmException) return 'threw a WebAssembly exception that it did not catch';
   return error instanceof Error ? error.message : String(error);
 }
 
