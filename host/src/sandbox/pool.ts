@@ -4,8 +4,8 @@
 // (instantiation and start functions): a guest that outlives its deadline gets its worker
 // terminated (the only way to stop a guest in a tight loop) and a new worker takes its place.
 // Neighbours are protected three ways: calls are started round-robin between policies, and a
-// policy takes its last free worker only when no other policy is waiting, so one stuck at its
-// deadline cannot starve the others; a worker takes calls only once it has loaded every
+// policy takes its last free worker only when no other policy is waiting (never, while its last
+// call was stopped: see #suspect), so one stuck at its deadline cannot starve the others; a worker takes calls only once it has loaded every
 // policy; and a call that lands on a worker that does not have its policy is queued again,
 // never answered wrongly. A queued call whose deadline passed is not started.
 //
@@ -56,6 +56,8 @@ interface Job {
   group: object | undefined;
   /** Its policy's last cost (µs) when queued: its part of #queuedMicros. */
   cost: number;
+  /** Queued as a call of a suspect policy: counted in #suspectQueued, not in #queuedMicros. */
+  suspect: boolean;
   resolve: (result: CallResult) => void;
 }
 
@@ -145,6 +147,18 @@ export class SandboxPool {
   #turn = 0;
   /** Policies that got a worker replaced (deadline, crash): they always run alone. */
   #solo = new Set<string>();
+  /**
+   * Policies whose last call ended with its worker replaced, until one of their calls answers:
+   * they run on at most all workers but one, even when nothing else waits (their calls wait
+   * for each other, and past their deadline fail as usual), and their queued calls are not work
+   * that other policies' calls wait behind (round-robin starts those first), so they count
+   * neither in #queuedMicros nor in #waited. Red team: a policy looping to its deadline
+   * on three calls at once held both workers, and every other policy's calls waited out their
+   * deadlines or were refused as overload.
+   */
+  #suspect = new Set<string>();
+  /** How many queued calls are a suspect's. */
+  #suspectQueued = 0;
   /** Each policy's last call, in µs of worker time. */
   #cost = new Map<string, number>();
   /** The sum of #cost over the queued calls (as counted when each was queued). */
@@ -258,6 +272,7 @@ export class SandboxPool {
     this.#served.delete(key);
     this.#placement.delete(key);
     this.#solo.delete(key);
+    this.#suspect.delete(key);
     this.#cost.delete(key);
     if (!this.#specs.delete(key)) return;
     for (const slot of this.#slots) this.#post(slot, { type: 'unload', key });
@@ -276,7 +291,7 @@ export class SandboxPool {
     const refused = refusal(ahead, timeoutMs);
     if (refused) return Promise.resolve(refused);
     return new Promise((resolve) => {
-      this.#enqueue({ id: this.#nextId++, requeued: 0, key, fn, input, timeoutMs, started: performance.now(), group, cost: 0, resolve });
+      this.#enqueue({ id: this.#nextId++, requeued: 0, key, fn, input, timeoutMs, started: performance.now(), group, cost: 0, suspect: false, resolve });
       // Dispatch once the code that queued this call has queued the rest of its review's (they
       // are queued in one synchronous loop), so they share a message; not later, at the end of
       // the event loop's turn: the worker would wait while the main thread reads other sockets,
@@ -307,13 +322,14 @@ export class SandboxPool {
    * slow, workers that get less than a core each.
    */
   #ahead(): Ahead {
-    return { queuedMs: this.#queuedMicros / this.size / 1000, waitedMs: this.#queue.length === 0 ? 0 : this.#waited };
+    return { queuedMs: this.#queuedMicros / this.size / 1000, waitedMs: this.#queue.length === this.#suspectQueued ? 0 : this.#waited };
   }
 
   async close(): Promise<void> {
     this.#closed = true;
     for (const job of this.#queue.splice(0)) job.resolve(fault(job, 'worker', 'the sandbox pool shut down'));
     this.#queuedMicros = 0;
+    this.#suspectQueued = 0;
     await Promise.all(this.#slots.map((slot) => {
       const jobs = inflight(slot);
       this.#idle(slot);
@@ -409,7 +425,8 @@ export class SandboxPool {
     const now = performance.now();
     let waited = 0;
     for (const job of jobs) waited = Math.max(waited, now - job.started);
-    this.#waited = this.#queue.length === 0 ? 0 : waited;
+    // A suspect's call waited for its own calls (its cap), not for the pool: others are not judged by it.
+    if (!jobs[0]!.suspect) this.#waited = this.#queue.length === this.#suspectQueued ? 0 : waited;
     const batch: Batch = { id: jobs[0]!.id, first: slot.seq, jobs };
     slot.seq = (slot.seq + jobs.length) | 0;
     slot.batches.push(batch);
@@ -478,8 +495,10 @@ export class SandboxPool {
   }
 
   #enqueue(job: Job, front = false): void {
-    job.cost = this.#cost.get(job.key) ?? 0;
+    job.suspect = this.#suspect.has(job.key);
+    job.cost = job.suspect ? 0 : this.#cost.get(job.key) ?? 0;
     this.#queuedMicros += job.cost;
+    if (job.suspect) this.#suspectQueued++;
     if (front) this.#queue.unshift(job);
     else this.#queue.push(job);
   }
@@ -487,6 +506,7 @@ export class SandboxPool {
   #take(index: number): Job {
     const [job] = this.#queue.splice(index, 1);
     this.#queuedMicros = Math.max(0, this.#queuedMicros - job!.cost);
+    this.#dequeued(job!);
     return job!;
   }
 
@@ -501,9 +521,16 @@ export class SandboxPool {
       if (!taken.has(job)) this.#queue[kept++] = job;
     }
     this.#queue.length = kept;
-    for (const job of jobs) this.#queuedMicros -= job.cost;
+    for (const job of jobs) {
+      this.#queuedMicros -= job.cost;
+      this.#dequeued(job);
+    }
     if (this.#queuedMicros < 0) this.#queuedMicros = 0;
     return jobs;
+  }
+
+  #dequeued(job: Job): void {
+    if (job.suspect) this.#suspectQueued--;
   }
 
   /** How many workers other than `except` are running (or have in their batches) a call of each policy. */
@@ -540,7 +567,10 @@ export class SandboxPool {
       }
       if (!this.#holds(slot, job.key)) continue;
       const instances = this.instancesOf(job.key) || this.size;
-      if ((busy.get(job.key) ?? 0) >= (capped && instances > 1 ? instances - 1 : instances)) continue;
+      // A suspect policy never takes every worker, even when nothing else waits: what arrives
+      // while it runs to its deadline again must find a worker free.
+      const cap = this.#suspect.has(job.key) ? suspectWorkers(instances) : capped && instances > 1 ? instances - 1 : instances;
+      if ((busy.get(job.key) ?? 0) >= cap) continue;
       if (best < 0 || (this.#served.get(job.key) ?? 0) < (this.#served.get(this.#queue[best]!.key) ?? 0)) best = i;
     }
     if (late.length > 0) {
@@ -587,6 +617,8 @@ export class SandboxPool {
         this.#enqueue(job, true);
         continue;
       }
+      // Answered from inside its worker (a trap or a cap included): it no longer holds workers to its deadline.
+      if (reply.ok || reply.fault !== 'late') this.#suspect.delete(job.key);
       const totalMicros = Math.round((now - job.started) * 1000);
       job.resolve(reply.ok
         ? { ok: true, output: reply.output, guestMicros: reply.guestMicros, totalMicros, logs: reply.logs }
@@ -643,7 +675,10 @@ export class SandboxPool {
     const culprit = runningCall(slot, slot.progress.read().seq)?.job ?? jobs.at(-1);
     this.#idle(slot);
     if (culprit) {
-      if (this.#specs.has(culprit.key)) this.#solo.add(culprit.key);
+      if (this.#specs.has(culprit.key)) {
+        this.#solo.add(culprit.key);
+        this.#suspect.add(culprit.key);
+      }
       culprit.resolve(fault(culprit, kind, reason));
       for (const job of jobs.filter((j) => j !== culprit).reverse()) {
         if (job.requeued >= REQUEUE_LIMIT) {
@@ -712,6 +747,11 @@ function shortest(jobs: Job[], from: number): number {
   let ms = Infinity;
   for (let i = from; i < jobs.length; i++) ms = Math.min(ms, jobs[i]!.timeoutMs);
   return ms;
+}
+
+/** The most workers a suspect policy's calls may occupy at once: all but one, when there are two. */
+function suspectWorkers(instances: number): number {
+  return instances > 1 ? instances - 1 : 1;
 }
 
 function seconds(ms: number): string {
