@@ -219,6 +219,40 @@ describe('hostile patches hurt only the policy that returned them', () => {
     }
   });
 
+  it('an index a policy\'s own patch moved conflicts with another\'s append to that list, in either order (red team)', () => {
+    // Alone, "reorder" moves app to the end and makes it (now index 1) privileged. Applied after
+    // "inject", its index 1 was inject's sidecar: the sidecar came out privileged, app untouched.
+    const inject = allowed('inject', [{ op: 'add', path: '/spec/containers/-', value: { name: 'sidecar', securityContext: { privileged: false } } }]);
+    const reorder = allowed('reorder', [
+      { op: 'move', from: '/spec/containers/0', path: '/spec/containers/-' },
+      { op: 'add', path: '/spec/containers/1/securityContext', value: { privileged: true } },
+    ]);
+    expect(statusOf(merge([ev(inject), ev(reorder)], 'CREATE', pod()))).toBe('policy "reorder": its patch conflicts with policy "inject" at /spec/containers/-');
+    expect(statusOf(merge([ev(reorder), ev(inject)], 'CREATE', pod()))).toMatch(/^policy "inject": its patch conflicts with policy "reorder" at \/spec\/containers\/1/);
+    // A removal then a write by index into what its own append made: the same, through a trim.
+    const list = { apiVersion: 'v1', kind: 'Thing', metadata: { name: 'x' }, spec: { list: ['x', 'y'] } };
+    const a = allowed('a', [{ op: 'remove', path: '/spec/list/1' }, { op: 'add', path: '/spec/list/-', value: 'A' }]);
+    const b = allowed('b', [{ op: 'remove', path: '/spec/list/1' }, { op: 'add', path: '/spec/list/-', value: 'B' }, { op: 'remove', path: '/spec/list/1' }]);
+    const result = merge([ev(a), ev(b)], 'CREATE', list);
+    expect(result.decision.status?.message).toBe('policy "b": its patch conflicts with policy "a" at /spec/list/-');
+    // What still composes: a removal or a write by an index its own patch did not move, beside an append.
+    const fixer = allowed('fixer', [{ op: 'replace', path: '/spec/containers/1/securityContext/privileged', value: false }]);
+    const fine = merge([ev(inject), ev(fixer)], 'CREATE', pod());
+    expect(fine.decision.allowed).toBe(true);
+  });
+
+  it('a whole map written after another policy only made sure of it is still seen by a third filling it in (red team)', () => {
+    const base = { apiVersion: 'v1', kind: 'Pod', metadata: { name: 'x', labels: { a: '1' } }, spec: {} };
+    const ensure = allowed('ensure', [{ op: 'add', path: '/metadata/annotations', value: {} }]);
+    // Its second add replaces its first (RFC 6902): annotations end up exactly {}.
+    const clear = allowed('clear', [{ op: 'add', path: '/metadata/annotations', value: { z: '1' } }, { op: 'add', path: '/metadata/annotations', value: {} }]);
+    const adder = allowed('adder', [{ op: 'add', path: '/metadata/annotations', value: { y: '1' } }]);
+    for (const outcomes of [[clear, adder], [ensure, clear, adder]]) {
+      const result = merge(outcomes.map((o) => ev(o)), 'CREATE', base);
+      expect(result.decision.status?.message).toBe('policy "adder": its patch conflicts with policy "clear" at /metadata/annotations');
+    }
+  });
+
   it('two policies writing thousands of leaves each merge in linear time; past 10,000 a new map is one write', () => {
     const many = (prefix: string, n: number) => Object.fromEntries(Array.from({ length: n }, (_, i) => [`${prefix}${i}`, 'v']));
     const both = (n: number) => merge([ev(allowed('a', [{ op: 'add', path: '/metadata/annotations', value: many('a', n) }])), ev(allowed('b', [{ op: 'add', path: '/metadata/annotations', value: many('b', n) }]))], 'CREATE', pod());

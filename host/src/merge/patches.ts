@@ -53,6 +53,11 @@ interface Write {
   trims: boolean;
   /** An empty map added where the original has none: it only makes sure a map is there. */
   ensuresMap: boolean;
+  /**
+   * The list it indexes into after its own patch moved that list's elements or appended to it
+   * (then its index counts what its own patch did there, which another policy's appends change).
+   */
+  relative?: string;
 }
 
 const NO_LIST_EFFECT = { append: false, shifts: false, beyond: false, beyondList: undefined, trims: false } as const;
@@ -294,6 +299,9 @@ function indexedWrites(policy: string, operations: PatchOperation[], original: J
     ({ policy, path, value, ensuresMap: false, ...listEffect(original, path, kind) });
   let work = 0;
   const touched = new Touched();
+  // Lists whose positions this patch has changed so far (an insert, a removal, an append).
+  const moved = new Set<string>();
+  let seen = { writes: 0, reads: 0 };
   for (const op of operations) {
     const path = parsePointer(op.path);
     const from = op.op === 'move' || op.op === 'copy' ? parsePointer(op.from) : [];
@@ -323,10 +331,33 @@ function indexedWrites(policy: string, operations: PatchOperation[], original: J
     }
     touched.add(path);
     if (op.op === 'move') touched.add(from);
+    // In the order the operation does them: a move's removal comes before its insert.
+    for (const w of [...reads.slice(seen.reads), ...writes.slice(seen.writes)]) {
+      const relative = relativeTo(w.path, moved);
+      if (relative !== undefined) w.relative = relative;
+      if (w.append || w.shifts || w.trims) moved.add(toPointer(w.path.slice(0, -1)));
+    }
+    seen = { writes: writes.length, reads: reads.length };
   }
   for (const w of [...writes, ...reads]) work += w.path.length * (w.path.reduce((n, s) => n + s.length + 1, 0));
   if (work > MAX_INDEX_WORK) throw new PatchError(`its patch writes too many, too deep paths to merge (${writes.length} writes)`);
   return { writes, reads };
+}
+
+/**
+ * The first list of `moved` that `path` goes into by index (not by `-`, an append, which lands at
+ * the end whatever came before). Red team: a policy that moved its first container to the end
+ * and then wrote into index 1 (its own moved container, applied alone) wrote into another
+ * policy's appended sidecar when the two were combined.
+ */
+function relativeTo(path: string[], moved: Set<string>): string | undefined {
+  if (moved.size === 0) return undefined;
+  let pointer = '';
+  for (const segment of path) {
+    if (moved.has(pointer) && segment !== '-') return pointer;
+    pointer += pointerSegment(segment);
+  }
+  return undefined;
 }
 
 /** What a write does at its place: add there (insert), remove what is there, or replace it. */
@@ -442,11 +473,14 @@ class WriteIndex {
   readonly #trimmed = new Map<string, Write>();
   /** The first write past the end of each list, by that list's path (not its ancestors'). */
   readonly #beyondIn = new Map<string, Write>();
+  /** The first write into each list by an index its own patch had moved (see Write.relative). */
+  readonly #relative = new Map<string, Write>();
 
   add(write: Write): void {
     const keys = prefixes(write.path);
     const key = keys[keys.length - 1]!;
     const list = keys[keys.length - 2]!;
+    if (write.relative !== undefined && !this.#relative.has(write.relative)) this.#relative.set(write.relative, write);
     if (write.append) {
       if (!this.#appends.has(list)) this.#appends.set(list, write);
       // A later write above the list would undo the append (red team: a replaced securityContext
@@ -454,10 +488,14 @@ class WriteIndex {
       for (const prefix of keys.slice(0, -2)) if (!this.#below.has(prefix)) this.#below.set(prefix, write);
       return;
     }
-    // Two different values are enough to tell any third write there apart: keep at most two.
+    // Two different values are enough to tell any third write there apart: keep at most two, and
+    // a whole map beside an empty one that only made sure of it (red team: that one, first, hid the
+    // whole map from a third policy filling it in).
     const same = this.#at.get(key);
     if (!same) this.#at.set(key, [write]);
-    else if (same.length < 2 && same.every((w) => w.value !== write.value)) same.push(write);
+    else if (same.length < 3 && same.every((w) => w.value !== write.value || w.ensuresMap !== write.ensuresMap)) {
+      if (same.length < 2 || !write.ensuresMap) same.push(write);
+    }
     for (const prefix of keys.slice(0, -1)) if (!this.#below.has(prefix)) this.#below.set(prefix, write);
     if (write.shifts && !this.#shifting.has(list)) this.#shifting.set(list, write);
     if (write.trims && !this.#trimmed.has(list)) this.#trimmed.set(list, write);
@@ -491,9 +529,15 @@ class WriteIndex {
       const shifted = a.append && prefix === list ? undefined : this.#shifting.get(prefix);
       if (shifted) return at(shifted);
     }
+    // An index that counts what its own patch moved in a list, against another's append there
+    // (either order): the append makes it another position.
+    if (a.relative !== undefined) {
+      const other = this.#appends.get(a.relative) ?? this.#beyondIn.get(a.relative);
+      if (other) return at(other);
+    }
     if (a.append) {
       // Into an element past the end: an append of the other policy would be what it changes.
-      const beyond = this.#beyond.get(list);
+      const beyond = this.#beyond.get(list) ?? this.#relative.get(list);
       return beyond ? at(beyond) : undefined;
     }
     if (a.beyond) {
