@@ -112,6 +112,32 @@ describe('the merged patch', () => {
     expect(ops[0]!.path.split('/')).toHaveLength(20_003);
   });
 
+  it('does not replace a map or list that holds a value nested too deep to serialize: it walks it (red team)', () => {
+    // A custom resource with a field 5,000 deep in the first of 70 items; one policy marks every
+    // item, another adds a label. The 70 changes under the list used to make it one replace,
+    // whose deep value the final check could not copy: every patching policy failed.
+    let deep: JsonValue = 1;
+    for (let i = 0; i < 5000; i++) deep = { d: deep };
+    const items = Array.from({ length: 70 }, (_, i) => (i === 0 ? { name: 'i0', config: deep } : { name: `i${i}` }));
+    const original = { apiVersion: 'example.com/v1', kind: 'Widget', metadata: { name: 'w', labels: {} }, spec: { items } };
+    const harden = { policy: 'harden', status: 'allowed' as const, warnings: [], patch: items.map((_, i) => ({ op: 'add' as const, path: `/spec/items/${i}/secure`, value: true })) };
+    const label = { policy: 'label', status: 'allowed' as const, warnings: [], patch: [{ op: 'add' as const, path: '/metadata/labels/team', value: 'x' }] };
+    const policy = (name: string) => ({ name, failurePolicy: 'Fail' as const, enforcement: 'enforce' as const });
+    const { decision } = merge([{ policy: policy('harden'), outcome: harden }, { policy: policy('label'), outcome: label }], 'CREATE', original);
+    expect(decision.status?.message).toBeUndefined();
+    expect(decision.patch).toHaveLength(71);
+    expect(JSON.stringify(decision.patch).length).toBeLessThan(8000);
+    // A shallow list with as many changes is still one replace.
+    const shallow = diff({ list: items.map((_, i) => ({ i })) }, { list: items.map((_, i) => ({ i, secure: true })) });
+    expect(shallow).toEqual([{ op: 'replace', path: '/list', value: items.map((_, i) => ({ i, secure: true })) }]);
+    // A resized list holding it: element by element, not one replace.
+    const before = [deep, ...Array.from({ length: 20 }, (_, i) => i)];
+    const after = [deep, ...Array.from({ length: 20 }, (_, i) => -i), 99];
+    const ops = diff({ list: before }, { list: after });
+    expect(ops.some((op) => op.op === 'replace')).toBe(false);
+    expect(equal(patched({ list: before }, ops), { list: after })).toBe(true);
+  });
+
   it('two policies beside a user-sized list answer a patch of their own size (red team: an 88 MB response, 3 s of main thread)', () => {
     const caps = Array.from({ length: 300_000 }, (_, i) => (i === 0 ? 'NET_ADMIN' : `CAP_${i}`));
     const pod = { apiVersion: 'v1', kind: 'Pod', metadata: { name: 'p', labels: {} }, spec: { containers: [{ name: 'c', securityContext: { capabilities: { add: caps } } }] } };

@@ -16,6 +16,16 @@ export const MAX_OPERATIONS_PER_NODE = 64;
 export const MAX_POINTER_CHARS_PER_NODE = 64 * 1024;
 /** Past this many elements inserted into or removed from one place of a list, the list is replaced. */
 const MAX_LIST_EDITS = 16;
+/**
+ * A map or list nested deeper than this is not replaced whole but walked, whatever the number
+ * of operations: the replace would carry it in the response, and serializing a value some 5,000
+ * levels deep overflows the call stack (red team: a custom resource with such a field, and a
+ * policy touching 70 of its list's elements, failed every patching policy). The apiserver lets
+ * objects nest 10,000 deep; patches from policies nest at most 64 (evaluate/outcome.ts).
+ */
+export const MAX_REPLACED_DEPTH = 1000;
+/** A resized list too deep to replace is edited element by element, up to this many edits. */
+const MAX_DEEP_LIST_EDITS = 4096;
 
 /**
  * A map or list being walked. `at` is its pointer, already escaped: a child's is `at` plus its
@@ -32,6 +42,8 @@ interface Node {
   keys: string[];
   removals: boolean;
   next: number;
+  /** Its value nests deeper than MAX_REPLACED_DEPTH: walked, never replaced. */
+  deep?: boolean;
 }
 
 /**
@@ -64,7 +76,12 @@ export function diff(original: JsonValue, merged: JsonValue): PatchOperation[] {
     const node = stack[stack.length - 1]!;
     const { before, after, at } = node;
     // Below the root a node with too much changed is replaced whole; the walk under it stops there.
-    if (at !== '' && (out.length - node.start > MAX_OPERATIONS_PER_NODE || chars - node.chars > MAX_POINTER_CHARS_PER_NODE)) {
+    if (at !== '' && !node.deep && (out.length - node.start > MAX_OPERATIONS_PER_NODE || chars - node.chars > MAX_POINTER_CHARS_PER_NODE)) {
+      if (deeperThan(after, MAX_REPLACED_DEPTH)) {
+        // So is every node above it, which contains it.
+        for (let i = stack.length - 1; i >= 0 && !stack[i]!.deep; i--) stack[i]!.deep = true;
+        continue;
+      }
       out.length = node.start;
       chars = node.chars;
       emit({ op: 'replace', path: at, value: after });
@@ -125,7 +142,24 @@ function walkResized(before: JsonValue[], after: JsonValue[], at: string, emit: 
   } else if (added === 0 && removed <= MAX_LIST_EDITS) {
     // Each removal at the same index takes the next element down.
     for (let i = 0; i < removed; i++) emit({ op: 'remove', path: `${at}/${front}` });
+  } else if (removed + added <= MAX_DEEP_LIST_EDITS && deeperThan(after, MAX_REPLACED_DEPTH)) {
+    for (let i = 0; i < removed; i++) emit({ op: 'remove', path: `${at}/${front}` });
+    for (let i = 0; i < added; i++) emit({ op: 'add', path: `${at}/${front + i}`, value: after[front + i]! });
   } else {
     emit({ op: 'replace', path: at, value: after });
   }
+}
+
+/** Whether maps and lists nest more than `limit` levels in `value` (its own stack; stops at the first such path). */
+export function deeperThan(value: JsonValue, limit: number): boolean {
+  const pending: [JsonValue, number][] = [[value, 0]];
+  while (pending.length > 0) {
+    const [node, depth] = pending.pop()!;
+    if (node === null || typeof node !== 'object') continue;
+    if (depth >= limit) return true;
+    for (const child of Array.isArray(node) ? node : Object.values(node)) {
+      if (child !== null && typeof child === 'object') pending.push([child, depth + 1]);
+    }
+  }
+  return false;
 }
