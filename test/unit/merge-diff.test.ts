@@ -118,7 +118,7 @@ describe('the merged patch', () => {
     // whose deep value the final check could not copy: every patching policy failed.
     let deep: JsonValue = 1;
     for (let i = 0; i < 5000; i++) deep = { d: deep };
-    const items = Array.from({ length: 70 }, (_, i) => (i === 0 ? { name: 'i0', config: deep } : { name: `i${i}` }));
+    const items = Array.from({ length: 70 }, (_, i): JsonValue => (i === 0 ? { name: 'i0', config: deep } : { name: `i${i}` }));
     const original = { apiVersion: 'example.com/v1', kind: 'Widget', metadata: { name: 'w', labels: {} }, spec: { items } };
     const harden = { policy: 'harden', status: 'allowed' as const, warnings: [], patch: items.map((_, i) => ({ op: 'add' as const, path: `/spec/items/${i}/secure`, value: true })) };
     const label = { policy: 'label', status: 'allowed' as const, warnings: [], patch: [{ op: 'add' as const, path: '/metadata/labels/team', value: 'x' }] };
