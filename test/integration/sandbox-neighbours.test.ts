@@ -104,3 +104,18 @@ it('a policy stopped at its deadline never holds every worker again: three such 
   ]);
   expect(pool.stats.restarts).toBe(restarts + 2);
 }, 60_000);
+
+it('a policy none of whose reviews has answered yet takes at most all workers but one: a looping one\'s first burst leaves a worker to the others', async () => {
+  // It loads and answers `metadata` like any policy; only its reviews loop. Before, its first
+  // three calls at once held both workers for a whole deadline.
+  const looping = await load(pool, 'loops-from-the-start', { file: 'spin', limits: { ...DEFAULT_LIMITS, timeoutMs: 1500 } });
+  const benign = await load(pool, 'numbers-first', { file: 'numbers', limits: { ...DEFAULT_LIMITS, timeoutMs: 400 } });
+  const loops = [1, 2, 3].map(() => evaluatePolicy(pool, looping, 'validate', input()));
+  const answers = [];
+  for (let i = 0; i < 10; i++) {
+    answers.push(await evaluatePolicy(pool, benign, 'validate', input({ object: { spec: { numbers: [500] } } })));
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+  expect(answers.map((a) => a.status)).toEqual(Array(10).fill('denied'));
+  expect((await Promise.all(loops)).map((o) => o.status)).toEqual(['failed', 'failed', 'failed']);
+}, 60_000);

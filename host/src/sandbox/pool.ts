@@ -148,15 +148,18 @@ export class SandboxPool {
   /** Policies that got a worker replaced (deadline, crash): they always run alone. */
   #solo = new Set<string>();
   /**
-   * Policies whose last call ended with its worker replaced, until one of their calls answers:
-   * they run on at most all workers but one, even when nothing else waits (their calls wait
-   * for each other, and past their deadline fail as usual), and their queued calls are not work
-   * that other policies' calls wait behind (round-robin starts those first), so they count
-   * neither in #queuedMicros nor in #waited. Red team: a policy looping to its deadline
-   * on three calls at once held both workers, and every other policy's calls waited out their
-   * deadlines or were refused as overload.
+   * Policies whose last call ended with its worker replaced, until one of their calls answers,
+   * and policies none of whose review calls has answered yet (see #untrusted): they run on at
+   * most all workers but one, even when nothing else waits (their calls wait for each other,
+   * and past their deadline fail as usual), and their queued calls are not work that other
+   * policies' calls wait behind (round-robin starts those first), so they count neither in
+   * #queuedMicros nor in #waited. Red team: a policy looping to its deadline on three calls at
+   * once held both workers, and every other policy's calls waited out their deadlines or were
+   * refused as overload.
    */
   #suspect = new Set<string>();
+  /** Policies a review call (validate, mutate) of which has answered from its worker. */
+  #answered = new Set<string>();
   /** How many queued calls are a suspect's. */
   #suspectQueued = 0;
   /** Each policy's last call, in µs of worker time. */
@@ -273,6 +276,7 @@ export class SandboxPool {
     this.#placement.delete(key);
     this.#solo.delete(key);
     this.#suspect.delete(key);
+    this.#answered.delete(key);
     this.#cost.delete(key);
     if (!this.#specs.delete(key)) return;
     for (const slot of this.#slots) this.#post(slot, { type: 'unload', key });
@@ -418,7 +422,7 @@ export class SandboxPool {
 
   /** A call that may share a message with other reviews' and have a batch wait behind it: not solo, and its policy's last call was quick. */
   #quick(job: Job): boolean {
-    return !this.#solo.has(job.key) && (this.#cost.get(job.key) ?? 0) <= SHARE_MAX_MICROS;
+    return !this.#solo.has(job.key) && !this.#untrusted(job.key) && (this.#cost.get(job.key) ?? 0) <= SHARE_MAX_MICROS;
   }
 
   #start(slot: Slot, jobs: Job[]): void {
@@ -452,10 +456,11 @@ export class SandboxPool {
    * holds every policy of its review) runs. Solo policies never share a message.
    */
   #companions(slot: Slot, leader: Job, free: number): Job[] {
-    if (this.#solo.has(leader.key)) return [];
+    // Nor, until one of its reviews has answered, does a policy share: it might loop (red team).
+    if (this.#solo.has(leader.key) || this.#untrusted(leader.key)) return [];
     const now = performance.now();
     // (Late ones are #next's to answer.)
-    const eligible = (job: Job) => !this.#solo.has(job.key) && now - job.started < job.timeoutMs && this.#holds(slot, job.key);
+    const eligible = (job: Job) => !this.#solo.has(job.key) && !this.#untrusted(job.key) && now - job.started < job.timeoutMs && this.#holds(slot, job.key);
     // A slow policy would hold up other reviews' calls: it shares a message with its own review only.
     const quick = (job: Job) => (this.#cost.get(job.key) ?? 0) <= SHARE_MAX_MICROS;
     const own: number[] = [];
@@ -494,8 +499,21 @@ export class SandboxPool {
     return jobs;
   }
 
+  /**
+   * Suspect, or not yet seen to answer a review: a policy that loops on every review loads and
+   * answers `metadata` like any other, so its first burst of reviews could hold every worker.
+   */
+  /** Whether a worker other than `slot` has loaded its policies and runs no suspect's call. */
+  #spareBesides(slot: Slot): boolean {
+    return this.#slots.some((other) => other !== slot && other.loads.size === 0 && inflight(other).every((job) => !this.#suspect.has(job.key)));
+  }
+
+  #untrusted(key: string): boolean {
+    return this.#suspect.has(key) || !this.#answered.has(key);
+  }
+
   #enqueue(job: Job, front = false): void {
-    job.suspect = this.#suspect.has(job.key);
+    job.suspect = this.#untrusted(job.key);
     job.cost = job.suspect ? 0 : this.#cost.get(job.key) ?? 0;
     this.#queuedMicros += job.cost;
     if (job.suspect) this.#suspectQueued++;
@@ -559,6 +577,8 @@ export class SandboxPool {
     // Late calls are taken out in one pass afterwards: one splice each made overload quadratic
     // in the queue's length on the main thread (4.5% of it in the overload profile).
     const late: number[] = [];
+    // Asked only when a suspect's call is in line (rare): is another worker left for the others?
+    let spare: boolean | undefined;
     for (let i = 0; i < Math.min(this.#queue.length, WINDOW); i++) {
       const job = this.#queue[i]!;
       if (now - job.started >= job.timeoutMs) {
@@ -568,8 +588,11 @@ export class SandboxPool {
       if (!this.#holds(slot, job.key)) continue;
       const instances = this.instancesOf(job.key) || this.size;
       // A suspect policy never takes every worker, even when nothing else waits: what arrives
-      // while it runs to its deadline again must find a worker free.
-      const cap = this.#suspect.has(job.key) ? suspectWorkers(instances) : capped && instances > 1 ? instances - 1 : instances;
+      // while it runs to its deadline again must find a worker free; and not the last one that
+      // can run anything now (one being replaced is reloading its policies, red team).
+      const untrusted = this.#untrusted(job.key);
+      if (this.#suspect.has(job.key) && this.size > 1 && !(spare ??= this.#spareBesides(slot))) continue;
+      const cap = untrusted ? suspectWorkers(instances) : capped && instances > 1 ? instances - 1 : instances;
       if ((busy.get(job.key) ?? 0) >= cap) continue;
       if (best < 0 || (this.#served.get(job.key) ?? 0) < (this.#served.get(this.#queue[best]!.key) ?? 0)) best = i;
     }
@@ -618,7 +641,10 @@ export class SandboxPool {
         continue;
       }
       // Answered from inside its worker (a trap or a cap included): it no longer holds workers to its deadline.
-      if (reply.ok || reply.fault !== 'late') this.#suspect.delete(job.key);
+      if (reply.ok || reply.fault !== 'late') {
+        this.#suspect.delete(job.key);
+        if (job.fn === 'validate' || job.fn === 'mutate') this.#answered.add(job.key);
+      }
       const totalMicros = Math.round((now - job.started) * 1000);
       job.resolve(reply.ok
         ? { ok: true, output: reply.output, guestMicros: reply.guestMicros, totalMicros, logs: reply.logs }
