@@ -14,7 +14,9 @@
 // keeps its own deadline (the worker publishes which call runs since when, see Progress). When
 // a worker is replaced, only the call that was running is answered with the fault; the others
 // of its batch go back in line as if never started. A policy that ever got a worker replaced is
-// not batched with others again, so a hostile policy delays its batch-mates at most once. Under
+// not batched with others again, nor is one before any of its reviews has answered, so a
+// hostile policy delays its batch-mates at most once, and one that loops from its first review
+// never (see #suspect). Under
 // load, calls of other reviews fill the message up to a fair share of the queue; a call still
 // waiting in a batch when its deadline passes is not started (the worker checks). With a long
 // queue, a worker is given up to MAX_BATCHES batches at once, so it never sits idle while the
