@@ -119,3 +119,53 @@ it('a policy none of whose reviews has answered yet takes at most all workers bu
   expect(answers.map((a) => a.status)).toEqual(Array(10).fill('denied'));
   expect((await Promise.all(loops)).map((o) => o.status)).toEqual(['failed', 'failed', 'failed']);
 }, 60_000);
+
+it('a policy stopped at its deadline stays held to all workers but one after it answers again: answering once between bursts of loops does not free it', async () => {
+  // Red team (alternating): `mutate` answers, `validate` loops. Before, one answer cleared the
+  // policy, and its next three loops at once held both workers for a whole deadline, each time.
+  const looping = await load(pool, 'loops-alternately', { file: 'spin', limits: { ...DEFAULT_LIMITS, timeoutMs: 1500 } });
+  const benign = await load(pool, 'numbers-alternately', { file: 'numbers', limits: { ...DEFAULT_LIMITS, timeoutMs: 400 } });
+  expect(await evaluatePolicy(pool, looping, 'mutate', input())).toMatchObject({ status: 'allowed' });
+  expect(await evaluatePolicy(pool, looping, 'validate', input())).toMatchObject({ status: 'failed', failure: 'temporary' });
+  expect(await evaluatePolicy(pool, looping, 'mutate', input())).toMatchObject({ status: 'allowed' });
+  const loops = [1, 2, 3].map(() => evaluatePolicy(pool, looping, 'validate', input()));
+  const answers = [];
+  for (let i = 0; i < 10; i++) {
+    answers.push(await evaluatePolicy(pool, benign, 'validate', input({ object: { spec: { numbers: [500] } } })));
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+  expect(answers.map((a) => a.status)).toEqual(Array(10).fill('denied'));
+  expect((await Promise.all(loops)).map((o) => o.status)).toEqual(['failed', 'failed', 'failed']);
+}, 60_000);
+
+it('the probation ends, and one that starts again after it lasts twice as long', async () => {
+  const own = new SandboxPool(2, { probationMs: 1500 });
+  try {
+    const looping = await load(own, 'loops-twice', { file: 'spin', limits: { ...DEFAULT_LIMITS, timeoutMs: 500 } });
+    const benign = await load(own, 'numbers-twice', { file: 'numbers', limits: { ...DEFAULT_LIMITS, timeoutMs: 250 } });
+    const burst = async (): Promise<string[]> => {
+      const loops = [1, 2, 3].map(() => evaluatePolicy(own, looping, 'validate', input()));
+      const answers = [];
+      for (let i = 0; i < 10; i++) {
+        answers.push(await evaluatePolicy(own, benign, 'validate', input({ object: { spec: { numbers: [500] } } })));
+        await new Promise((resolve) => setTimeout(resolve, 50));
+      }
+      await Promise.all(loops);
+      return answers.map((a) => a.status);
+    };
+    const pause = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+    expect(await evaluatePolicy(own, looping, 'mutate', input())).toMatchObject({ status: 'allowed' });
+    expect(await evaluatePolicy(own, looping, 'validate', input())).toMatchObject({ status: 'failed' });
+    // 1.5 s later the first probation is over: answering frees it, and its next burst holds
+    // both workers for a deadline again (what the probation prevents while it lasts).
+    await pause(1700);
+    expect(await evaluatePolicy(own, looping, 'mutate', input())).toMatchObject({ status: 'allowed' });
+    expect(await burst()).toContain('failed');
+    // That burst was a second strike: 3 s, so 1.7 s later it still holds.
+    await pause(1700);
+    expect(await evaluatePolicy(own, looping, 'mutate', input())).toMatchObject({ status: 'allowed' });
+    expect(await burst()).toEqual(Array(10).fill('denied'));
+  } finally {
+    await own.close();
+  }
+}, 60_000);

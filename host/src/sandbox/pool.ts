@@ -5,7 +5,8 @@
 // terminated (the only way to stop a guest in a tight loop) and a new worker takes its place.
 // Neighbours are protected three ways: calls are started round-robin between policies, and a
 // policy takes its last free worker only when no other policy is waiting (never, while its last
-// call was stopped: see #suspect), so one stuck at its deadline cannot starve the others; a worker takes calls only once it has loaded every
+// call was stopped, nor for a probation after: see #suspect, #probation), so one stuck at its
+// deadline cannot starve the others; a worker takes calls only once it has loaded every
 // policy; and a call that lands on a worker that does not have its policy is queued again,
 // never answered wrongly. A queued call whose deadline passed is not started.
 //
@@ -107,6 +108,13 @@ const WINDOW = 512;
 /** A policy whose last call took longer than this in its worker shares messages only with its own review's calls. */
 const SHARE_MAX_MICROS = 1000;
 /**
+ * How long a policy stays untrusted after a call of it was stopped (see #probation), doubled at
+ * each stop outside it, up to PROBATION_MAX_MS: one that answers once between bursts of loops
+ * would otherwise take every worker again at each burst.
+ */
+const PROBATION_MS = 30_000;
+const PROBATION_MAX_MS = 3_600_000;
+/**
  * The most queued work (per worker, as a share of its deadline) a call may find ahead of it;
  * past it the call is answered at once, as a deadline. Well under the whole deadline: a caller
  * that keeps sending (the apiserver) has only so many connections, so a queue allowed to
@@ -144,6 +152,7 @@ export class SandboxPool {
   #contextSnapshot: (() => ContextChange[]) | undefined;
 
   readonly #loadTimeoutMs: number;
+  readonly #probationMs: number;
   /** Round-robin between policies: when each policy last had a call started. */
   #served = new Map<string, number>();
   #turn = 0;
@@ -162,6 +171,12 @@ export class SandboxPool {
   #suspect = new Set<string>();
   /** Policies a review call (validate, mutate) of which has answered from its worker. */
   #answered = new Set<string>();
+  /**
+   * Policies a call of which was stopped: until when they stay untrusted even after answering,
+   * and how many stops started a probation. Red team: a policy that answered one review and
+   * then looped on three at once took both workers again, every time.
+   */
+  #probation = new Map<string, { strikes: number; until: number }>();
   /** How many queued calls are a suspect's. */
   #suspectQueued = 0;
   /** Each policy's last call, in µs of worker time. */
@@ -179,9 +194,10 @@ export class SandboxPool {
   #nextHome = 0;
   #dispatchQueued = false;
 
-  constructor(size = Math.max(2, availableParallelism()), options: { loadTimeoutMs?: number } = {}) {
+  constructor(size = Math.max(2, availableParallelism()), options: { loadTimeoutMs?: number; probationMs?: number } = {}) {
     this.size = size;
     this.#loadTimeoutMs = options.loadTimeoutMs ?? LOAD_TIMEOUT_MS;
+    this.#probationMs = options.probationMs ?? PROBATION_MS;
     this.#instances = size;
     for (let i = 0; i < size; i++) this.#slots.push(this.#spawn(i));
   }
@@ -279,6 +295,7 @@ export class SandboxPool {
     this.#solo.delete(key);
     this.#suspect.delete(key);
     this.#answered.delete(key);
+    this.#probation.delete(key);
     this.#cost.delete(key);
     if (!this.#specs.delete(key)) return;
     for (const slot of this.#slots) this.#post(slot, { type: 'unload', key });
@@ -511,7 +528,18 @@ export class SandboxPool {
   }
 
   #untrusted(key: string): boolean {
-    return this.#suspect.has(key) || !this.#answered.has(key);
+    if (this.#suspect.has(key) || !this.#answered.has(key)) return true;
+    const probation = this.#probation.get(key);
+    return probation !== undefined && probation.until > performance.now();
+  }
+
+  /** A call of this policy was stopped: a stop outside probation starts a longer one, within it extends it. */
+  #strike(key: string): void {
+    const now = performance.now();
+    const last = this.#probation.get(key);
+    const strikes = last === undefined ? 1 : last.until > now ? last.strikes : last.strikes + 1;
+    const until = now + Math.min(PROBATION_MAX_MS, this.#probationMs * 2 ** (strikes - 1));
+    this.#probation.set(key, { strikes, until: Math.max(until, last?.until ?? 0) });
   }
 
   #enqueue(job: Job, front = false): void {
@@ -706,6 +734,7 @@ export class SandboxPool {
       if (this.#specs.has(culprit.key)) {
         this.#solo.add(culprit.key);
         this.#suspect.add(culprit.key);
+        this.#strike(culprit.key);
       }
       culprit.resolve(fault(culprit, kind, reason));
       for (const job of jobs.filter((j) => j !== culprit).reverse()) {
