@@ -137,7 +137,10 @@ describe('state between requests', () => {
 });
 
 it('evaluates policies in parallel, one per worker', async () => {
-  const spin = await load(pool, 'spin');
+  // Its own policy: the file's other spin calls were stopped, and a stopped policy is held to all
+  // workers but one for a while. A long deadline, so that it never counts as slow either.
+  const spin = await load(pool, 'spin-in-parallel', { file: 'spin', limits: { ...DEFAULT_LIMITS, timeoutMs: 20_000 } });
+  expect((await evaluatePolicy(pool, spin, 'mutate', input())).status).toBe('allowed');
   const settingsInput = JSON.stringify({ ...input(), settings: { iterations: 2e6 } });
   const running = [evaluatePolicy(pool, spin, 'mutate', settingsInput), evaluatePolicy(pool, spin, 'mutate', settingsInput)];
   let sawBoth = false;

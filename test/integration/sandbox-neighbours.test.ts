@@ -169,3 +169,82 @@ it('the probation ends, and one that starts again after it lasts twice as long',
     await own.close();
   }
 }, 60_000);
+
+it('a policy that is slow but within its deadline never holds every worker, nor gets other policies refused as overloaded', async () => {
+  // Red team: ~1.5 s calls (deadline 2 s, never stopped), three at once, took both workers and
+  // their queued work counted as overload against everyone: every other policy's call was refused.
+  const limits = { ...DEFAULT_LIMITS, timeoutMs: 3000 };
+  const benign = await load(pool, 'numbers-beside-slow', { file: 'numbers', limits: { ...DEFAULT_LIMITS, timeoutMs: 400 } });
+  // Calibrate to about 0.6 s a call on this machine (a tenth of the deadline makes it slow).
+  const prober = await load(pool, 'slow-probe', { file: 'spin', limits, settings: { iterations: 1e6 } });
+  await evaluatePolicy(pool, prober, 'mutate', input()); // the first call also compiles
+  const probe = await evaluatePolicy(pool, prober, 'mutate', input());
+  expect(probe.status).toBe('allowed');
+  const iterations = Math.round(1e6 * 600_000 / Math.max(1000, probe.guestMicros ?? 0));
+  const slow = await load(pool, 'slow-but-within', { file: 'spin', limits, settings: { iterations } });
+  expect(await evaluatePolicy(pool, slow, 'mutate', input())).toMatchObject({ status: 'allowed' });
+  const slowCalls = [1, 2, 3, 4].map(() => evaluatePolicy(pool, slow, 'mutate', input()));
+  const answers = [];
+  for (let i = 0; i < 10; i++) {
+    answers.push(await evaluatePolicy(pool, benign, 'validate', input({ object: { spec: { numbers: [500] } } })));
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+  expect(answers.map((a) => a.status === 'failed' ? a.message : a.status)).toEqual(Array(10).fill('denied'));
+  const done = await Promise.all(slowCalls);
+  expect(done.map((o) => o.status)).toEqual(['allowed', 'allowed', 'allowed', 'allowed']);
+  // It really was slow: over a tenth of its deadline a call.
+  expect(Math.min(...done.map((o) => o.guestMicros ?? 0))).toBeGreaterThan(300_000);
+}, 60_000);
+
+it('two looping policies on probation together leave a worker to the others, not one each', async () => {
+  const loops = await Promise.all(['a', 'b'].map((n) => load(pool, `loops-together-${n}`, { file: 'spin', limits: { ...DEFAULT_LIMITS, timeoutMs: 1500 } })));
+  const benign = await load(pool, 'numbers-together', { file: 'numbers', limits: { ...DEFAULT_LIMITS, timeoutMs: 400 } });
+  for (const looping of loops) {
+    expect(await evaluatePolicy(pool, looping, 'mutate', input())).toMatchObject({ status: 'allowed' });
+    expect(await evaluatePolicy(pool, looping, 'validate', input())).toMatchObject({ status: 'failed' });
+    expect(await evaluatePolicy(pool, looping, 'mutate', input())).toMatchObject({ status: 'allowed' });
+  }
+  const running = loops.flatMap((looping) => [1, 2].map(() => evaluatePolicy(pool, looping, 'validate', input())));
+  const answers = [];
+  for (let i = 0; i < 10; i++) {
+    answers.push(await evaluatePolicy(pool, benign, 'validate', input({ object: { spec: { numbers: [500] } } })));
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+  expect(answers.map((a) => a.status === 'failed' ? a.message : a.status)).toEqual(Array(10).fill('denied'));
+  expect((await Promise.all(running)).map((o) => o.status)).toEqual(Array(4).fill('failed'));
+}, 60_000);
+
+it('a policy with an idle worker of its own is never refused as overloaded by calls that wait for another worker', async () => {
+  // Red team: with each policy in one worker, a looping policy held its worker; the calls queued
+  // behind it waited seconds, and that wait got the calls of policies in the other, idle, worker
+  // refused as overload.
+  const own = new SandboxPool(2);
+  try {
+    own.plan(3, 1);
+    const looping = await load(own, 'loops-at-home', { file: 'spin', limits: { ...DEFAULT_LIMITS, timeoutMs: 800 } });
+    const elsewhere = await load(own, 'numbers-elsewhere', { file: 'numbers', limits: { ...DEFAULT_LIMITS, timeoutMs: 400 } });
+    const sharing = await load(own, 'numbers-sharing', { file: 'numbers', limits: { ...DEFAULT_LIMITS, timeoutMs: 10_000 } });
+    expect(await evaluatePolicy(own, looping, 'mutate', input())).toMatchObject({ status: 'allowed' });
+    let attacking = true;
+    const attack = (async () => {
+      while (attacking) {
+        const sharers = Array.from({ length: 400 }, () => evaluatePolicy(own, sharing, 'validate', input()));
+        await Promise.all([evaluatePolicy(own, looping, 'validate', input()), ...sharers]);
+      }
+    })();
+    const answers = [];
+    try {
+      await new Promise((resolve) => setTimeout(resolve, 1000));
+      for (let i = 0; i < 40; i++) {
+        answers.push(await evaluatePolicy(own, elsewhere, 'validate', input({ object: { spec: { numbers: [500] } } })));
+        await new Promise((resolve) => setTimeout(resolve, 50));
+      }
+    } finally {
+      attacking = false;
+      await attack;
+    }
+    expect(answers.map((a) => a.status === 'failed' ? a.message : a.status)).toEqual(Array(40).fill('denied'));
+  } finally {
+    await own.close();
+  }
+}, 60_000);

@@ -29,8 +29,8 @@
 //
 // Placement (issue 14): a policy lives in `instances` workers, not necessarily all. By default
 // every policy is in every worker while policies × workers stays within INSTANCE_BUDGET; past
-// it, each policy gets budget / policies workers (at least one), spread round the pool. Memory
-// then grows as policies × min(workers, max(1, budget / policies)) instances instead of
+// it, each policy gets budget / policies workers (at least two), spread round the pool. Memory
+// then grows as policies × min(workers, max(2, budget / policies)) instances instead of
 // policies × workers. A call goes only to a worker that holds its policy.
 import { availableParallelism } from 'node:os';
 import { extname } from 'node:path';
@@ -115,6 +115,14 @@ const SHARE_MAX_MICROS = 1000;
 const PROBATION_MS = 30_000;
 const PROBATION_MAX_MS = 3_600_000;
 /**
+ * A call that took more than this share of its deadline in its worker makes its policy slow for
+ * SLOW_HOLD_MS, which it is treated as untrusted (see #untrusted). Red team: a policy always
+ * within its deadline but taking 0.4-1.5 s a call, a few calls at once, held every worker, and
+ * its queued calls counted as overload against every other policy: all their calls were refused.
+ */
+const SLOW_SHARE = 0.1;
+const SLOW_HOLD_MS = 60_000;
+/**
  * The most queued work (per worker, as a share of its deadline) a call may find ahead of it;
  * past it the call is answered at once, as a deadline. Well under the whole deadline: a caller
  * that keeps sending (the apiserver) has only so many connections, so a queue allowed to
@@ -177,6 +185,8 @@ export class SandboxPool {
    * then looped on three at once took both workers again, every time.
    */
   #probation = new Map<string, { strikes: number; until: number }>();
+  /** Policies a call of which was slow (see SLOW_SHARE): until when they count as untrusted. */
+  #slow = new Map<string, number>();
   /** How many queued calls are a suspect's. */
   #suspectQueued = 0;
   /** Each policy's last call, in µs of worker time. */
@@ -211,7 +221,10 @@ export class SandboxPool {
    * INSTANCE_BUDGET); `instances` overrides it. Policies already loaded keep their placement.
    */
   plan(policies: number, instances?: number): number {
-    const fit = policies * this.size <= INSTANCE_BUDGET ? this.size : Math.max(1, Math.floor(INSTANCE_BUDGET / Math.max(1, policies)));
+    // Never fewer than two by default: with one, a policy that loops holds up every policy that
+    // shares its only worker (red team: 36 policies, one looping call at a time, 58% of the
+    // others' calls failed). One is a choice the configuration can make (instancesPerPolicy).
+    const fit = policies * this.size <= INSTANCE_BUDGET ? this.size : Math.max(2, Math.floor(INSTANCE_BUDGET / Math.max(1, policies)));
     this.#instances = Math.min(this.size, Math.max(1, instances ?? fit));
     return this.#instances;
   }
@@ -296,6 +309,7 @@ export class SandboxPool {
     this.#suspect.delete(key);
     this.#answered.delete(key);
     this.#probation.delete(key);
+    this.#slow.delete(key);
     this.#cost.delete(key);
     if (!this.#specs.delete(key)) return;
     for (const slot of this.#slots) this.#post(slot, { type: 'unload', key });
@@ -308,7 +322,7 @@ export class SandboxPool {
     // review is taken whole or refused whole, since running half of it is work thrown away.
     let ahead = group === undefined ? undefined : this.#aheadOf.get(group);
     if (ahead === undefined) {
-      ahead = this.#ahead();
+      ahead = this.#ahead(key);
       if (group !== undefined) this.#aheadOf.set(group, ahead);
     }
     const refused = refusal(ahead, timeoutMs);
@@ -334,8 +348,8 @@ export class SandboxPool {
    * The answer a call with this deadline would get at once because of overload, or undefined
    * when it would be queued. Lets a review refuse itself before building its input.
    */
-  refusal(timeoutMs: number): CallResult | undefined {
-    return refusal(this.#ahead(), timeoutMs);
+  refusal(key: string, timeoutMs: number): CallResult | undefined {
+    return refusal(this.#ahead(key), timeoutMs);
   }
 
   /**
@@ -344,8 +358,20 @@ export class SandboxPool {
    * second is measured, and catches what the prediction misses: policies whose calls turned
    * slow, workers that get less than a core each.
    */
-  #ahead(): Ahead {
+  #ahead(key: string): Ahead {
+    // Nothing is ahead of a call that a loaded, idle worker holding its policy would start now:
+    // whatever is queued waits for other workers (its own policy's cap, placement). Red team:
+    // while one worker was held by a looping policy, calls of policies the other, idle, worker
+    // holds were refused as overload, by the waits of calls only the held worker could run.
+    if (this.#startsNow(key)) return { queuedMs: 0, waitedMs: 0 };
     return { queuedMs: this.#queuedMicros / this.size / 1000, waitedMs: this.#queue.length === this.#suspectQueued ? 0 : this.#waited };
+  }
+
+  /** A loaded worker holding the policy is idle, and nothing queued (not yet dispatched, or a burst in one turn) could take it first. */
+  #startsNow(key: string): boolean {
+    const home = this.#placement.get(key);
+    return this.#slots.some((slot) => slot.batches.length === 0 && slot.loads.size === 0 && (home?.has(slot.index) ?? true) &&
+      !this.#queue.some((job, i) => i < WINDOW && !job.suspect && this.#holds(slot, job.key)));
   }
 
   async close(): Promise<void> {
@@ -519,18 +545,28 @@ export class SandboxPool {
   }
 
   /**
-   * Suspect, or not yet seen to answer a review: a policy that loops on every review loads and
-   * answers `metadata` like any other, so its first burst of reviews could hold every worker.
+   * Whether a worker other than `slot` has loaded its policies and runs no distrusted call: the
+   * caps are per policy, so without this two looping (or slow) policies held both workers. Not
+   * for policies merely new: a new benign policy's first call would wait for a new looping one.
    */
-  /** Whether a worker other than `slot` has loaded its policies and runs no suspect's call. */
   #spareBesides(slot: Slot): boolean {
-    return this.#slots.some((other) => other !== slot && other.loads.size === 0 && inflight(other).every((job) => !this.#suspect.has(job.key)));
+    return this.#slots.some((other) => other !== slot && other.loads.size === 0 && inflight(other).every((job) => !this.#distrusted(job.key)));
   }
 
+  /**
+   * Suspect, on probation, slow, or not yet seen to answer a review (a policy that loops on every
+   * review loads and answers `metadata` like any other, so its first burst of reviews could hold
+   * every worker).
+   */
   #untrusted(key: string): boolean {
-    if (this.#suspect.has(key) || !this.#answered.has(key)) return true;
-    const probation = this.#probation.get(key);
-    return probation !== undefined && probation.until > performance.now();
+    return !this.#answered.has(key) || this.#distrusted(key);
+  }
+
+  /** Seen to loop, crash or be slow: suspect, on probation, or slow. */
+  #distrusted(key: string): boolean {
+    if (this.#suspect.has(key)) return true;
+    const until = Math.max(this.#probation.get(key)?.until ?? 0, this.#slow.get(key) ?? 0);
+    return until > 0 && until > performance.now();
   }
 
   /** A call of this policy was stopped: a stop outside probation starts a longer one, within it extends it. */
@@ -607,7 +643,7 @@ export class SandboxPool {
     // Late calls are taken out in one pass afterwards: one splice each made overload quadratic
     // in the queue's length on the main thread (4.5% of it in the overload profile).
     const late: number[] = [];
-    // Asked only when a suspect's call is in line (rare): is another worker left for the others?
+    // Asked only when a distrusted call is in line (rare): is another worker left for the others?
     let spare: boolean | undefined;
     for (let i = 0; i < Math.min(this.#queue.length, WINDOW); i++) {
       const job = this.#queue[i]!;
@@ -621,7 +657,7 @@ export class SandboxPool {
       // while it runs to its deadline again must find a worker free; and not the last one that
       // can run anything now (one being replaced is reloading its policies, red team).
       const untrusted = this.#untrusted(job.key);
-      if (this.#suspect.has(job.key) && this.size > 1 && !(spare ??= this.#spareBesides(slot))) continue;
+      if (this.size > 1 && this.#distrusted(job.key) && !(spare ??= this.#spareBesides(slot))) continue;
       const cap = untrusted ? suspectWorkers(instances) : capped && instances > 1 ? instances - 1 : instances;
       if ((busy.get(job.key) ?? 0) >= cap) continue;
       if (best < 0 || (this.#served.get(job.key) ?? 0) < (this.#served.get(this.#queue[best]!.key) ?? 0)) best = i;
@@ -662,7 +698,10 @@ export class SandboxPool {
     const now = performance.now();
     for (const [i, job] of jobs.entries()) {
       const reply: CallReply = message.replies[i] ?? { ok: false, fault: 'trap', message: 'the sandbox worker gave no answer', logs: [], spentMicros: 0 };
-      if (this.#specs.has(job.key)) this.#cost.set(job.key, costAfter(this.#cost.get(job.key), reply.spentMicros));
+      if (this.#specs.has(job.key)) {
+        this.#cost.set(job.key, costAfter(this.#cost.get(job.key), reply.spentMicros));
+        if (reply.spentMicros > job.timeoutMs * 1000 * SLOW_SHARE) this.#slow.set(job.key, now + SLOW_HOLD_MS);
+      }
       // The worker has no instance of this policy (it was replaced or reloaded meanwhile): while the
       // pool still has the policy, this is no answer about the request, so the call goes back in line.
       if (!reply.ok && reply.fault === 'unloaded' && this.#specs.has(job.key) && job.requeued < REQUEUE_LIMIT) {

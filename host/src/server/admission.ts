@@ -45,12 +45,13 @@ export async function review(deps: AdmissionDeps, caller: Caller, body: string |
     };
     // Overload: when none of the review's policies could start within its deadline, the review
     // is answered now (per failurePolicy) without building the input it will not use.
-    // Policies mostly share a deadline: ask the pool (which words each refusal) once per deadline.
+    // Policies mostly share a deadline: ask the pool (which words each refusal) once per deadline,
+    // for the first policy (as the pool judges a review's calls by its first: taken or refused whole).
     const byDeadline = new Map<number, CallResult | undefined>();
     const refused = selected.map((entry) => {
       if (!entry.loaded) return undefined;
-      const timeoutMs = entry.loaded.limits.timeoutMs;
-      if (!byDeadline.has(timeoutMs)) byDeadline.set(timeoutMs, deps.pool.refusal(timeoutMs));
+      const { key, limits: { timeoutMs } } = entry.loaded;
+      if (!byDeadline.has(timeoutMs)) byDeadline.set(timeoutMs, deps.pool.refusal(key, timeoutMs));
       return byDeadline.get(timeoutMs);
     });
     const shed = refused.every((r, i) => r !== undefined || !selected[i]!.loaded);
