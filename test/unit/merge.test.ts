@@ -48,6 +48,18 @@ describe('validation', () => {
     expect(warnings.length).toBeLessThan(101);
   });
 
+  it('fills the 4096 characters to the last one, and skips what cannot fit even when it is most of a huge list', () => {
+    // 'policy "a": ' is 12 characters: 15 warnings of 244 more make 3840, one of 231 more 4083,
+    // and a last one of one character (13) ends exactly at 4096.
+    const full = Array.from({ length: 16 }, (_, i) => `${String(i).padStart(2, '0')}${'z'.repeat(242)}`);
+    const exact = merge([ev(allowed('a', [], [...full.slice(0, 15), 'y'.repeat(231), 'q']))], 'CREATE', object).decision.warnings;
+    expect(exact.join('')).toHaveLength(MAX_WARNINGS_TOTAL);
+    expect(exact.at(-1)).toBe('policy "a": q');
+    // 16 of 256 fill it: nothing of a hundred thousand more is kept.
+    const flood = merge([ev(allowed('a', [], [...full, ...Array.from({ length: 100_000 }, (_, i) => `w${i}`)]))], 'CREATE', object).decision.warnings;
+    expect(flood).toHaveLength(16);
+  });
+
   it('failurePolicy Ignore skips a failing policy with a warning', () => {
     const result = merge([ev(failed('flaky', 'temporary', 'exceeded its 2s CPU deadline'), { failurePolicy: 'Ignore' })], 'CREATE', object);
     expect(result.decision).toEqual({ allowed: true, patch: [], warnings: ['policy "flaky": failed and was ignored (failurePolicy Ignore): exceeded its 2s CPU deadline'] });
