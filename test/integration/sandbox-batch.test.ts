@@ -165,17 +165,14 @@ it('answers a queue of late calls longer than the scheduler looks at once, and r
 }, 20_000);
 
 it('places each policy in fewer workers when many are loaded, and answers each from a worker that holds it', async () => {
-  const placed = new SandboxPool(3);
+  const placed = new SandboxPool(2);
   try {
-    expect(placed.plan(3)).toBe(3);
+    expect(placed.plan(3)).toBe(2);
     const everywhere = await load(placed, 'numbers', { name: 'numbers-everywhere' });
-    expect(placed.instancesOf(everywhere.key)).toBe(3);
-    // 40 × 3 is past the budget of 64, and 64 / 40 is one: but never fewer than two by default.
-    expect(placed.plan(40)).toBe(2);
-    expect(placed.plan(40, 1)).toBe(1);
-    expect(placed.plan(40)).toBe(2);
+    expect(placed.instancesOf(everywhere.key)).toBe(2);
+    expect(placed.plan(40)).toBe(1);
     const policies = await Promise.all(['a', 'b', 'c'].map((n) => load(placed, 'numbers', { name: `numbers-${n}` })));
-    expect(policies.map((p) => placed.instancesOf(p.key))).toEqual([2, 2, 2]);
+    expect(policies.map((p) => placed.instancesOf(p.key))).toEqual([1, 1, 1]);
     for (let i = 0; i < 5; i++) {
       const shared = input({ object: { spec: { numbers: [i % 2 === 0 ? 1 : 500] } } });
       const outcomes = await Promise.all([everywhere, ...policies].map((p) => evaluatePolicy(placed, p, 'validate', shared)));

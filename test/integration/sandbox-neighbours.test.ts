@@ -248,3 +248,30 @@ it('a policy with an idle worker of its own is never refused as overloaded by ca
     await own.close();
   }
 }, 60_000);
+
+it('a policy that lived only in the worker where another was stopped gets a second worker, and answers while that one loops again', async () => {
+  // Red team: past 32 policies each lives in one worker; one looping call at a time held up
+  // every policy of its worker, and 58% of their calls failed.
+  const own = new SandboxPool(2);
+  try {
+    own.plan(3, 1);
+    const looping = await load(own, 'loops-beside', { file: 'spin', limits: { ...DEFAULT_LIMITS, timeoutMs: 800 } });
+    await load(own, 'numbers-next-door', { file: 'numbers' });
+    const sharing = await load(own, 'numbers-same-worker', { file: 'numbers', limits: { ...DEFAULT_LIMITS, timeoutMs: 400 } });
+    expect([looping, sharing].map((p) => own.instancesOf(p.key))).toEqual([1, 1]);
+    expect(await evaluatePolicy(own, looping, 'mutate', input())).toMatchObject({ status: 'allowed' });
+    expect(await evaluatePolicy(own, looping, 'validate', input())).toMatchObject({ status: 'failed' });
+    expect(own.instancesOf(sharing.key)).toBe(2);
+    expect(own.instancesOf(looping.key)).toBe(1);
+    const loops = [1, 2].map(() => evaluatePolicy(own, looping, 'validate', input()));
+    const answers = [];
+    for (let i = 0; i < 10; i++) {
+      answers.push(await evaluatePolicy(own, sharing, 'validate', input({ object: { spec: { numbers: [500] } } })));
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    }
+    expect(answers.map((a) => a.status === 'failed' ? a.message : a.status)).toEqual(Array(10).fill('denied'));
+    await Promise.all(loops);
+  } finally {
+    await own.close();
+  }
+}, 60_000);

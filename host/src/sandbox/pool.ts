@@ -29,9 +29,10 @@
 //
 // Placement (issue 14): a policy lives in `instances` workers, not necessarily all. By default
 // every policy is in every worker while policies × workers stays within INSTANCE_BUDGET; past
-// it, each policy gets budget / policies workers (at least two), spread round the pool. Memory
-// then grows as policies × min(workers, max(2, budget / policies)) instances instead of
-// policies × workers. A call goes only to a worker that holds its policy.
+// it, each policy gets budget / policies workers (at least one), spread round the pool. Memory
+// then grows as policies × min(workers, max(1, budget / policies)) instances instead of
+// policies × workers. A policy whose only worker a stopped policy shares gets a second one
+// (see #spreadFrom): only a misbehaving neighbour costs that memory. A call goes only to a worker that holds its policy.
 import { availableParallelism } from 'node:os';
 import { extname } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -221,10 +222,7 @@ export class SandboxPool {
    * INSTANCE_BUDGET); `instances` overrides it. Policies already loaded keep their placement.
    */
   plan(policies: number, instances?: number): number {
-    // Never fewer than two by default: with one, a policy that loops holds up every policy that
-    // shares its only worker (red team: 36 policies, one looping call at a time, 58% of the
-    // others' calls failed). One is a choice the configuration can make (instancesPerPolicy).
-    const fit = policies * this.size <= INSTANCE_BUDGET ? this.size : Math.max(2, Math.floor(INSTANCE_BUDGET / Math.max(1, policies)));
+    const fit = policies * this.size <= INSTANCE_BUDGET ? this.size : Math.max(1, Math.floor(INSTANCE_BUDGET / Math.max(1, policies)));
     this.#instances = Math.min(this.size, Math.max(1, instances ?? fit));
     return this.#instances;
   }
@@ -295,6 +293,25 @@ export class SandboxPool {
     this.#placement.set(key, homes);
     for (const i of before ?? []) if (!homes.has(i)) this.#post(this.#slots[i]!, { type: 'unload', key });
     return homes;
+  }
+
+  /**
+   * A policy was stopped in worker `index`: every other policy that lives only there gets a
+   * second worker, since while the stopped one loops there again (it may, on all workers but
+   * one of its own) they would have nowhere else to run. Red team: 36 policies, one worker
+   * each; one looping call at a time failed 58% of every other policy's calls.
+   */
+  #spreadFrom(index: number, culprit: string): void {
+    if (this.size < 2) return;
+    const other = this.#slots[(index + 1) % this.size]!;
+    for (const [key, homes] of this.#placement) {
+      if (key === culprit || homes.size !== 1 || !homes.has(index)) continue;
+      const spec = this.#specs.get(key);
+      if (!spec) continue;
+      // Calls go there once it has loaded: a worker takes none while it loads (see #dispatch).
+      homes.add(other.index);
+      void this.#loadInto(other, spec);
+    }
   }
 
   /** A policy the pool no longer has may go anywhere: the worker answers that it is not loaded. */
@@ -786,6 +803,7 @@ export class SandboxPool {
         this.#enqueue(job, true);
       }
     }
+    if (culprit && this.#specs.has(culprit.key)) this.#spreadFrom(index, culprit.key);
     for (const spec of this.#specs.values()) {
       if (!this.#holds(fresh, spec.key)) continue;
       const waiting = pending.get(spec.key);
