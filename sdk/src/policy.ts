@@ -42,10 +42,14 @@ export interface PolicyDefinition<S = JsonValue> {
    * refuse them; the host then refuses to load this policy and says why.
    */
   validateSettings?(settings: S): string | void | undefined;
-  /** Return to allow; throw AdmissionError to deny. */
-  validate?(ctx: Context<S>): void;
-  /** Record changes on ctx.patch; throw AdmissionError to deny. */
-  mutate?(ctx: MutationContext<S>): void;
+  /**
+   * Return nothing to allow; throw AdmissionError to deny. Synchronous: an `async` handler (or
+   * one that returns anything, such as `false`) fails the evaluation, since a denial thrown
+   * after it returned would be lost.
+   */
+  validate?(ctx: Context<S>): undefined;
+  /** Record changes on ctx.patch; throw AdmissionError to deny. Synchronous, like validate. */
+  mutate?(ctx: MutationContext<S>): undefined;
 }
 
 /** The functions a policy component exports (portcullis:policy/policy in wit/policy.wit). */
@@ -101,18 +105,31 @@ export function evaluate<S>(definition: PolicyDefinition<S>, mode: Mode, input: 
     };
     if (mode === 'validate') {
       if (!definition.validate) throw new PermanentError('this policy does not validate (it has no validate handler)');
-      definition.validate(ctx);
+      returnsNothing('validate', definition.validate(ctx) as unknown);
       return withWarnings({ outcome: 'allow' }, warnings);
     }
     if (!definition.mutate) throw new PermanentError('this policy does not mutate (it has no mutate handler)');
     const patch = new Patch(ctx.object);
-    definition.mutate({ ...ctx, patch });
+    returnsNothing('mutate', definition.mutate({ ...ctx, patch }) as unknown);
     const result: EvaluationOutput = { outcome: 'allow' };
     if (!patch.isEmpty) result.patch = patch.operations;
     return withWarnings(result, warnings);
   } catch (error) {
     return withWarnings(classify(error), warnings);
   }
+}
+
+/**
+ * The type says `undefined`, but JavaScript (and `any`) let anything through. Red team: an
+ * `async validate` that threw AdmissionError allowed the request, the rejection unobserved.
+ */
+function returnsNothing(handler: Mode, value: unknown): void {
+  if (value === undefined) return;
+  if (typeof (value as { then?: unknown } | null)?.then === 'function') {
+    (value as Promise<unknown>).then(undefined, () => undefined);
+    throw new PermanentError(`${handler} returned a Promise: handlers must be synchronous (no async, no await); return nothing to allow, throw AdmissionError to deny`);
+  }
+  throw new PermanentError(`${handler} returned ${JSON.stringify(value) ?? String(value)}: return nothing to allow, throw AdmissionError to deny`);
 }
 
 function classify(error: unknown): EvaluationOutput {
