@@ -43,7 +43,7 @@ export class Patch {
       const child = getChild(parent, segments[i]!);
       if (!isContainer(child)) {
         if (value === null) return this; // deleting below something absent: nothing to do
-        const nested = nest(segments.slice(i + 1), value);
+        const nested = nest(segments, i + 1, value, typeof path === 'string' ? undefined : path);
         const op = child === undefined ? 'add' : 'replace';
         return this.#record({ op, path: toPointer(segments.slice(0, i + 1)), value: nested });
       }
@@ -201,9 +201,22 @@ function getChild(node: JsonValue | undefined, key: string): JsonValue | undefin
   return undefined;
 }
 
-function nest(segments: readonly string[], value: JsonValue): JsonValue {
+/**
+ * The missing parents from `segments[from]` down, holding `value`. `-` (append) and, in a path
+ * given as an array, the number 0 make a list; any other number cannot be created (a list with
+ * holes). Red team: `set('/spec/containers/0/env/-', …)` without `env` wrote `env: {"-": …}`.
+ * A numeric string stays a map key: a pointer cannot tell labels' "0" from a list index.
+ */
+function nest(segments: readonly string[], from: number, value: JsonValue, typed?: ReadonlyArray<string | number>): JsonValue {
   let result = value;
-  for (let i = segments.length - 1; i >= 0; i--) result = { [segments[i]!]: result };
+  for (let i = segments.length - 1; i >= from; i--) {
+    const segment = segments[i]!;
+    const index = typed?.[i];
+    if (segment === '-' || index === 0) result = [result];
+    else if (typeof index === 'number') {
+      throw new PatchError(toPointer(segments.slice(0, i + 1)), `there is no list at ${toPointer(segments.slice(0, i)) || '/'} to hold element ${index}: a new list starts at 0 (or "-")`);
+    } else result = { [segment]: result };
+  }
   return result;
 }
 

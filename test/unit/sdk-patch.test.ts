@@ -57,3 +57,23 @@ describe('Patch (Kopf-style)', () => {
     expect(() => applyOperation([1], { op: 'add', path: '/5', value: 2 })).toThrow('index out of range');
   });
 });
+
+describe('Patch: lists it has to create', () => {
+  it('appends with "-" under a missing list by creating the list, as a pointer or as segments', () => {
+    const pod = { spec: { containers: [{ name: 'a' }] } };
+    const patch = new Patch(pod).set('/spec/containers/0/env/-', { name: 'A', value: 'ü' }).set(['spec', 'tolerations', '-'], { key: 'k', operator: 'Exists' });
+    expect(patch.operations).toEqual([
+      { op: 'add', path: '/spec/containers/0/env', value: [{ name: 'A', value: 'ü' }] },
+      { op: 'add', path: '/spec/tolerations', value: [{ key: 'k', operator: 'Exists' }] },
+    ]);
+    // Once it exists, "-" appends to it.
+    expect(patch.set(['spec', 'tolerations', '-'], { key: 'j' }).operations.at(-1)).toEqual({ op: 'add', path: '/spec/tolerations/-', value: { key: 'j' } });
+  });
+
+  it('creates a list for the number 0 in a segment array, refuses any other number, and keeps numeric strings as map keys', () => {
+    expect(new Patch({ spec: {} }).set(['spec', 'tolerations', 0, 'key'], 'k').operations).toEqual([{ op: 'add', path: '/spec/tolerations', value: [{ key: 'k' }] }]);
+    expect(() => new Patch({ spec: {} }).set(['spec', 'tolerations', 2, 'key'], 'k')).toThrow(PatchError);
+    expect(() => new Patch({ spec: {} }).set(['spec', 'tolerations', 2, 'key'], 'k')).toThrow(/no list at \/spec\/tolerations to hold element 2/);
+    expect(new Patch({ metadata: {} }).set('/metadata/labels/0', 'x').operations).toEqual([{ op: 'add', path: '/metadata/labels', value: { 0: 'x' } }]);
+  });
+});
