@@ -68,25 +68,62 @@ export class Patch {
   /** Adds a raw RFC 6902 operation, as JSON text; the host checks that it applies. As `patch.apply` in TypeScript. */
   apply(operationJson: string): void { this.ops.push(operationJson); }
 
-  /** Sets any JSON value (given as JSON text) at a path of keys, creating missing parent maps. */
+  /**
+   * Sets any JSON value (given as JSON text) at a path, creating missing parents: maps, or a
+   * list for `-` (append). A segment under a list is an index of it (or `-` to append last).
+   * Walks with getAs, which keeps what it parses: json-as's get() hands back a detached copy,
+   * so two writes under a map this patch created lost the first (outside author), and a path
+   * through a list replaced the whole list with a map keyed "0".
+   */
   setRaw(path: string[], json: string): void {
-    let node = this.object;
-    if (node == null) throw new Error('this request has no object to patch');
+    let obj = this.object;
+    if (obj == null) throw new Error('this request has no object to patch');
+    let arr: JSON.Arr | null = null;
     for (let i = 0; i < path.length - 1; i++) {
-      const child = node!.get(path[i]);
-      if (child == null || child.type != JSON.Types.Object) {
-        // Create the rest of the path as one nested value.
-        let nested = json;
-        for (let j = path.length - 1; j > i; j--) nested = '{' + JSON.stringify<string>(path[j]) + ':' + nested + '}';
-        this.ops.push(op(child == null ? 'add' : 'replace', pointer(path, i + 1), nested));
-        node!.set(path[i], JSON.parse<JSON.Obj>(nested));
+      const key = path[i];
+      let child: JSON.Value | null = null;
+      let index: i32 = -1;
+      if (arr != null) {
+        index = listIndex(path, i, arr.length);
+        if (index == arr.length) {
+          // `-`: append the rest of the path as a new element.
+          const element = nested(path, i + 1, json);
+          this.ops.push(op('add', pointer(path, i + 1), element));
+          pushParsed(arr, element);
+          return;
+        }
+        child = arr.at(index);
+      } else child = obj!.get(key);
+      if (child == null || (child.type != JSON.Types.Object && child.type != JSON.Types.Array)) {
+        const value = nested(path, i + 1, json);
+        this.ops.push(op(child == null ? 'add' : 'replace', pointer(path, i + 1), value));
+        if (arr != null) setParsedAt(arr, index, value);
+        else setParsed(obj!, key, value);
         return;
       }
-      node = child.get<JSON.Obj>();
+      if (child.type == JSON.Types.Object) {
+        obj = arr != null ? arr.getAs<JSON.Obj>(index) : obj!.getAs<JSON.Obj>(key);
+        arr = null;
+      } else {
+        arr = arr != null ? arr.getAs<JSON.Arr>(index) : obj!.getAs<JSON.Arr>(key);
+        obj = null;
+      }
     }
     const last = path[path.length - 1];
-    this.ops.push(op(node!.has(last) ? 'replace' : 'add', pointer(path, path.length), json));
-    node!.set(last, new JSON.Raw(json));
+    const at = pointer(path, path.length);
+    if (arr != null) {
+      const index = listIndex(path, path.length - 1, arr.length);
+      if (index == arr.length) {
+        this.ops.push(op('add', at, json));
+        pushParsed(arr, json);
+      } else {
+        this.ops.push(op('replace', at, json));
+        setParsedAt(arr, index, json);
+      }
+      return;
+    }
+    this.ops.push(op(obj!.has(last) ? 'replace' : 'add', at, json));
+    setParsed(obj!, last, json);
   }
 
   remove(path: string[]): void {
@@ -95,7 +132,7 @@ export class Patch {
       if (node == null) return;
       const child = node.get(path[i]);
       if (child == null || child.type != JSON.Types.Object) return;
-      node = child.get<JSON.Obj>();
+      node = node.getAs<JSON.Obj>(path[i]);
     }
     if (node == null || !node.has(path[path.length - 1])) return;
     node.delete(path[path.length - 1]);
@@ -104,6 +141,54 @@ export class Patch {
 
   /** Same as apply (kept for older policies). */
   raw(operationJson: string): void { this.ops.push(operationJson); }
+}
+
+/** The missing parents from path[from] down, as JSON text holding `json`: maps, or a list for `-`. */
+function nested(path: string[], from: i32, json: string): string {
+  let out = json;
+  for (let j = path.length - 1; j >= from; j--) {
+    out = path[j] == '-' ? '[' + out + ']' : '{' + JSON.stringify<string>(path[j]) + ':' + out + '}';
+  }
+  return out;
+}
+
+/** path[i] as an index of a list of `length` elements (`-` or `length` itself: append); aborts, naming the path, when it is neither. */
+function listIndex(path: string[], i: i32, length: i32): i32 {
+  const key = path[i];
+  if (key == '-') return length;
+  let value: i32 = 0;
+  let ok = key.length > 0 && key.length < 10 && !(key.length > 1 && key.charCodeAt(0) == 48);
+  for (let k = 0; ok && k < key.length; k++) {
+    const c = key.charCodeAt(k);
+    if (c < 48 || c > 57) ok = false;
+    else value = value * 10 + (c - 48);
+  }
+  if (!ok || value > length) {
+    throw new Error('patch: ' + pointer(path, i + 1) + ' is not in the list at ' + pointer(path, i) + ' (' + length.toString() + ' elements; use an index below that, or "-" to append)');
+  }
+  return value;
+}
+
+// Kept parsed, so that later writes under them land in the same maps and lists.
+function setParsed(obj: JSON.Obj, key: string, json: string): void {
+  const c = json.charCodeAt(0);
+  if (c == 123) obj.set<JSON.Obj>(key, JSON.parse<JSON.Obj>(json));
+  else if (c == 91) obj.set<JSON.Arr>(key, JSON.parse<JSON.Arr>(json));
+  else obj.set<JSON.Raw>(key, new JSON.Raw(json));
+}
+
+function setParsedAt(arr: JSON.Arr, index: i32, json: string): void {
+  const c = json.charCodeAt(0);
+  if (c == 123) arr.set<JSON.Obj>(index, JSON.parse<JSON.Obj>(json));
+  else if (c == 91) arr.set<JSON.Arr>(index, JSON.parse<JSON.Arr>(json));
+  else arr.set<JSON.Raw>(index, new JSON.Raw(json));
+}
+
+function pushParsed(arr: JSON.Arr, json: string): void {
+  const c = json.charCodeAt(0);
+  if (c == 123) arr.push<JSON.Obj>(JSON.parse<JSON.Obj>(json));
+  else if (c == 91) arr.push<JSON.Arr>(JSON.parse<JSON.Arr>(json));
+  else arr.push<JSON.Raw>(new JSON.Raw(json));
 }
 
 function op(name: string, path: string, json: string): string {

@@ -30,3 +30,42 @@ it('set<T>, merge, remove and apply patch an AssemblyScript policy\'s object as 
     await policy.close();
   }
 });
+
+it('writes under maps it created, through list indexes, and appends with "-", as the TypeScript Patch does', async () => {
+  // Outside author: two labels where metadata.labels was absent kept only the last, and a write
+  // through containers/0 replaced the whole containers list with a map keyed "0".
+  const object = {
+    apiVersion: 'v1', kind: 'Pod', metadata: { name: 'web' },
+    spec: { containers: [{ name: 'app', image: 'app:1' }, { name: 'side', image: 'sidecar:1', resources: {} }] },
+  };
+  const policy = await testPolicy(`${root}test/fixtures/policies/as-patch-lists/as-patch-lists.wasm`);
+  try {
+    const result = await policy.mutate(request({ object }));
+    expect(result.status).toBe('allowed');
+    const expected = new Patch(structuredClone(object))
+      .set(['metadata', 'labels', 'a'], '1')
+      .set(['metadata', 'labels', 'b'], '2')
+      .merge({ metadata: { annotations: { x: '1', y: '2' } } })
+      .set(['spec', 'containers', '0', 'resources', 'limits', 'cpu'], '500m')
+      .set(['spec', 'containers', '0', 'resources', 'limits', 'memory'], '128Mi')
+      .set(['spec', 'containers', '1', 'image'], 'sidecar:2')
+      .set(['spec', 'containers', '0', 'env', '-'], { name: 'A', value: 'ü' })
+      .set(['spec', 'containers', '0', 'env', '-'], { name: 'B', value: '2' })
+      .set(['spec', 'tolerations', '-'], { key: 'k', operator: 'Exists' })
+      .set(['spec', 'containers', '-'], { name: 'added', image: 'x:1' });
+    expect(result.patched).toEqual(expected.result);
+    expect(result.patched).toMatchObject({
+      metadata: { labels: { a: '1', b: '2' }, annotations: { x: '1', y: '2' } },
+      spec: {
+        containers: [
+          { name: 'app', image: 'app:1', resources: { limits: { cpu: '500m', memory: '128Mi' } }, env: [{ name: 'A', value: 'ü' }, { name: 'B', value: '2' }] },
+          { name: 'side', image: 'sidecar:2' },
+          { name: 'added', image: 'x:1' },
+        ],
+        tolerations: [{ key: 'k', operator: 'Exists' }],
+      },
+    });
+  } finally {
+    await policy.close();
+  }
+});
