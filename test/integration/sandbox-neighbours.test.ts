@@ -215,26 +215,33 @@ it('two looping policies on probation together leave a worker to the others, not
 }, 60_000);
 
 it('a policy with an idle worker of its own is never refused as overloaded by calls that wait for another worker', async () => {
-  // Red team: with each policy in one worker, a looping policy held its worker; the calls queued
-  // behind it waited seconds, and that wait got the calls of policies in the other, idle, worker
-  // refused as overload.
+  // Red team: with each policy in one worker, the calls queued for a held worker waited
+  // seconds, and that wait got the calls of policies in the other, idle, worker refused as
+  // overload. Here a long call (well within its deadline) holds the other worker while a
+  // policy placed only there queues a burst behind it.
   const own = new SandboxPool(2);
   try {
-    own.plan(3, 1);
-    const looping = await load(own, 'loops-at-home', { file: 'spin', limits: { ...DEFAULT_LIMITS, timeoutMs: 800 } });
+    own.plan(5, 1);
+    const patient = { ...DEFAULT_LIMITS, timeoutMs: 20_000 };
+    // Placed in turn: workers 0, 1, 0, 1, 0.
+    const prober = await load(own, 'long-calls', { file: 'spin', limits: patient, settings: { iterations: 1e6 } });
     const elsewhere = await load(own, 'numbers-elsewhere', { file: 'numbers', limits: { ...DEFAULT_LIMITS, timeoutMs: 400 } });
-    const sharing = await load(own, 'numbers-sharing', { file: 'numbers', limits: { ...DEFAULT_LIMITS, timeoutMs: 10_000 } });
-    expect(await evaluatePolicy(own, looping, 'mutate', input())).toMatchObject({ status: 'allowed' });
+    await evaluatePolicy(own, prober, 'mutate', input());
+    const probe = await evaluatePolicy(own, prober, 'mutate', input());
+    const long = await load(own, 'long-calls-600ms', { file: 'spin', limits: patient, settings: { iterations: Math.round(1e6 * 600_000 / Math.max(1000, probe.guestMicros ?? 0)) } });
+    await load(own, 'numbers-filler', { file: 'numbers' });
+    const sharing = await load(own, 'numbers-bursts', { file: 'numbers', limits: patient });
+    expect([prober, elsewhere, sharing, long].map((p) => own.instancesOf(p.key))).toEqual([1, 1, 1, 1]);
+    await evaluatePolicy(own, sharing, 'validate', input());
+    await evaluatePolicy(own, long, 'mutate', input());
     let attacking = true;
     const attack = (async () => {
       while (attacking) {
-        const sharers = Array.from({ length: 400 }, () => evaluatePolicy(own, sharing, 'validate', input()));
-        await Promise.all([evaluatePolicy(own, looping, 'validate', input()), ...sharers]);
+        await Promise.all([evaluatePolicy(own, long, 'mutate', input()), ...Array.from({ length: 2000 }, () => evaluatePolicy(own, sharing, 'validate', input()))]);
       }
     })();
     const answers = [];
     try {
-      await new Promise((resolve) => setTimeout(resolve, 1000));
       for (let i = 0; i < 40; i++) {
         answers.push(await evaluatePolicy(own, elsewhere, 'validate', input({ object: { spec: { numbers: [500] } } })));
         await new Promise((resolve) => setTimeout(resolve, 50));

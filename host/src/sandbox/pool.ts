@@ -662,7 +662,11 @@ export class SandboxPool {
     const late: number[] = [];
     // Asked only when a distrusted call is in line (rare): is another worker left for the others?
     let spare: boolean | undefined;
-    for (let i = 0; i < Math.min(this.#queue.length, WINDOW); i++) {
+    // With policies in fewer than every worker, a worker that finds nothing of its own in the
+    // window looks on: the calls of the policies only it holds may all be behind it (a burst
+    // for another worker filled the window, and this one sat idle while its calls expired).
+    const end = this.#instances < this.size ? this.#queue.length : Math.min(this.#queue.length, WINDOW);
+    for (let i = 0; i < end && (i < WINDOW || best < 0); i++) {
       const job = this.#queue[i]!;
       if (now - job.started >= job.timeoutMs) {
         late.push(i);
