@@ -105,12 +105,12 @@ export function evaluate<S>(definition: PolicyDefinition<S>, mode: Mode, input: 
     };
     if (mode === 'validate') {
       if (!definition.validate) throw new PermanentError('this policy does not validate (it has no validate handler)');
-      returnsNothing('validate', definition.validate(ctx) as unknown);
+      returnsNothing('validate', definition.validate(ctx));
       return withWarnings({ outcome: 'allow' }, warnings);
     }
     if (!definition.mutate) throw new PermanentError('this policy does not mutate (it has no mutate handler)');
     const patch = new Patch(ctx.object);
-    returnsNothing('mutate', definition.mutate({ ...ctx, patch }) as unknown);
+    returnsNothing('mutate', definition.mutate({ ...ctx, patch }));
     const result: EvaluationOutput = { outcome: 'allow' };
     if (!patch.isEmpty) result.patch = patch.operations;
     return withWarnings(result, warnings);
@@ -125,11 +125,11 @@ export function evaluate<S>(definition: PolicyDefinition<S>, mode: Mode, input: 
  */
 function returnsNothing(handler: Mode, value: unknown): void {
   if (value === undefined) return;
-  if (typeof (value as { then?: unknown } | null)?.then === 'function') {
-    (value as Promise<unknown>).then(undefined, () => undefined);
+  if (value instanceof Promise) {
+    value.then(undefined, () => undefined);
     throw new PermanentError(`${handler} returned a Promise: handlers must be synchronous (no async, no await); return nothing to allow, throw AdmissionError to deny`);
   }
-  throw new PermanentError(`${handler} returned ${JSON.stringify(value) ?? String(value)}: return nothing to allow, throw AdmissionError to deny`);
+  throw new PermanentError(`${handler} returned ${JSON.stringify(value) ?? typeof value}: return nothing to allow, throw AdmissionError to deny`);
 }
 
 function classify(error: unknown): EvaluationOutput {

@@ -3,6 +3,7 @@
 import { expect, it } from 'vitest';
 import { request, testPolicy } from '../../sdk/src/testing.ts';
 import { Patch } from '../../sdk/src/patch.ts';
+import type { JsonObject } from '@portcullis/sdk';
 import { root } from '../helpers/policies.ts';
 
 it('set<T>, merge, remove and apply patch an AssemblyScript policy\'s object as the TypeScript Patch does', async () => {
@@ -34,7 +35,7 @@ it('set<T>, merge, remove and apply patch an AssemblyScript policy\'s object as 
 it('writes under maps it created, through list indexes, and appends with "-", as the TypeScript Patch does', async () => {
   // Outside author: two labels where metadata.labels was absent kept only the last, and a write
   // through containers/0 replaced the whole containers list with a map keyed "0".
-  const object = {
+  const object: JsonObject = {
     apiVersion: 'v1', kind: 'Pod', metadata: { name: 'web' },
     spec: { containers: [{ name: 'app', image: 'app:1' }, { name: 'side', image: 'sidecar:1', resources: {} }] },
   };
