@@ -171,6 +171,17 @@ describe('build, inspect, test on the generated project', () => {
     expect(JSON.parse(inspected.stdout)).toMatchObject({ kind: 'core', metadata: { name: 'as-label', modes: ['validate'] } });
   }, 60_000);
 
+  it('refuses to build when the package.json "portcullis" field has a key it does not know (a misspelt "rules" would match every request)', async () => {
+    const dir = join(scratch, 'as-typo');
+    expect((await cli(['new', dir, '--lang', 'as'])).code).toBe(0);
+    const pkg = JSON.parse(await readFile(join(dir, 'package.json'), 'utf8')) as Record<string, unknown>;
+    await writeFile(join(dir, 'package.json'), JSON.stringify({ ...pkg, portcullis: { rule: [{ operations: ['CREATE'], apiGroups: [''], apiVersions: ['v1'], resources: ['pods'] }] } }));
+    const built = await run(process.execPath, [`${root}host/bin/portcullis.js`, 'build', 'assembly/index.ts', '-o', 'typo.wasm'], { cwd: dir });
+    expect(built.code).toBe(1);
+    expect(built.stderr).toMatch(/package\.json: "portcullis" has "rule", which it does not know: its keys are "rules" and "settingsSchema"/);
+    await expect(access(join(dir, 'typo.wasm'))).rejects.toThrow();
+  }, 60_000);
+
   it('a TypeScript module built with --no-check says its modes were not embedded', async () => {
     const result = await inProject(['build', 'src/policy.ts', '-o', 'unchecked.wasm', '--no-check']);
     expect(result.code, result.stderr).toBe(0);

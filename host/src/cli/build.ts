@@ -70,7 +70,13 @@ async function infoFrom(file: string, text: string): Promise<PolicyInfo> {
   } catch (error) {
     throw new Error(`${file} is not JSON: ${errorMessage(error)}`);
   }
-  const own = (pkg.portcullis ?? {}) as Record<string, unknown>;
+  const field = pkg.portcullis ?? {};
+  if (typeof field !== 'object' || field === null || Array.isArray(field)) throw new Error(`${file}: "portcullis" must be an object with "rules" and/or "settingsSchema"`);
+  const own = field as Record<string, unknown>;
+  // A misspelt key would leave the module without rules, and a policy without rules runs on
+  // every request (outside author: "rule" built silently, then a Pod policy denied Secrets).
+  const unknown = Object.keys(own).filter((key) => key !== 'rules' && key !== 'settingsSchema');
+  if (unknown.length > 0) throw new Error(`${file}: "portcullis" has ${unknown.map((k) => `"${k}"`).join(', ')}, which it does not know: its keys are "rules" and "settingsSchema"`);
   const info: Record<string, unknown> = {};
   if (typeof pkg.name === 'string') info.name = pkg.name.replace(/^@[^/]+\//, '');
   if (typeof pkg.version === 'string') info.version = pkg.version;
