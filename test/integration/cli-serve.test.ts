@@ -47,3 +47,22 @@ it('serves with a malloc trim threshold so freed compiler memory goes back to th
   expect(await environOf(clean)).toContain('MALLOC_TRIM_THRESHOLD_=1048576');
   expect(await environOf({ ...clean, MALLOC_TRIM_THRESHOLD_: '4096' })).toContain('MALLOC_TRIM_THRESHOLD_=4096');
 });
+
+it('refuses to start when policies have context grants or webhooks are managed and no cluster is configured, saying so', async () => {
+  // Outside author: client-node makes up http://localhost:8080 when it finds nothing, and the
+  // host started, then retried it forever with a message about TLS.
+  const { writeFile, mkdtemp } = await import('node:fs/promises');
+  const { join } = await import('node:path'); // eslint-disable-line @typescript-eslint/unbound-method -- path.join does not use this
+  const { tmpdir } = await import('node:os');
+  const { wasm } = await import('../helpers/policies.ts');
+  const dir = await mkdtemp(join(tmpdir(), 'portcullis-nocluster-'));
+  const env = { KUBECONFIG: '', HOME: dir };
+  await writeFile(join(dir, 'context.yaml'), `policies:\n  - { name: probe, module: ${wasm('context-probe')}, context: [{ apiVersion: v1, kind: Namespace }] }\n`);
+  const context = await cli(['serve', '--config', join(dir, 'context.yaml'), '--host', '127.0.0.1', '--port', '0', '--tls-self-signed'], { env });
+  expect(context.code).toBe(1);
+  expect(context.stderr).toContain('policies have context grants but no Kubernetes cluster is configured: set KUBECONFIG, or run in a Pod with a ServiceAccount');
+  await writeFile(join(dir, 'managed.yaml'), `webhooks:\n  managed: nocluster.portcullis.dev\n  url: https://127.0.0.1:1/\npolicies:\n  - { name: numbers, module: ${wasm('numbers')} }\n`);
+  const managed = await cli(['serve', '--config', join(dir, 'managed.yaml'), '--host', '127.0.0.1', '--port', '0', '--tls-self-signed'], { env });
+  expect(managed.code).toBe(1);
+  expect(managed.stderr).toContain('no current cluster in the Kubernetes configuration: set KUBECONFIG, or run in a Pod with a ServiceAccount');
+}, 60_000);

@@ -16,6 +16,7 @@ import type { Fields } from '../util/log.ts';
 import { describeGrant, kindKey, type Grant } from './grants.ts';
 import type { ContextHub } from './hub.ts';
 import { toEntry } from './store.ts';
+import { defaultKubeConfigFound } from '../util/kubeconfig.ts';
 
 const RETRY_MS = 5_000;
 
@@ -58,7 +59,7 @@ export class ClusterContext {
       const why = errorMessage(error);
       throw new ContextCacheError(`cannot load Kubernetes credentials for context grants: ${why}; set KUBECONFIG or run in a Pod`, { cause: error });
     }
-    if (!this.#kc.getCurrentCluster()) {
+    if (!this.#kc.getCurrentCluster() || (!kubeconfig && !defaultKubeConfigFound())) {
       throw new ContextCacheError(
         'policies have context grants but no Kubernetes cluster is configured: set KUBECONFIG, or run in a Pod with a ServiceAccount',
       );

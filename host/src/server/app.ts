@@ -119,7 +119,8 @@ export class PortcullisServer {
     try {
       await server.#ensureContext(config);
     } catch (error) {
-      await server.pool.close();
+      // The socket too: it kept the process alive, listening, after saying it refused to start.
+      await server.stop(0);
       throw error;
     }
     if (config.server.metricsPort !== undefined) {

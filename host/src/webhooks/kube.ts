@@ -14,6 +14,7 @@ import {
   type ObservableMiddleware,
 } from '@kubernetes/client-node';
 import { errorMessage, PortcullisError } from '../errors.ts';
+import { defaultKubeConfigFound } from '../util/kubeconfig.ts';
 
 export interface KubeClients {
   admission: AdmissionregistrationV1Api;
@@ -75,7 +76,7 @@ export function createKubeClients(kubeconfig?: string): KubeClients {
   } catch (error) {
     throw new KubeConfigError(`cannot load Kubernetes credentials${kubeconfig ? ` from ${kubeconfig}` : ' (KUBECONFIG, ~/.kube/config or the in-cluster ServiceAccount)'}: ${errorMessage(error)}`, { cause: error });
   }
-  const cluster = kc.getCurrentCluster();
+  const cluster = kubeconfig || defaultKubeConfigFound() ? kc.getCurrentCluster() : null;
   if (!cluster) throw new KubeConfigError('no current cluster in the Kubernetes configuration: set KUBECONFIG, or run in a Pod with a ServiceAccount');
   return {
     admission: kc.makeApiClient(AdmissionregistrationV1Api),
