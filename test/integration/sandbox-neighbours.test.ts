@@ -27,6 +27,17 @@ beforeAll(async () => {
 }, 120_000);
 afterAll(() => pool.close());
 
+/** Calls, 50 ms apart, of a benign policy that denies what it is given: each answer, a failure by its message. */
+async function benignRound(on: SandboxPool, benign: LoadedPolicy, count = 10): Promise<string[]> {
+  const answers: string[] = [];
+  for (let i = 0; i < count; i++) {
+    const outcome = await evaluatePolicy(on, benign, 'validate', input({ object: { spec: { numbers: [500] } } }));
+    answers.push(outcome.status === 'failed' ? outcome.message : outcome.status);
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+  return answers;
+}
+
 it('answers every benign call correctly while four attackers keep the workers dying, without starving them', async () => {
   let attacking = true;
   const attacks = { calls: 0, failed: 0 };
@@ -89,12 +100,7 @@ it('a policy stopped at its deadline never holds every worker again: three such 
   const restarts = pool.stats.restarts;
   expect(await evaluatePolicy(pool, looping, 'validate', input())).toMatchObject({ status: 'failed', failure: 'temporary' });
   const loops = [1, 2, 3].map(() => evaluatePolicy(pool, looping, 'validate', input()));
-  const answers = [];
-  for (let i = 0; i < 10; i++) {
-    answers.push(await evaluatePolicy(pool, benign, 'validate', input({ object: { spec: { numbers: [500] } } })));
-    await new Promise((resolve) => setTimeout(resolve, 50));
-  }
-  expect(answers.map((a) => a.status)).toEqual(Array(10).fill('denied'));
+  expect(await benignRound(pool, benign)).toEqual(Array(10).fill('denied'));
   const outcomes = await Promise.all(loops);
   // One runs to its deadline on the one worker it may take; the others wait for it, past theirs.
   expect(outcomes.map((o) => o.status === 'failed' && o.message.replace(/\d+ ms/, 'N ms'))).toEqual([
@@ -111,12 +117,7 @@ it('a policy none of whose reviews has answered yet takes at most all workers bu
   const looping = await load(pool, 'loops-from-the-start', { file: 'spin', limits: { ...DEFAULT_LIMITS, timeoutMs: 1500 } });
   const benign = await load(pool, 'numbers-first', { file: 'numbers', limits: { ...DEFAULT_LIMITS, timeoutMs: 400 } });
   const loops = [1, 2, 3].map(() => evaluatePolicy(pool, looping, 'validate', input()));
-  const answers = [];
-  for (let i = 0; i < 10; i++) {
-    answers.push(await evaluatePolicy(pool, benign, 'validate', input({ object: { spec: { numbers: [500] } } })));
-    await new Promise((resolve) => setTimeout(resolve, 50));
-  }
-  expect(answers.map((a) => a.status)).toEqual(Array(10).fill('denied'));
+  expect(await benignRound(pool, benign)).toEqual(Array(10).fill('denied'));
   expect((await Promise.all(loops)).map((o) => o.status)).toEqual(['failed', 'failed', 'failed']);
 }, 60_000);
 
@@ -129,12 +130,7 @@ it('a policy stopped at its deadline stays held to all workers but one after it 
   expect(await evaluatePolicy(pool, looping, 'validate', input())).toMatchObject({ status: 'failed', failure: 'temporary' });
   expect(await evaluatePolicy(pool, looping, 'mutate', input())).toMatchObject({ status: 'allowed' });
   const loops = [1, 2, 3].map(() => evaluatePolicy(pool, looping, 'validate', input()));
-  const answers = [];
-  for (let i = 0; i < 10; i++) {
-    answers.push(await evaluatePolicy(pool, benign, 'validate', input({ object: { spec: { numbers: [500] } } })));
-    await new Promise((resolve) => setTimeout(resolve, 50));
-  }
-  expect(answers.map((a) => a.status)).toEqual(Array(10).fill('denied'));
+  expect(await benignRound(pool, benign)).toEqual(Array(10).fill('denied'));
   expect((await Promise.all(loops)).map((o) => o.status)).toEqual(['failed', 'failed', 'failed']);
 }, 60_000);
 
@@ -145,13 +141,9 @@ it('the probation ends, and one that starts again after it lasts twice as long',
     const benign = await load(own, 'numbers-twice', { file: 'numbers', limits: { ...DEFAULT_LIMITS, timeoutMs: 250 } });
     const burst = async (): Promise<string[]> => {
       const loops = [1, 2, 3].map(() => evaluatePolicy(own, looping, 'validate', input()));
-      const answers = [];
-      for (let i = 0; i < 10; i++) {
-        answers.push(await evaluatePolicy(own, benign, 'validate', input({ object: { spec: { numbers: [500] } } })));
-        await new Promise((resolve) => setTimeout(resolve, 50));
-      }
+      const answers = await benignRound(own, benign);
       await Promise.all(loops);
-      return answers.map((a) => a.status);
+      return answers;
     };
     const pause = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
     expect(await evaluatePolicy(own, looping, 'mutate', input())).toMatchObject({ status: 'allowed' });
@@ -160,7 +152,7 @@ it('the probation ends, and one that starts again after it lasts twice as long',
     // both workers for a deadline again (what the probation prevents while it lasts).
     await pause(1700);
     expect(await evaluatePolicy(own, looping, 'mutate', input())).toMatchObject({ status: 'allowed' });
-    expect(await burst()).toContain('failed');
+    expect((await burst()).filter((a) => a !== 'denied')).not.toEqual([]);
     // That burst was a second strike: 3 s, so 1.7 s later it still holds.
     await pause(1700);
     expect(await evaluatePolicy(own, looping, 'mutate', input())).toMatchObject({ status: 'allowed' });
@@ -184,12 +176,7 @@ it('a policy that is slow but within its deadline never holds every worker, nor 
   const slow = await load(pool, 'slow-but-within', { file: 'spin', limits, settings: { iterations } });
   expect(await evaluatePolicy(pool, slow, 'mutate', input())).toMatchObject({ status: 'allowed' });
   const slowCalls = [1, 2, 3, 4].map(() => evaluatePolicy(pool, slow, 'mutate', input()));
-  const answers = [];
-  for (let i = 0; i < 10; i++) {
-    answers.push(await evaluatePolicy(pool, benign, 'validate', input({ object: { spec: { numbers: [500] } } })));
-    await new Promise((resolve) => setTimeout(resolve, 50));
-  }
-  expect(answers.map((a) => a.status === 'failed' ? a.message : a.status)).toEqual(Array(10).fill('denied'));
+  expect(await benignRound(pool, benign)).toEqual(Array(10).fill('denied'));
   const done = await Promise.all(slowCalls);
   expect(done.map((o) => o.status)).toEqual(['allowed', 'allowed', 'allowed', 'allowed']);
   // It really was slow: over a tenth of its deadline a call.
@@ -205,12 +192,7 @@ it('two looping policies on probation together leave a worker to the others, not
     expect(await evaluatePolicy(pool, looping, 'mutate', input())).toMatchObject({ status: 'allowed' });
   }
   const running = loops.flatMap((looping) => [1, 2].map(() => evaluatePolicy(pool, looping, 'validate', input())));
-  const answers = [];
-  for (let i = 0; i < 10; i++) {
-    answers.push(await evaluatePolicy(pool, benign, 'validate', input({ object: { spec: { numbers: [500] } } })));
-    await new Promise((resolve) => setTimeout(resolve, 50));
-  }
-  expect(answers.map((a) => a.status === 'failed' ? a.message : a.status)).toEqual(Array(10).fill('denied'));
+  expect(await benignRound(pool, benign)).toEqual(Array(10).fill('denied'));
   expect((await Promise.all(running)).map((o) => o.status)).toEqual(Array(4).fill('failed'));
 }, 60_000);
 
@@ -240,17 +222,14 @@ it('a policy with an idle worker of its own is never refused as overloaded by ca
         await Promise.all([evaluatePolicy(own, long, 'mutate', input()), ...Array.from({ length: 2000 }, () => evaluatePolicy(own, sharing, 'validate', input()))]);
       }
     })();
-    const answers = [];
+    let answers: string[];
     try {
-      for (let i = 0; i < 40; i++) {
-        answers.push(await evaluatePolicy(own, elsewhere, 'validate', input({ object: { spec: { numbers: [500] } } })));
-        await new Promise((resolve) => setTimeout(resolve, 50));
-      }
+      answers = await benignRound(own, elsewhere, 40);
     } finally {
       attacking = false;
       await attack;
     }
-    expect(answers.map((a) => a.status === 'failed' ? a.message : a.status)).toEqual(Array(40).fill('denied'));
+    expect(answers).toEqual(Array(40).fill('denied'));
   } finally {
     await own.close();
   }
@@ -271,12 +250,7 @@ it('a policy that lived only in the worker where another was stopped gets a seco
     expect(own.instancesOf(sharing.key)).toBe(2);
     expect(own.instancesOf(looping.key)).toBe(1);
     const loops = [1, 2].map(() => evaluatePolicy(own, looping, 'validate', input()));
-    const answers = [];
-    for (let i = 0; i < 10; i++) {
-      answers.push(await evaluatePolicy(own, sharing, 'validate', input({ object: { spec: { numbers: [500] } } })));
-      await new Promise((resolve) => setTimeout(resolve, 50));
-    }
-    expect(answers.map((a) => a.status === 'failed' ? a.message : a.status)).toEqual(Array(10).fill('denied'));
+    expect(await benignRound(own, sharing)).toEqual(Array(10).fill('denied'));
     await Promise.all(loops);
   } finally {
     await own.close();
