@@ -81,4 +81,12 @@ describe('requestFor', () => {
     expect(requestFor({ object: { apiVersion: 'v1', kind: 'Policy' }, namespace: 'n' }, 'u')).toMatchObject({ resource: { resource: 'policies' }, namespace: 'n' });
     expect(() => requestFor({ object: { apiVersion: 'v1', kind: 'Pod' }, operation: 'PATCH' }, 'u')).toThrow(RequestInputError);
   });
+
+  it('builds only the shapes the apiserver sends: a DELETE\'s object is the old object, an UPDATE needs one', () => {
+    // Outside author: a suite's DELETE kept `object`, so it passed a denial the real request never gets.
+    const pod = { apiVersion: 'v1', kind: 'Pod', metadata: { name: 'p' } };
+    expect(requestFor({ object: pod, operation: 'DELETE' }, 'u')).toMatchObject({ operation: 'DELETE', object: null, oldObject: pod, name: 'p' });
+    expect(() => requestFor({ object: pod, oldObject: pod, operation: 'DELETE' }, 'u')).toThrow(/a DELETE has no object, only the old object/);
+    expect(() => requestFor({ object: pod, operation: 'UPDATE' }, 'u')).toThrow(/an UPDATE needs oldObject/);
+  });
 });

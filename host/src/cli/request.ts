@@ -41,10 +41,17 @@ export function isAdmissionRequest(value: unknown): boolean {
 }
 
 export function requestFor(facts: RequestFacts, uid: string): AdmissionRequest {
-  const object = optionalObject(facts.object, 'the object');
-  const oldObject = optionalObject(facts.oldObject, 'the old object');
+  let object = optionalObject(facts.object, 'the object');
+  let oldObject = optionalObject(facts.oldObject, 'the old object');
   const operation = facts.operation ?? (object === undefined && oldObject !== undefined ? 'DELETE' : oldObject ? 'UPDATE' : 'CREATE');
   if (typeof operation !== 'string' || !OPERATIONS.has(operation)) throw new RequestInputError('operation must be CREATE, UPDATE, DELETE or CONNECT');
+  // Only the shapes the apiserver sends (outside author: a suite's DELETE kept `object` and
+  // passed a denial that the real request, with `object: null`, never gets).
+  if (operation === 'DELETE' && object !== undefined) {
+    if (oldObject !== undefined) throw new RequestInputError('a DELETE has no object, only the old object: give one of them (the object being deleted)');
+    [object, oldObject] = [undefined, object];
+  }
+  if (operation === 'UPDATE' && oldObject === undefined) throw new RequestInputError('an UPDATE needs oldObject: the object as it was before the update');
   const subject = object ?? oldObject;
   if (!subject) throw new RequestInputError('give an object (a manifest), an old object (for DELETE) or a whole AdmissionRequest');
   if (typeof subject.apiVersion !== 'string' || typeof subject.kind !== 'string') throw new RequestInputError('the object needs apiVersion and kind');
