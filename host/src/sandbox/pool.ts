@@ -60,7 +60,7 @@ interface Job {
   group: object | undefined;
   /** Its policy's last cost (µs) when queued: its part of #queuedMicros. */
   cost: number;
-  /** Queued as a call of a suspect policy: counted in #suspectQueued, not in #queuedMicros. */
+  /** Queued as a call of an untrusted policy (see #untrusted): counted in #suspectQueued, not in #queuedMicros. */
   suspect: boolean;
   resolve: (result: CallResult) => void;
 }
@@ -188,7 +188,7 @@ export class SandboxPool {
   #probation = new Map<string, { strikes: number; until: number }>();
   /** Policies a call of which was slow (see SLOW_SHARE): until when they count as untrusted. */
   #slow = new Map<string, number>();
-  /** How many queued calls are a suspect's. */
+  /** How many queued calls are an untrusted policy's (Job.suspect). */
   #suspectQueued = 0;
   /** Each policy's last call, in µs of worker time. */
   #cost = new Map<string, number>();
@@ -387,8 +387,16 @@ export class SandboxPool {
   /** A loaded worker holding the policy is idle, and nothing queued (not yet dispatched, or a burst in one turn) could take it first. */
   #startsNow(key: string): boolean {
     const home = this.#placement.get(key);
-    return this.#slots.some((slot) => slot.batches.length === 0 && slot.loads.size === 0 && (home?.has(slot.index) ?? true) &&
-      !this.#queue.some((job, i) => i < WINDOW && !job.suspect && this.#holds(slot, job.key)));
+    return this.#slots.some((slot) => slot.batches.length === 0 && slot.loads.size === 0 && (home?.has(slot.index) ?? true) && !this.#queuedFor(slot));
+  }
+
+  /** Whether a trusted call in the scheduler's window could go to this worker. */
+  #queuedFor(slot: Slot): boolean {
+    for (let i = 0; i < Math.min(this.#queue.length, WINDOW); i++) {
+      const job = this.#queue[i]!;
+      if (!job.suspect && this.#holds(slot, job.key)) return true;
+    }
+    return false;
   }
 
   async close(): Promise<void> {
@@ -795,6 +803,7 @@ export class SandboxPool {
         this.#solo.add(culprit.key);
         this.#suspect.add(culprit.key);
         this.#strike(culprit.key);
+        this.#spreadFrom(index, culprit.key);
       }
       culprit.resolve(fault(culprit, kind, reason));
       for (const job of jobs.filter((j) => j !== culprit).reverse()) {
@@ -807,7 +816,6 @@ export class SandboxPool {
         this.#enqueue(job, true);
       }
     }
-    if (culprit && this.#specs.has(culprit.key)) this.#spreadFrom(index, culprit.key);
     for (const spec of this.#specs.values()) {
       if (!this.#holds(fresh, spec.key)) continue;
       const waiting = pending.get(spec.key);
