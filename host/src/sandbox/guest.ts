@@ -132,13 +132,16 @@ async function instantiateCore(spec: SandboxSpec, logs: LogBuffer): Promise<Gues
     fault ??= error;
     return error;
   };
-  const alloc = (context: CallContext, length: bigint): bigint => {
+  /** Counts `bytes` of kernel memory against the cap, or faults the call naming `what`. */
+  const charge = (bytes: number, what: string): void => {
     // Checked before it counts: a negative length would lower the meter (a red-team bypass).
-    const bytes = Number(length);
-    if (!(bytes >= 0) || allocated + bytes + BLOCK_COST > spec.memoryCapBytes) {
-      throw kept(new GuestFault('memory', `exceeded its ${Math.round(spec.memoryCapBytes / 2 ** 20)} MiB memory cap (Extism kernel allocations)`));
+    if (!(bytes >= 0) || allocated + bytes > spec.memoryCapBytes) {
+      throw kept(new GuestFault('memory', `exceeded its ${Math.round(spec.memoryCapBytes / 2 ** 20)} MiB memory cap (${what})`));
     }
-    allocated += bytes + BLOCK_COST;
+    allocated += bytes;
+  };
+  const alloc = (context: CallContext, length: bigint): bigint => {
+    charge(Number(length) + BLOCK_COST, 'Extism kernel allocations');
     return context.alloc(length);
   };
   // Extism keeps variables in a map of its own that no reset clears and no meter sees: a guest
@@ -163,12 +166,7 @@ async function instantiateCore(spec: SandboxSpec, logs: LogBuffer): Promise<Gues
       vars.delete(name);
       return;
     }
-    if (!vars.has(name)) {
-      allocated += VAR_COST + name.length * 2;
-      if (allocated > spec.memoryCapBytes) {
-        throw kept(new GuestFault('memory', `exceeded its ${Math.round(spec.memoryCapBytes / 2 ** 20)} MiB memory cap (Extism variables)`));
-      }
-    }
+    if (!vars.has(name)) charge(VAR_COST + name.length * 2, 'Extism variables');
     // As Extism does: a variable names a whole block, whatever offset it was given.
     vars.set(name, (value >> 48n) << 48n);
   };
@@ -180,10 +178,7 @@ async function instantiateCore(spec: SandboxSpec, logs: LogBuffer): Promise<Gues
     const request = context.read(offset);
     // A fresh Uint8Array: Extism copies from its buffer, and Buffer.from may share a pooled one.
     const answer = ANSWER_ENCODER.encode(readContext(request === null ? '' : request.text()));
-    allocated += answer.length + BLOCK_COST;
-    if (allocated > spec.memoryCapBytes) {
-      throw kept(new GuestFault('memory', `exceeded its ${Math.round(spec.memoryCapBytes / 2 ** 20)} MiB memory cap (context read answers)`));
-    }
+    charge(answer.length + BLOCK_COST, 'context read answers');
     return context.store(answer);
   };
   // Issue 14: Extism's input is read by the guest 8 bytes per host call. A module built with this
@@ -244,27 +239,25 @@ async function instantiateCore(spec: SandboxSpec, logs: LogBuffer): Promise<Gues
       if (!exported.has(name)) throw new GuestFault('trap', `the module does not export "${name}"`);
       allocated = 0;
       fault = undefined;
-      vars.clear();
-      // Extism 1.0 never frees a call's memory blocks: without a reset they pile up (~6 KB a
-      // review) until block 32,768 overflows its address encoding, after 16,384 calls.
-      // Variables (Var) live in those blocks too and do not survive: linear memory does.
-      await plugin.reset();
       if (oneCopy) parts = inputParts(input);
-      const output = await plugin.call(name, oneCopy ? undefined : inputBytes(input)).finally(() => {
+      try {
+        const output = await plugin.call(name, oneCopy ? undefined : inputBytes(input));
+        // Set by the host functions during the call, which the compiler cannot see from here.
+        const caught = fault as GuestFault | undefined;
+        if (caught) throw caught;
+        if (output === null) return '';
+        const size = (output as unknown as DataView).byteLength;
+        if (size > spec.maxOutputBytes) throw outputTooLarge(spec, size);
+        return output.text();
+      } finally {
         parts = NO_INPUT;
-      });
-      // Set by the host functions during the call, which the compiler cannot see from here.
-      const caught = fault as GuestFault | undefined;
-      if (caught) throw caught;
-      if (output === null) return '';
-      const size = (output as unknown as DataView).byteLength;
-      if (size > spec.maxOutputBytes) throw outputTooLarge(spec, size);
-      const text = output.text();
-      // The call's kernel blocks (up to the cap) would otherwise stay until this policy's next
-      // call. (reset does its work before it returns its promise.)
-      void plugin.reset();
-      vars.clear();
-      return text;
+        vars.clear();
+        // Extism 1.0 never frees a call's memory blocks: without a reset they pile up (~6 KB a
+        // review) until block 32,768 overflows its address encoding, after 16,384 calls. Freed
+        // as the call ends, not when the next begins: up to the cap per call would otherwise
+        // stay while the policy is idle. Linear memory survives a reset.
+        await plugin.reset();
+      }
     },
     memoryBytes: () => largest(memories),
     close: () => void plugin.close(),
