@@ -2,6 +2,7 @@
 // that says exactly what is wrong. Nothing past this point re-checks the shape.
 import type { AdmissionRequest, JsonObject, Operation } from '@portcullis/sdk';
 import { ReviewError } from '../errors.ts';
+import { stringEnd } from './raw.ts';
 
 export type ReviewVersion = 'admission.k8s.io/v1' | 'admission.k8s.io/v1beta1';
 
@@ -84,19 +85,14 @@ function describe(value: unknown): string {
  * Whether brackets outside strings nest deeper than `limit`. Only a guard: malformed text is
  * JSON.parse's to refuse, so an unterminated string simply ends the walk.
  */
-function nestedDeeperThan(text: string, limit: number): boolean {
+function nestedDeeperThan(chars: string, limit: number): boolean {
+  const text = { chars, escapes: chars.includes('\\') };
   let depth = 0;
-  for (let at = 0; at < text.length; at++) {
-    const code = text.charCodeAt(at);
+  for (let at = 0; at < chars.length; at++) {
+    const code = chars.charCodeAt(at);
     if (code === 0x22) {
-      // Skip the string: to the next quote not escaped by an odd run of backslashes.
-      for (;;) {
-        at = text.indexOf('"', at + 1);
-        if (at < 0) return false;
-        let slashes = 0;
-        while (text.charCodeAt(at - 1 - slashes) === 0x5c) slashes++;
-        if (slashes % 2 === 0) break;
-      }
+      at = stringEnd(text, at + 1);
+      if (at < 0) return false;
     } else if (code === 0x7b || code === 0x5b) {
       if (++depth > limit) return true;
     } else if (code === 0x7d || code === 0x5d) {

@@ -43,7 +43,7 @@ function skipSpace(text: Text, at: number): number {
 }
 
 /** `at` is just past an opening quote; returns the index of the closing quote, or -1. */
-function stringEnd(text: Text, at: number): number {
+export function stringEnd(text: Text, at: number): number {
   for (;;) {
     const quote = text.chars.indexOf('"', at);
     if (quote < 0 || !text.escapes) return quote;
