@@ -85,19 +85,13 @@ export class Patch {
       let index: i32 = -1;
       if (arr != null) {
         index = listIndex(path, i, arr.length);
-        if (index == arr.length) {
-          // `-`: append the rest of the path as a new element.
-          const element = nested(path, i + 1, json);
-          this.ops.push(op('add', pointer(path, i + 1), element));
-          pushParsed(arr, element);
-          return;
-        }
-        child = arr.at(index);
+        // Past the end (`-`): the rest of the path is appended as a new element.
+        if (index < arr.length) child = arr.at(index);
       } else child = obj!.get(key);
       if (child == null || (child.type != JSON.Types.Object && child.type != JSON.Types.Array)) {
         const value = nested(path, i + 1, json);
         this.ops.push(op(child == null ? 'add' : 'replace', pointer(path, i + 1), value));
-        if (arr != null) setParsedAt(arr, index, value);
+        if (arr != null) putParsed(arr, index, value);
         else setParsed(obj!, key, value);
         return;
       }
@@ -113,13 +107,8 @@ export class Patch {
     const at = pointer(path, path.length);
     if (arr != null) {
       const index = listIndex(path, path.length - 1, arr.length);
-      if (index == arr.length) {
-        this.ops.push(op('add', at, json));
-        pushParsed(arr, json);
-      } else {
-        this.ops.push(op('replace', at, json));
-        setParsedAt(arr, index, json);
-      }
+      this.ops.push(op(index == arr.length ? 'add' : 'replace', at, json));
+      putParsed(arr, index, json);
       return;
     }
     this.ops.push(op(obj!.has(last) ? 'replace' : 'add', at, json));
@@ -177,18 +166,13 @@ function setParsed(obj: JSON.Obj, key: string, json: string): void {
   else obj.set<JSON.Raw>(key, new JSON.Raw(json));
 }
 
-function setParsedAt(arr: JSON.Arr, index: i32, json: string): void {
+/** At `index` of the list, or appended when it is the list's length. */
+function putParsed(arr: JSON.Arr, index: i32, json: string): void {
+  if (index == arr.length) arr.push<JSON.Raw>(new JSON.Raw('null'));
   const c = json.charCodeAt(0);
   if (c == 123) arr.set<JSON.Obj>(index, JSON.parse<JSON.Obj>(json));
   else if (c == 91) arr.set<JSON.Arr>(index, JSON.parse<JSON.Arr>(json));
   else arr.set<JSON.Raw>(index, new JSON.Raw(json));
-}
-
-function pushParsed(arr: JSON.Arr, json: string): void {
-  const c = json.charCodeAt(0);
-  if (c == 123) arr.push<JSON.Obj>(JSON.parse<JSON.Obj>(json));
-  else if (c == 91) arr.push<JSON.Arr>(JSON.parse<JSON.Arr>(json));
-  else arr.push<JSON.Raw>(new JSON.Raw(json));
 }
 
 function op(name: string, path: string, json: string): string {
