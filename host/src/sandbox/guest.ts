@@ -23,6 +23,8 @@ export interface Guest {
   call(fn: GuestFunction, input: CallInput): Promise<string>;
   /** Bytes of the largest linear memory of the instance. */
   memoryBytes(): number;
+  /** Bytes of all its linear memories: what dropping it leaves for the collector. */
+  footprintBytes(): number;
   close(): void;
 }
 
@@ -91,6 +93,7 @@ async function instantiateComponent(spec: SandboxSpec, logs: LogBuffer): Promise
   return {
     call: (fn, input) => Promise.resolve(fns[fn](inputText(input))),
     memoryBytes: () => largest(memories),
+    footprintBytes: () => total(memories),
     close: () => {},
   };
 }
@@ -260,12 +263,17 @@ async function instantiateCore(spec: SandboxSpec, logs: LogBuffer): Promise<Gues
       }
     },
     memoryBytes: () => largest(memories),
+    footprintBytes: () => total(memories),
     close: () => void plugin.close(),
   };
 }
 
 function largest(memories: WebAssembly.Memory[]): number {
   return memories.reduce((max, m) => Math.max(max, m.buffer.byteLength), 0);
+}
+
+function total(memories: WebAssembly.Memory[]): number {
+  return memories.reduce((sum, m) => sum + m.buffer.byteLength, 0);
 }
 
 export function outputTooLarge(spec: SandboxSpec, size: number): GuestFault {

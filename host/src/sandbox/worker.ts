@@ -12,6 +12,7 @@ import { clock, Progress, type CallAnswer, type CallReply, type CallRequest, typ
 // Imported only now: node:wasi (pulled in by Extism) is linked before any module body runs,
 // so a static import would warn before the filter above is installed.
 const { GuestFault, instantiateGuest, LogBuffer, outputTooLarge } = await import('./guest.ts');
+const { Garbage } = await import('./garbage.ts');
 // Issue 15: context reads are answered from this worker's replica.
 const { applyContextChange } = await import('../context/replica.ts');
 
@@ -33,6 +34,7 @@ const specs = new Map<string, SandboxSpec>();
 const guests = new Map<string, Guest>();
 const starting = new Map<string, Promise<Guest>>();
 const logs = new LogBuffer();
+const garbage = new Garbage();
 const progress = new Progress((workerData as { progress: SharedArrayBuffer }).progress);
 
 function send(message: FromWorker): void {
@@ -55,8 +57,15 @@ async function guestFor(spec: SandboxSpec): Promise<Guest> {
 }
 
 function discard(key: string): void {
-  guests.get(key)?.close();
+  const guest = guests.get(key);
+  if (guest) drop(guest);
   guests.delete(key);
+}
+
+/** Drops `guest` (a fresh one, or the one held for its policy), counting what it leaves behind. */
+function drop(guest: Guest): void {
+  garbage.discarded(guest.footprintBytes());
+  guest.close();
 }
 
 async function call(spec: SandboxSpec, fn: CallRequest['fn'], input: CallRequest['input']): Promise<CallAnswer> {
@@ -64,6 +73,9 @@ async function call(spec: SandboxSpec, fn: CallRequest['fn'], input: CallRequest
   try {
     guest = await guestFor(spec);
   } catch (error) {
+    // Whatever memories it made before failing (a data segment, a trapping start function) are
+    // garbage now, of a size nothing tells: count the most its memory cap allows.
+    garbage.discarded(spec.memoryCapBytes);
     return { ok: false, fault: 'instantiate', message: `could not be instantiated: ${describe(error)}`, logs: logs.take() };
   }
   const started = performance.now();
@@ -76,7 +88,8 @@ async function call(spec: SandboxSpec, fn: CallRequest['fn'], input: CallRequest
     }
     const used = guest.memoryBytes();
     // A guest that answered but sits near its memory cap would fail the next call; rebuild it now.
-    if (spec.fresh || used >= spec.memoryCapBytes * NEAR_CAP) discard(spec.key);
+    if (spec.fresh) drop(guest);
+    else if (used >= spec.memoryCapBytes * NEAR_CAP) discard(spec.key);
     // QuickJS turns a failed memory.grow into an "out of memory" exception, which the SDK
     // reports as an error outcome: that is the cap's doing, not the policy's.
     if (output.includes('"outcome":"error"') && hitCap(spec, used, output)) {
@@ -86,7 +99,8 @@ async function call(spec: SandboxSpec, fn: CallRequest['fn'], input: CallRequest
   } catch (error) {
     const used = guest.memoryBytes();
     // After a trap the instance's state is unknown: never reuse it.
-    discard(spec.key);
+    if (spec.fresh) drop(guest);
+    else discard(spec.key);
     if (error instanceof GuestFault && error.fault !== 'trap') {
       return { ok: false, fault: error.fault, message: error.message, logs: logs.take() };
     } else if (hitCap(spec, used, String(error))) {
@@ -129,7 +143,10 @@ let running = false;
 async function drain(): Promise<void> {
   running = true;
   try {
-    for (let next = batches.shift(); next; next = batches.shift()) await run(next.batch, next.first, next.calls);
+    for (let next = batches.shift(); next; next = batches.shift()) {
+      await run(next.batch, next.first, next.calls);
+      garbage.settle();
+    }
   } finally {
     running = false;
   }
@@ -173,7 +190,11 @@ port.on('message', (message: ToWorker) => {
       discard(message.spec.key);
       // Instantiate now so the first review does not pay for it.
       guestFor(message.spec).then(
-        () => send({ type: 'loaded', key: message.spec.key }),
+        (guest) => {
+          // A fresh policy's instance was made only to prove it instantiates.
+          if (message.spec.fresh) drop(guest);
+          send({ type: 'loaded', key: message.spec.key });
+        },
         (error: unknown) => send({ type: 'loaded', key: message.spec.key, error: describe(error) }),
       );
       break;
