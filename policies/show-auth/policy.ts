@@ -5,7 +5,10 @@ import { definePolicy } from '@portcullis/sdk';
 export default definePolicy({
   validate({ sslpeer, headers, warnings }) {
     const cn = sslpeer?.subject?.CN;
-    warnings.push(cn ? `TLS peer: CN=${cn}` : 'TLS peer: none (no verified client certificate)');
+    warnings.push(cn ? `TLS peer: CN=${String(cn)}` : 'TLS peer: none (no verified client certificate)');
+    // A client certificate's groups: one O is a string, several are a list.
+    const groups = sslpeer?.subject?.O;
+    if (groups !== undefined) warnings.push(`TLS peer groups (O): ${JSON.stringify(typeof groups === 'string' ? [groups] : groups)}`);
     warnings.push(`Authorization header: ${'authorization' in headers ? 'present' : 'absent'}`);
   },
 });

@@ -13,6 +13,13 @@ it('names the TLS peer and says an Authorization header was present, never its v
   expect(JSON.stringify(result)).not.toContain('s3cret');
 });
 
+it('lists the groups (O) of the peer, one or several', async () => {
+  const one = await policy.validate(request(), { sslpeer: { ...peer, subject: { CN: 'alice', O: 'team-a' } } });
+  expect(one.warnings).toContain('TLS peer groups (O): ["team-a"]');
+  const two = await policy.validate(request(), { sslpeer: { ...peer, subject: { CN: 'alice', O: ['a', 'system:masters'] } } });
+  expect(two.warnings).toContain('TLS peer groups (O): ["a","system:masters"]');
+});
+
 it('says when there is no peer certificate and no header', async () => {
   const result = await policy.validate(request());
   expect(result).toMatchObject({ allowed: true, warnings: ['TLS peer: none (no verified client certificate)', 'Authorization header: absent'] });

@@ -35,10 +35,14 @@ export interface AdmissionRequest {
   options?: JsonObject | null;
 }
 
-/** The verified TLS client certificate of the caller (usually the apiserver), if any. */
+/**
+ * The verified TLS client certificate of the caller (usually the apiserver), if any. A name
+ * attribute given once is a string; given several times (two `O`s: a client certificate's
+ * groups) it is the list of them, never one joined string that a comma in a value could forge.
+ */
 export interface PeerCertificate {
-  subject: Record<string, string>;
-  issuer: Record<string, string>;
+  subject: Record<string, string | string[]>;
+  issuer: Record<string, string | string[]>;
   serialNumber: string;
   validFrom: string;
   validTo: string;

@@ -91,6 +91,7 @@ describe('client certificates', () => {
   it('verifies them against the CA file and hands the peer to policies', async () => {
     const ca = await generate([{ name: 'commonName', value: 'client-ca' }], { keyType: 'ec', curve: 'P-256', algorithm: 'sha256', extensions: [{ name: 'basicConstraints', cA: true }, { name: 'keyUsage', keyCertSign: true, digitalSignature: true }] });
     const client = await generate([{ name: 'commonName', value: 'kube-apiserver' }], { keyType: 'ec', curve: 'P-256', algorithm: 'sha256', ca: { key: ca.private, cert: ca.cert }, extensions: [{ name: 'extKeyUsage', clientAuth: true }] });
+    const grouped = await generate([{ name: 'commonName', value: 'alice' }, { name: 'organizationName', value: 'a' }, { name: 'organizationName', value: 'system:masters' }], { keyType: 'ec', curve: 'P-256', algorithm: 'sha256', ca: { key: ca.private, cert: ca.cert }, extensions: [{ name: 'extKeyUsage', clientAuth: true }] });
     const stranger = await generate([{ name: 'commonName', value: 'mallory' }], { keyType: 'ec', curve: 'P-256', algorithm: 'sha256' });
     const t0 = await startServer('policies: []');
     const caFile = join(t0.dir, 'client-ca.pem');
@@ -100,6 +101,10 @@ describe('client certificates', () => {
     const serverCa = t.server.tls!.caBundle;
     const good = new Agent({ connect: { ca: serverCa, cert: client.cert, key: client.private } });
     expect(await peerSubject(t.server.url, good)).toEqual(['policy "show-auth": TLS peer: CN=kube-apiserver', 'policy "show-auth": Authorization header: absent']);
+    // Two O attributes reach the policy as a list, not as the string "a, system:masters".
+    const twoGroups = new Agent({ connect: { ca: serverCa, cert: grouped.cert, key: grouped.private } });
+    expect(await peerSubject(t.server.url, twoGroups)).toContain('policy "show-auth": TLS peer groups (O): ["a","system:masters"]');
+    await twoGroups.close();
     const none = new Agent({ connect: { ca: serverCa } });
     await expect(peerSubject(t.server.url, none)).rejects.toThrow();
     const bad = new Agent({ connect: { ca: serverCa, cert: stranger.cert, key: stranger.private } });

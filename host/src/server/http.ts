@@ -8,6 +8,7 @@ import type { ServerConfig } from '../config/types.ts';
 import { errorMessage, HttpError, type PortcullisError, ReviewError, UnknownPolicyError } from '../errors.ts';
 import { review, type AdmissionDeps } from './admission.ts';
 import type { TlsMaterial } from './tls.ts';
+import { peerCertificate } from './caller.ts';
 
 export interface HttpDeps extends AdmissionDeps {
   isReady(): { ready: boolean; detail: Record<string, unknown> };
@@ -169,12 +170,7 @@ function peerOf(req: IncomingMessage): PeerCertificate | null {
   if (typeof socket.getPeerCertificate !== 'function' || !socket.authorized) return null;
   const cert = socket.getPeerCertificate();
   if (!cert || Object.keys(cert).length === 0) return null;
-  const flat = (names: object | undefined): Record<string, string> =>
-    Object.fromEntries(Object.entries(names ?? {}).map(([k, v]) => [k, Array.isArray(v) ? v.join(', ') : String(v)]));
-  return {
-    subject: flat(cert.subject), issuer: flat(cert.issuer), serialNumber: cert.serialNumber,
-    validFrom: cert.valid_from, validTo: cert.valid_to, fingerprint256: cert.fingerprint256,
-  };
+  return peerCertificate(cert);
 }
 
 /** Answers with the error's catalog status and code; counted and logged as a refused request. */
