@@ -165,6 +165,56 @@ cases:
     expect(result.code).toBe(1);
   });
 
+  it('gives policies cluster context, and the caller headers and a TLS peer, from the suite', async () => {
+    await writeFile(join(dir, 'objects.yaml'), 'apiVersion: v1\nkind: Namespace\nmetadata: { name: shop, labels: { owner: ann } }\n');
+    const file = await suite('caller.test.yaml', `
+context: objects.yaml
+policies:
+  - module: ${policy('namespace-owner')}
+    rules: [{ operations: [CREATE], apiGroups: [""], apiVersions: [v1], resources: [pods] }]
+  - module: ${policy('show-auth')}
+    rules: [{ operations: [CREATE], apiGroups: [""], apiVersions: [v1], resources: [configmaps] }]
+cases:
+  - name: a pod in an owned namespace
+    object: { apiVersion: v1, kind: Pod, metadata: { name: p, namespace: shop } }
+    expect: { allowed: true }
+  - name: a pod in a namespace the context does not hold
+    object: { apiVersion: v1, kind: Pod, metadata: { name: p, namespace: nowhere } }
+    expect: { failed: true, message: 'namespace "nowhere" is not in the cache yet' }
+  - name: the caller as the server would see it
+    object: { apiVersion: v1, kind: ConfigMap, metadata: { name: c, namespace: shop } }
+    headers: { Authorization: Bearer x }
+    sslpeer: { subject: { CN: kube-apiserver, O: [a, b] } }
+    expect: { allowed: true, warnings: ['TLS peer: CN=kube-apiserver', 'groups (O): ["a","b"]', 'Authorization header: present'] }
+  - name: a secret no policy looks at
+    object: { apiVersion: v1, kind: Secret, metadata: { name: s, namespace: shop } }
+    expect: { allowed: true }
+`);
+    const result = await cli(['test', file]);
+    const lines = result.stdout.trim().split('\n');
+    expect(lines.slice(0, 3).every((l) => l.startsWith('PASS ') && !l.includes('no policy evaluated'))).toBe(true);
+    // A case that reaches no policy passes, saying so.
+    expect(lines[3]).toMatch(/^PASS .*› a secret no policy looks at \(no policy evaluated this request: none of their rules matches it\)$/);
+    expect(lines[4]).toBe('4 passed, 0 failed');
+    expect(result.code).toBe(0);
+  });
+
+  it('grants a policy only the kinds its context entry names', async () => {
+    const file = await suite('grants.test.yaml', `
+context:
+  - { apiVersion: v1, kind: Namespace, metadata: { name: shop, labels: { owner: ann } } }
+policies:
+  - module: ${policy('namespace-owner')}
+    context: [{ apiVersion: networking.k8s.io/v1, kind: Ingress }]
+cases:
+  - object: { apiVersion: v1, kind: Pod, metadata: { name: p, namespace: shop } }
+    expect: { allowed: true }
+`);
+    const result = await cli(['test', file]);
+    expect(result.stdout).toMatch(/^FAIL .*may not read Namespace/m);
+    expect(result.code).toBe(1);
+  });
+
   it('says plainly when there is nothing to run (usage error, exit 2)', async () => {
     const empty = await mkdtemp(join(dir, 'empty-'));
     const result = await cli(['test', empty]);
@@ -180,6 +230,12 @@ describe('suite files are checked field by field', () => {
     ['no cases', 'policy: p.wasm\n', /"cases" must be a non-empty list/],
     ['both policy and policies', 'policy: a.wasm\npolicies: [b.wasm]\ncases: [{}]\n', /not both/],
     ['bad rules', 'policies: [{ module: p.wasm, rules: [{ operations: CREATE }] }]\ncases:\n  - { object: { apiVersion: v1, kind: Pod }, expect: { allowed: true } }\n', /policies\[0\]\.rules must be/],
+    // A misspelt key would be a setting or a context quietly left out.
+    ['an unknown top-level key', 'policy: p.wasm\nsettinsg: { a: 1 }\ncases: [{}]\n', /unknown field\(s\) settinsg \(known: policy, settings, policies, context, cases\)/],
+    ['an unknown policy key', 'policies: [{ module: p.wasm, grants: [] }]\ncases: [{}]\n', /policies\[0\] has unknown field\(s\) grants/],
+    ['a context that is neither file nor list', 'policy: p.wasm\ncontext: { kind: Namespace }\ncases: [{}]\n', /"context" must be the path of a YAML file/],
+    ['a context object without a name', 'policy: p.wasm\ncontext: [{ apiVersion: v1, kind: Namespace }]\ncases: [{}]\n', /has no metadata\.name/],
+    ['a bad grant', 'policies: [{ module: p.wasm, context: [v1/Namespace] }]\ncases: [{}]\n', /policies\[0\]\.context must be a list of \{apiVersion, kind\}/],
   ])('the whole suite: %s', (_name, text, message) => {
     expect(bad(text)).toThrow(SuiteError);
     expect(bad(text)).toThrow(message);
@@ -195,6 +251,9 @@ describe('suite files are checked field by field', () => {
     ['an object without kind', '  - { object: { metadata: {} }, expect: { allowed: true } }\n', /needs apiVersion and kind/],
     ['a bad operation', '  - { operation: PATCH, object: { apiVersion: v1, kind: Pod }, expect: { allowed: true } }\n', /operation must be/],
     ['a bad request', '  - { request: { uid: x }, expect: { allowed: true } }\n', /request: request x: request.kind/],
+    ['headers that are not strings', '  - { object: { apiVersion: v1, kind: Pod }, headers: { x-n: 1 }, expect: { allowed: true } }\n', /headers must be a mapping of header names to strings/],
+    ['a peer without a subject', '  - { object: { apiVersion: v1, kind: Pod }, sslpeer: { issuer: {} }, expect: { allowed: true } }\n', /sslpeer must be a mapping with subject/],
+    ['a peer with an unknown field', '  - { object: { apiVersion: v1, kind: Pod }, sslpeer: { subject: {}, cn: x }, expect: { allowed: true } }\n', /sslpeer must be/],
     ['a duplicate case name', '  - { name: fine, object: { apiVersion: v1, kind: Pod }, expect: { allowed: false } }\n', /another case is already named "fine"/],
   ])('one case: %s', (_name, text, message) => {
     const parsed = parseSuite('/x/s.test.yaml', `policy: p.wasm\ncases:\n${GOOD_CASE}${text}`);
@@ -212,7 +271,7 @@ cases:
     groups: [dev]
     expect: { allowed: true }
 `);
-    expect(parsed.policies).toEqual([{ name: 'p', module: '/x/p.wasm', settings: {}, rules: undefined }]);
+    expect(parsed.policies).toEqual([{ name: 'p', module: '/x/p.wasm', settings: {}, rules: undefined, grants: undefined }]);
     expect(parsed.cases[0]).toHaveProperty('request');
     expect((parsed.cases[0] as { request: unknown }).request).toMatchObject({
       kind: { group: 'networking.k8s.io', version: 'v1', kind: 'Ingress' },

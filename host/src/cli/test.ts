@@ -7,7 +7,7 @@
 import { readdir, readFile, stat } from 'node:fs/promises';
 import { dirname, isAbsolute, join, relative, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
-import type { AdmissionRequest, JsonValue, Mode } from '@portcullis/sdk';
+import type { AdmissionRequest, JsonObject, JsonValue, Mode, PeerCertificate } from '@portcullis/sdk';
 import { parse as parseYaml } from 'yaml';
 import { evaluatePolicy } from '../evaluate/evaluate.ts';
 import type { Outcome } from '../evaluate/outcome.ts';
@@ -21,11 +21,17 @@ import type { RuleWithOperations } from '../config/types.ts';
 import { ruleMatches } from '../select/match.ts';
 import { SandboxPool } from '../sandbox/pool.ts';
 import { DEFAULT_LIMITS } from '../config/limits.ts';
+import { grantedKinds, kindKey, type Grant } from '../context/grants.ts';
+import { ContextHub } from '../context/hub.ts';
+import { loadContextFile, loadOffline, parseContextObjects } from '../context/offline.ts';
 import { isObject, requestFor, RequestInputError, wholeRequest } from './request.ts';
 import { UsageError } from './usage.ts';
 
 const USAGE = 'usage: portcullis test [FILE.yaml|DIR ...]   (default: the current folder; a folder is searched for *.test.yaml and portcullis-test.yaml)';
-const CASE_KEYS = new Set(['name', 'mode', 'object', 'oldObject', 'operation', 'namespace', 'user', 'groups', 'dryRun', 'request', 'expect']);
+const SUITE_KEYS = new Set(['policy', 'settings', 'policies', 'context', 'cases']);
+const POLICY_KEYS = new Set(['name', 'module', 'settings', 'rules', 'context']);
+const CASE_KEYS = new Set(['name', 'mode', 'object', 'oldObject', 'operation', 'namespace', 'user', 'groups', 'dryRun', 'request', 'headers', 'sslpeer', 'expect']);
+const PEER_TEXT_KEYS = ['serialNumber', 'validFrom', 'validTo', 'fingerprint256'] as const;
 const EXPECT_KEYS = new Set(['allowed', 'code', 'message', 'warnings', 'patched', 'failed']);
 
 /** A suite file that cannot be used: its path and what is wrong, on one line. */
@@ -35,14 +41,24 @@ export class SuiteError extends PortcullisError {
   }
 }
 
-/** rules undefined: the module's embedded default rules, as serve would apply them. */
-interface PolicyRef { name: string; module: string; settings: JsonValue; rules: RuleWithOperations[] | undefined }
+/**
+ * rules undefined: the module's embedded default rules, as serve would apply them. grants
+ * undefined: every kind the suite's context holds, as `run --context` without --grant.
+ */
+interface PolicyRef { name: string; module: string; settings: JsonValue; rules: RuleWithOperations[] | undefined; grants: Grant[] | undefined }
 /** failed: a policy's failure (crash, deadline, cap) is what the case is about; otherwise any failure fails the case. */
 interface Expectation { allowed?: boolean; code?: number; message?: string; warnings?: string[]; patched?: JsonValue; failed?: boolean }
-interface Case { name: string; mode: Mode | undefined; request: AdmissionRequest; expect: Expectation }
+interface Case {
+  name: string; mode: Mode | undefined; request: AdmissionRequest;
+  /** The caller, as the server would see it: lower-cased header names, the verified client certificate. */
+  headers: Record<string, string>; sslpeer: PeerCertificate | null;
+  expect: Expectation;
+}
 /** A case that cannot be run: its own ERROR line; the suite's other cases still run. */
 interface BadCase { name: string; error: string }
-interface Suite { file: string; policies: PolicyRef[]; cases: (Case | BadCase)[] }
+/** Cluster objects the policies may read: a YAML file (as `run --context`) or a list in the suite. */
+type SuiteContext = { file: string } | { objects: JsonObject[] };
+interface Suite { file: string; policies: PolicyRef[]; context: SuiteContext | undefined; cases: (Case | BadCase)[] }
 
 export default async function test(args: string[]): Promise<number> {
   let targets: string[];
@@ -73,7 +89,7 @@ export default async function test(args: string[]): Promise<number> {
       failed++;
       continue;
     }
-    for (const { name, problems, error } of results) {
+    for (const { name, problems, error, vacuous } of results) {
       if (error !== undefined) {
         failed++;
         process.stdout.write(`ERROR ${shown} › ${name}: ${error}\n`);
@@ -81,7 +97,8 @@ export default async function test(args: string[]): Promise<number> {
       }
       if (problems.length === 0) passed++;
       else failed++;
-      process.stdout.write(problems.length === 0 ? `PASS ${shown} › ${name}\n` : `FAIL ${shown} › ${name}: ${problems.join('; ')}\n`);
+      const note = vacuous ? ' (no policy evaluated this request: none of their rules matches it)' : '';
+      process.stdout.write(problems.length === 0 ? `PASS ${shown} › ${name}${note}\n` : `FAIL ${shown} › ${name}: ${problems.join('; ')}\n`);
     }
   }
   process.stdout.write(`${passed} passed, ${failed} failed\n`);
@@ -121,8 +138,12 @@ export function parseSuite(file: string, text: string): Suite {
     throw new SuiteError(`not valid YAML: ${errorMessage(error).split('\n')[0]}`);
   }
   if (!isObject(doc)) throw new SuiteError('must be a YAML mapping with "policy" (or "policies") and "cases"');
+  // A misspelt key would otherwise be a setting, a context or a rule quietly left out.
+  const unknown = Object.keys(doc).filter((k) => !SUITE_KEYS.has(k));
+  if (unknown.length > 0) throw new SuiteError(`unknown field(s) ${unknown.join(', ')} (known: ${[...SUITE_KEYS].join(', ')})`);
   const base = dirname(file);
   const policies = parsePolicies(doc, base);
+  const context = parseContext(doc.context, base);
   if (!Array.isArray(doc.cases) || doc.cases.length === 0) throw new SuiteError('"cases" must be a non-empty list');
   // A mistake in one case costs that case, not the suite: the others still run and report.
   const names = new Set<string>();
@@ -138,7 +159,7 @@ export function parseSuite(file: string, text: string): Suite {
     names.add(parsed.name);
     return parsed;
   });
-  return { file, policies, cases };
+  return { file, policies, context, cases };
 }
 
 function parsePolicies(doc: Record<string, unknown>, base: string): PolicyRef[] {
@@ -151,11 +172,13 @@ function parsePolicies(doc: Record<string, unknown>, base: string): PolicyRef[] 
     const where = doc.policies !== undefined ? `policies[${i}]` : 'policy';
     const entry = typeof p === 'string' ? { module: p } : p;
     if (!isObject(entry) || typeof entry.module !== 'string' || entry.module === '') {
-      throw new SuiteError(`${where} must be the path of a built .wasm (or {module, settings, name})`);
+      throw new SuiteError(`${where} must be the path of a built .wasm (or {module, settings, name, rules, context})`);
     }
+    const unknown = doc.policies !== undefined ? Object.keys(entry).filter((k) => !POLICY_KEYS.has(k)) : [];
+    if (unknown.length > 0) throw new SuiteError(`${where} has unknown field(s) ${unknown.join(', ')} (known: ${[...POLICY_KEYS].join(', ')})`);
     const module = /^[a-z]+:\/\//i.test(entry.module) || isAbsolute(entry.module) ? entry.module : join(base, entry.module);
     const name = typeof entry.name === 'string' ? entry.name : entry.module.replace(/^.*[\\/]/, '').replace(/\.wasm$/, '');
-    return { name, module, settings: (entry.settings ?? {}) as JsonValue, rules: parseRules(entry.rules, where) };
+    return { name, module, settings: (entry.settings ?? {}) as JsonValue, rules: parseRules(entry.rules, where), grants: parseGrants(entry.context, where) };
   });
   if (new Set(refs.map((r) => r.name)).size !== refs.length) throw new SuiteError('two policies have the same name; give each a "name"');
   return refs;
@@ -172,6 +195,51 @@ function parseRules(value: unknown, where: string): RuleWithOperations[] | undef
   return value as RuleWithOperations[];
 }
 
+function parseContext(value: unknown, base: string): SuiteContext | undefined {
+  if (value === undefined) return undefined;
+  if (typeof value === 'string' && value !== '') return { file: isAbsolute(value) ? value : join(base, value) };
+  if (!Array.isArray(value)) throw new SuiteError('"context" must be the path of a YAML file of cluster objects, or a list of them');
+  try {
+    // JSON is YAML: the same checks as a context file (apiVersion, kind, metadata.name).
+    return { objects: parseContextObjects(JSON.stringify(value), 'context') };
+  } catch (error) {
+    throw new SuiteError(errorMessage(error));
+  }
+}
+
+/** As in the configuration: the kinds a policy may read, each {apiVersion, kind} once. */
+function parseGrants(value: unknown, where: string): Grant[] | undefined {
+  if (value === undefined) return undefined;
+  const isGrant = (g: unknown) => isObject(g) && typeof g.apiVersion === 'string' && g.apiVersion !== '' && typeof g.kind === 'string' && g.kind !== '' && Object.keys(g).length === 2;
+  if (!Array.isArray(value) || !value.every(isGrant)) throw new SuiteError(`${where}.context must be a list of {apiVersion, kind}: the kinds the policy may read`);
+  const grants = value as Grant[];
+  if (new Set(grants.map((g) => kindKey(g.apiVersion, g.kind))).size !== grants.length) throw new SuiteError(`${where}.context grants a kind twice`);
+  return grants;
+}
+
+function parseHeaders(value: unknown, at: string): Record<string, string> {
+  if (value === undefined) return {};
+  if (!isObject(value) || !Object.values(value).every((v) => typeof v === 'string')) throw new SuiteError(`${at}: headers must be a mapping of header names to strings`);
+  // As the server hands them over: lower-cased names.
+  return Object.fromEntries(Object.entries(value as Record<string, string>).map(([k, v]) => [k.toLowerCase(), v]));
+}
+
+/** The caller's verified certificate; fields left out are empty, as a policy could meet them. */
+function parsePeer(value: unknown, at: string): PeerCertificate | null {
+  if (value === undefined || value === null) return null;
+  const names = (v: unknown) => isObject(v) && Object.values(v).every((x) => typeof x === 'string' || (Array.isArray(x) && x.every((y) => typeof y === 'string')));
+  const known = new Set<string>(['subject', 'issuer', ...PEER_TEXT_KEYS]);
+  if (!isObject(value) || !names(value.subject) || (value.issuer !== undefined && !names(value.issuer))
+    || Object.keys(value).some((k) => !known.has(k)) || PEER_TEXT_KEYS.some((k) => value[k] !== undefined && typeof value[k] !== 'string')) {
+    throw new SuiteError(`${at}: sslpeer must be a mapping with subject (and optionally issuer) of names to strings or lists of strings, and ${PEER_TEXT_KEYS.join(', ')} as strings`);
+  }
+  const text = (k: (typeof PEER_TEXT_KEYS)[number]) => (value[k] as string | undefined) ?? '';
+  return {
+    subject: value.subject as PeerCertificate['subject'], issuer: (value.issuer ?? {}) as PeerCertificate['issuer'],
+    serialNumber: text('serialNumber'), validFrom: text('validFrom'), validTo: text('validTo'), fingerprint256: text('fingerprint256'),
+  };
+}
+
 function parseCase(value: unknown, index: number): Case {
   const where = `cases[${index}]`;
   if (!isObject(value)) throw new SuiteError(`${where} must be a mapping`);
@@ -181,7 +249,10 @@ function parseCase(value: unknown, index: number): Case {
   const at = `${where} ("${name}")`;
   if (value.mode !== undefined && value.mode !== 'validate' && value.mode !== 'mutate') throw new SuiteError(`${at}: mode must be validate or mutate`);
   if (!isObject(value.expect)) throw new SuiteError(`${at}: "expect" must be a mapping with at least one of ${[...EXPECT_KEYS].join(', ')}`);
-  return { name, mode: value.mode, request: caseRequest(value, at), expect: parseExpect(value.expect, at) };
+  return {
+    name, mode: value.mode, request: caseRequest(value, at), headers: parseHeaders(value.headers, at), sslpeer: parsePeer(value.sslpeer, at),
+    expect: parseExpect(value.expect, at),
+  };
 }
 
 function caseName(value: unknown, index: number): string {
@@ -206,7 +277,7 @@ function parseExpect(value: Record<string, unknown>, at: string): Expectation {
 /** A case gives either a whole request (an AdmissionRequest or AdmissionReview) or an object to build one around. */
 function caseRequest(value: Record<string, unknown>, at: string): AdmissionRequest {
   try {
-    if (value.request === undefined) return requestFor(value, `portcullis-test-${at.replace(/\W+/g, '-')}`);
+    if (value.request === undefined) return requestFor(withoutCallerKeys(value), `portcullis-test-${at.replace(/\W+/g, '-')}`);
     if (value.object !== undefined || value.oldObject !== undefined) throw new SuiteError(`${at}: give "request" or "object"/"oldObject", not both`);
     return wholeRequest(value.request);
   } catch (error) {
@@ -215,16 +286,34 @@ function caseRequest(value: Record<string, unknown>, at: string): AdmissionReque
   }
 }
 
+/** headers and sslpeer describe the caller, not the request `requestFor` builds. */
+function withoutCallerKeys(value: Record<string, unknown>): Record<string, unknown> {
+  const { headers: _headers, sslpeer: _sslpeer, ...rest } = value;
+  return rest;
+}
+
 // ---- running: the same sandbox, evaluation and merge as `serve` ----
 
-async function runSuite(suite: Suite): Promise<{ name: string; problems: string[]; error?: string }[]> {
+interface CaseResult { name: string; problems: string[]; error?: string; vacuous?: boolean }
+
+async function runSuite(suite: Suite): Promise<CaseResult[]> {
   const pool = new SandboxPool(Math.min(2, suite.policies.length));
   try {
+    const objects = suite.context === undefined ? [] : 'file' in suite.context ? await loadContextFile(suite.context.file) : suite.context.objects;
+    const inFile = grantedKinds([objects.map((o) => ({ apiVersion: o.apiVersion as string, kind: o.kind as string }))]);
+    const grantsOf = (ref: PolicyRef) => ref.grants ?? inFile;
+    // One hub for the suite, as the server has one: every kind some policy is granted counts as synced.
+    if (suite.policies.some((ref) => grantsOf(ref).length > 0)) {
+      const hub = new ContextHub();
+      loadOffline(hub, objects, grantedKinds(suite.policies.map(grantsOf)));
+      hub.attach(pool);
+    }
     const loaded: (LoadedPolicy & { rules: RuleWithOperations[] })[] = [];
     for (const ref of suite.policies) {
+      const grants = grantsOf(ref);
       const policy = await loadPolicy(pool, {
         name: ref.name, module: ref.module, settings: ref.settings, limits: DEFAULT_LIMITS,
-        failurePolicy: 'Fail', enforcement: 'enforce', isolation: 'reuse',
+        failurePolicy: 'Fail', enforcement: 'enforce', isolation: 'reuse', ...(grants.length > 0 ? { context: grants } : {}),
       });
       loaded.push({ ...policy, rules: ref.rules ?? policy.info?.rules ?? [] });
     }
@@ -238,7 +327,8 @@ async function runSuite(suite: Suite): Promise<{ name: string; problems: string[
       const problems = [...failures(c, outcomes), ...check(c, decision)];
       // An unexpected verdict from no policy at all is the rules' doing, not the policy's: say so.
       if (problems.length > 0 && outcomes.length === 0) problems.push('no policy evaluated this request: none of their rules matches its operation and resource (or its mode)');
-      results.push({ name: c.name, problems });
+      // An expected one passes, but says so: a case meant for the policy may be testing nothing.
+      results.push({ name: c.name, problems, vacuous: outcomes.length === 0 });
     }
     return results;
   } finally {
@@ -256,7 +346,7 @@ async function evaluateCase(pool: SandboxPool, all: RuledPolicy[], c: Case): Pro
   const evaluated = await Promise.all(runs.map(async ({ policy, mode }) => ({
     policy,
     outcome: await evaluatePolicy(pool, policy, mode, {
-      request: c.request, settings: policy.settings, headers: {}, sslpeer: null, dryRun: c.request.dryRun === true, webhook: `/${mode}/${policy.name}`,
+      request: c.request, settings: policy.settings, headers: c.headers, sslpeer: c.sslpeer, dryRun: c.request.dryRun === true, webhook: `/${mode}/${policy.name}`,
     }),
   })));
   return { decision: merge(evaluated, c.request.operation, c.request.object).decision, outcomes: evaluated.map((e) => e.outcome) };
