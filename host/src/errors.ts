@@ -89,9 +89,17 @@ export class PolicyLoadError extends PortcullisError {
 /** The policy's own settings check refused its settings. */
 export class PolicySettingsError extends PortcullisError {
   readonly policy: string;
-  constructor(policy: string, reason: string) {
-    super('POLICY_SETTINGS_INVALID', `policy "${policy}" refused its settings: ${reason}; fix the settings in the configuration`);
+  readonly reason: string;
+  /** `where`: where the settings came from, which is where to fix them. */
+  constructor(policy: string, reason: string, where = 'the configuration') {
+    super('POLICY_SETTINGS_INVALID', `policy "${policy}" refused its settings: ${reason}; fix the settings in ${where}`);
     this.policy = policy;
+    this.reason = reason;
+  }
+
+  /** The same refusal, for settings that came from elsewhere (a flag, a test suite). */
+  givenIn(where: string): PolicySettingsError {
+    return new PolicySettingsError(this.policy, this.reason, where);
   }
 }
 

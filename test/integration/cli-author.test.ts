@@ -120,7 +120,7 @@ describe('build, inspect, test on the generated project', () => {
   it('settings that break the embedded schema are refused with the field, before the policy runs', async () => {
     const result = await inProject(['run', '--policy', 'team-label.wasm', '--request', 'examples/pod-without-label.yaml', '--settings', '{"label": 7}']);
     expect(result.code).toBe(1);
-    expect(result.stderr).toBe('portcullis run: policy "team-label" refused its settings: settings/label must be string (the module\'s settings schema); fix the settings in the configuration\n');
+    expect(result.stderr).toBe('portcullis run: policy "team-label" refused its settings: settings/label must be string (the module\'s settings schema); fix the settings in --settings\n');
     const typo = await inProject(['run', '--policy', 'team-label.wasm', '--request', 'examples/pod-without-label.yaml', '--settings', '{"label": "team", "lable": "x"}']);
     expect(typo.stderr).toMatch(/refused its settings: settings has an unknown field "lable" \(the module's settings schema\)/);
     const missing = await inProject(['run', '--policy', 'team-label.wasm', '--request', 'examples/pod-without-label.yaml', '--settings', '{}']);

@@ -3,6 +3,7 @@
 import { describe, expect, it } from 'vitest';
 import { compileSettingsSchema, embedPolicyInfo, MAX_METADATA_BYTES, METADATA_SECTION, MetadataError, readPolicyInfo } from '../../host/src/policy/metadata.ts';
 import { writeLeb as leb } from '../../host/src/sandbox/memory-cap.ts';
+import { ruleText } from '../../host/src/cli/inspect.ts';
 import { module, RETURN_0 } from '../helpers/wasm.ts';
 
 const base = () => module({ functions: [RETURN_0], exports: [{ name: 'validate', kind: 'func', index: 0 }] });
@@ -87,5 +88,12 @@ describe('embedded policy metadata', () => {
     // 200 KB, within the metadata cap; JSON.parse reads it, a recursive walk would overflow the stack.
     const payload = new TextEncoder().encode(`{"settingsSchema":{"enum":${'['.repeat(100_000)}${']'.repeat(100_000)}}}`);
     expect(() => readPolicyInfo(withSection(base(), METADATA_SECTION, payload))).toThrow(/settingsSchema nests too deep to be read/);
+  });
+});
+
+describe('inspect shows rules', () => {
+  it('names the core group "core" wherever it is listed', () => {
+    expect(ruleText({ operations: ['CREATE', 'UPDATE'], apiGroups: ['', 'apps'], apiVersions: ['v1'], resources: ['pods', 'deployments'] }))
+      .toBe('CREATE|UPDATE core,apps/v1/pods,deployments');
   });
 });

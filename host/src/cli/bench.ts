@@ -10,7 +10,7 @@ import { loadPolicy } from '../policy/load.ts';
 import { SandboxPool } from '../sandbox/pool.ts';
 import { DEFAULT_LIMITS } from '../config/limits.ts';
 import { parseSettings, positive, readRequest } from './run.ts';
-import { UsageError } from './usage.ts';
+import { settingsFrom, UsageError } from './usage.ts';
 
 export const BENCH_USAGE = 'usage: portcullis bench --policy FILE.wasm --request REVIEW|REQUEST|MANIFEST [--settings JSON|FILE] [--mode validate|mutate]\n' +
   '         [--iterations N (default 1000)] [--warmup N (default 100)] [--json]';
@@ -42,7 +42,7 @@ export default async function bench(args: string[]): Promise<number> {
     const loadStarted = performance.now();
     const policy = await loadPolicy(pool, {
       name, module: values.policy, settings, limits: DEFAULT_LIMITS, failurePolicy: 'Fail', enforcement: 'enforce', isolation: 'reuse',
-    });
+    }).catch(settingsFrom('--settings'));
     const loadMs = performance.now() - loadStarted;
     const rssLoaded = process.memoryUsage().rss;
     const mode: Mode = (values.mode) ?? (policy.modes.includes('validate') ? 'validate' : 'mutate');

@@ -114,8 +114,13 @@ function text(i: Inspection): string {
     out.push(`  name:     ${m.name ?? '-'}${m.version ? ` ${m.version}` : ''}`);
     if (m.description) out.push(`  about:    ${m.description}`);
     if (m.modes) out.push(`  modes:    ${m.modes.join(', ')}`);
-    if (m.rules) out.push(`  rules:    ${m.rules.map((r) => `${r.operations.join('|')} ${r.apiGroups.join(',') || 'core'}/${r.apiVersions.join(',')}/${r.resources.join(',')}`).join('; ')}`);
+    if (m.rules) out.push(`  rules:    ${m.rules.map(ruleText).join('; ')}`);
     if (m.settingsSchema) out.push(`  settings: ${JSON.stringify(m.settingsSchema)}`);
   }
   return `${out.join('\n')}\n`;
+}
+
+/** `CREATE|UPDATE core,apps/v1/pods,deployments`: the core group is "", named so wherever it is listed. */
+export function ruleText(rule: { operations: string[]; apiGroups: string[]; apiVersions: string[]; resources: string[] }): string {
+  return `${rule.operations.join('|')} ${rule.apiGroups.map((g) => g || 'core').join(',')}/${rule.apiVersions.join(',')}/${rule.resources.join(',')}`;
 }

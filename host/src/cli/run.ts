@@ -23,7 +23,7 @@ import { policyMatches } from '../select/match.ts';
 import { isAdmissionRequest, isObject, requestFor, wholeRequest } from './request.ts';
 import { SandboxPool } from '../sandbox/pool.ts';
 import { DEFAULT_LIMITS } from '../config/limits.ts';
-import { UsageError } from './usage.ts';
+import { settingsFrom, UsageError } from './usage.ts';
 
 export const RUN_USAGE = 'usage: portcullis run (--policy FILE.wasm | --config portcullis.yaml) --request REVIEW|REQUEST|MANIFEST [--settings JSON|FILE]\n' +
   '         [--mode validate|mutate] [--show response|patched] [--context OBJECTS.yaml [--grant apiVersion/Kind ...]]\n' +
@@ -56,7 +56,7 @@ export default async function run(args: string[]): Promise<number> {
     const policy = await loadPolicy(pool, {
       name, module, settings, limits, failurePolicy: 'Fail', enforcement: 'enforce', isolation: 'reuse',
       ...(context ? { context: context.grants } : {}),
-    }, undefined, registryFlags);
+    }, undefined, registryFlags).catch(settingsFrom('--settings'));
     const mode: Mode = (values.mode) ?? (policy.modes.includes('validate') ? 'validate' : 'mutate');
     if (!policy.modes.includes(mode)) throw new ConfigError(`policy "${name}" (${values.policy}) does not ${mode}; it supports: ${policy.modes.join(', ')}`);
     const outcome = await evaluatePolicy(pool, policy, mode, {

@@ -25,7 +25,7 @@ import { grantedKinds, kindKey, type Grant } from '../context/grants.ts';
 import { ContextHub } from '../context/hub.ts';
 import { loadContextFile, loadOffline, parseContextObjects } from '../context/offline.ts';
 import { isObject, requestFor, RequestInputError, wholeRequest } from './request.ts';
-import { UsageError } from './usage.ts';
+import { settingsFrom, UsageError } from './usage.ts';
 
 const USAGE = 'usage: portcullis test [FILE.yaml|DIR ...]   (default: the current folder; a folder is searched for *.test.yaml and portcullis-test.yaml)';
 const SUITE_KEYS = new Set(['policy', 'settings', 'policies', 'context', 'cases']);
@@ -314,7 +314,7 @@ async function runSuite(suite: Suite): Promise<CaseResult[]> {
       const policy = await loadPolicy(pool, {
         name: ref.name, module: ref.module, settings: ref.settings, limits: DEFAULT_LIMITS,
         failurePolicy: 'Fail', enforcement: 'enforce', isolation: 'reuse', ...(grants.length > 0 ? { context: grants } : {}),
-      });
+      }).catch(settingsFrom('the suite'));
       loaded.push({ ...policy, rules: ref.rules ?? policy.info?.rules ?? [] });
     }
     const results = [];
