@@ -4,6 +4,8 @@
 // it is seeded the same in every instance, so it is repeatable, and libraries call it.) Here they throw an
 // error that says what the policy did and why it cannot, which the host reports as a crash.
 // Not part of the policy API, and never imported outside a component.
+import { hostLog, type LogLevel } from './policy.ts';
+
 const unavailable = (what: string, why: string) => (): never => {
   throw new Error(`${what} is not available in a policy: ${why}`);
 };
@@ -34,3 +36,20 @@ replace(globalThis, 'performance', Object.freeze({ now: unavailable('performance
 for (const timer of ['setTimeout', 'setInterval', 'setImmediate']) {
   replace(globalThis, timer, unavailable(`${timer}()`, 'a policy runs to completion within one call; there is no event loop to come back to'));
 }
+
+// `console` type-checks in a policy (the DOM and Node typings both declare it) but the engine has
+// none: `console.log` crashed every evaluation (newcomer). It writes to the host log, as ctx.log
+// does, each argument as a string or as JSON.
+const text = (value: unknown): string => {
+  if (typeof value === 'string') return value;
+  if (value instanceof Error) return value.stack ?? `${value.name}: ${value.message}`;
+  try {
+    return JSON.stringify(value) ?? String(value);
+  } catch {
+    return String(value); // a cycle, or a BigInt
+  }
+};
+const writer = (level: LogLevel) => (...values: unknown[]): void => hostLog(level, values.map(text).join(' '));
+replace(globalThis, 'console', Object.freeze({
+  log: writer('info'), info: writer('info'), warn: writer('warn'), error: writer('error'), debug: writer('debug'), trace: writer('debug'),
+}));

@@ -15,6 +15,11 @@ export function bindHostLog(sink: LogSink): void {
   logSink = sink;
 }
 
+/** The host log, whichever sink is bound when it is called (the sandbox's `console` writes here). */
+export function hostLog(level: LogLevel, message: string): void {
+  logSink(level, message);
+}
+
 export interface Context<S = JsonValue> {
   request: AdmissionRequest;
   operation: Operation;
@@ -29,7 +34,8 @@ export interface Context<S = JsonValue> {
   webhook: string;
   /** Push messages here; the user sees them as `Warning:` lines, also when the request is denied. */
   warnings: string[];
-  log(level: LogLevel, message: string): void;
+  /** To the host's log, naming the policy and the request (as `console.*` does). A property, so it can be destructured. */
+  log: (level: LogLevel, message: string) => void;
 }
 
 export interface MutationContext<S = JsonValue> extends Context<S> {

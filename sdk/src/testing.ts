@@ -38,6 +38,8 @@ export interface TestResult {
   patch: PatchOperation[];
   /** request.object with the patch applied (mutate). */
   patched?: JsonValue;
+  /** What the policy logged during the call (ctx.log, console), in order. */
+  logs: { level: string; message: string }[];
 }
 
 export interface TestPolicy {
@@ -77,7 +79,8 @@ export async function testPolicy(path: string, options: TestOptions = {}): Promi
       dryRun: call.dryRun ?? request.dryRun === true, webhook: `/${mode}/${name}`,
     };
     const outcome = await host.evaluatePolicy(pool, policy, mode, input);
-    const result: TestResult = { allowed: outcome.status === 'allowed', status: outcome.status, warnings: outcome.warnings, patch: [] };
+    const logs = (outcome.logs ?? []).map(([level, message]) => ({ level, message }));
+    const result: TestResult = { allowed: outcome.status === 'allowed', status: outcome.status, warnings: outcome.warnings, patch: [], logs };
     if (outcome.status === 'denied') Object.assign(result, { code: outcome.code, message: outcome.message });
     if (outcome.status === 'failed') Object.assign(result, { failure: outcome.failure, message: outcome.message });
     if (outcome.status === 'allowed') {

@@ -10,6 +10,7 @@ import type { JsonValue, Mode } from '@portcullis/sdk';
 import { parse as parseYaml } from 'yaml';
 import { loadContext } from './context.ts';
 import { evaluateEntry, evaluatePolicy } from '../evaluate/evaluate.ts';
+import type { Outcome } from '../evaluate/outcome.ts';
 import { ConfigError, errorMessage } from '../errors.ts';
 import { merge } from '../merge/merge.ts';
 import { patchedObject } from '../merge/patches.ts';
@@ -63,6 +64,7 @@ export default async function run(args: string[]): Promise<number> {
       request: review.request, settings, headers: {}, sslpeer: null, dryRun: review.request.dryRun === true, webhook: `/${mode}/${name}`,
     });
     const { decision } = merge([{ policy, outcome }], review.request.operation, review.request.object);
+    printLogs(outcome);
     print(review, decision, values.show === 'patched');
     if (outcome.status === 'failed') {
       process.stderr.write(`portcullis run: policy "${name}" (${values.policy}) failed on request ${review.request.uid}: ${outcome.message}\n`);
@@ -72,6 +74,11 @@ export default async function run(args: string[]): Promise<number> {
   } finally {
     await pool.close();
   }
+}
+
+/** What the policy logged (ctx.log, console) goes to stderr, beside the review on stdout. */
+function printLogs(outcome: Outcome): void {
+  for (const [level, message] of outcome.logs ?? []) process.stderr.write(`policy "${outcome.policy}" ${level}: ${message}\n`);
 }
 
 function registryOf(reference: string): string {
@@ -182,6 +189,7 @@ async function runConfig(
       const selected = set.entries.filter((entry) => policyMatches(entry, m, request));
       const input = { request, settings: null, headers: {}, sslpeer: null, dryRun: request.dryRun === true, webhook: `/${m}` };
       const evaluated = await Promise.all(selected.map(async (entry) => ({ policy: entry.config, outcome: await evaluateEntry(pool, entry, m, input) })));
+      for (const { outcome } of evaluated) printLogs(outcome);
       decision = merge(evaluated, request.operation, request.object).decision;
       warnings.push(...decision.warnings);
       if (!decision.allowed) break;

@@ -22,10 +22,11 @@ export async function evaluatePolicy(pool: SandboxPool, policy: LoadedPolicy, mo
   return outcome;
 }
 
-function timingOf(outcome: Outcome): { guestMicros?: number; totalMicros?: number } {
+function timingOf(outcome: Outcome): Pick<Outcome, 'guestMicros' | 'totalMicros' | 'logs'> {
   return {
     ...(outcome.guestMicros !== undefined ? { guestMicros: outcome.guestMicros } : {}),
     ...(outcome.totalMicros !== undefined ? { totalMicros: outcome.totalMicros } : {}),
+    ...(outcome.logs ? { logs: outcome.logs } : {}),
   };
 }
 
@@ -87,6 +88,7 @@ export function toOutcome(policy: string, result: CallResult): Outcome {
   // A refused call has no totalMicros: it never ran.
   const timing = {
     ...(result.totalMicros !== undefined ? { totalMicros: result.totalMicros } : {}), ...(result.ok ? { guestMicros: result.guestMicros } : {}),
+    ...(result.logs.length > 0 ? { logs: result.logs } : {}),
   };
   if (!result.ok) {
     const temporary = result.fault === 'deadline' || result.fault === 'memory' || result.fault === 'output' || result.fault === 'unloaded';

@@ -17,7 +17,12 @@ interface Common {
   /** Time inside the guest, and the whole call including the hop into the sandbox (µs). */
   guestMicros?: number;
   totalMicros?: number;
+  /** What the guest logged during the call (ctx.log, console, Extism's log functions); absent when nothing. */
+  logs?: GuestLog[];
 }
+
+/** One line a guest logged: its level (debug, info, warn, error) and text, already cut to size. */
+export type GuestLog = [level: string, message: string];
 
 export type Outcome =
   | (Common & { status: 'allowed'; patch: PatchOperation[] })

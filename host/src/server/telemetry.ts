@@ -4,7 +4,7 @@
 import type { AdmissionRequest } from '@portcullis/sdk';
 import type { Outcome } from '../evaluate/outcome.ts';
 import type { MergeResult } from '../merge/merge.ts';
-import type { Logger } from '../util/log.ts';
+import type { Level, Logger } from '../util/log.ts';
 import type { Caller } from './caller.ts';
 import type { Metrics } from './metrics.ts';
 
@@ -38,6 +38,7 @@ export function recordReview(deps: TelemetryDeps, r: ReviewRecord): void {
       uid: request.uid, policy: outcome.policy, decision: outcome.status, ...(outcome.status !== 'allowed' ? { message: outcome.message } : {}),
     });
   }
+  for (const outcome of r.outcomes) if (outcome.logs) guestLines(deps.log, request.uid, outcome.policy, outcome.logs);
   for (const outcome of r.outcomes) {
     if (outcome.status !== 'failed') continue;
     // Under overload every review fails the same way, thousands of times a second: one line per
@@ -74,6 +75,64 @@ export function recordReview(deps: TelemetryDeps, r: ReviewRecord): void {
   const mutated = (decision.patch?.length ?? 0) > 0;
   if (logAllowed) deps.log.info(mutated ? 'mutated' : 'allowed', { ...fields, ...(mutated ? { patchOperations: decision.patch.length } : {}) });
   else deps.log.debug('reviewed', fields);
+}
+
+/** Lines a policy may log each second; past them, the next line due says how many were left out. */
+const GUEST_LINES_PER_SECOND = 100;
+const LEVELS = new Set<string>(['debug', 'info', 'warn', 'error']);
+
+/**
+ * A guest's own log lines (ctx.log, console), at their level, naming the policy and request. A
+ * policy logging on every review of a busy cluster must not flood the log or the main thread
+ * writing it: each policy gets a budget of lines a second.
+ */
+function guestLines(log: Logger, uid: string, policy: string, lines: readonly (readonly [string, string])[]): void {
+  const budget = budgetOf(log);
+  for (const [said, message] of lines) {
+    const level = LEVELS.has(said) ? (said as Level) : 'info';
+    if (!log.enabled(level)) continue;
+    const dropped = budget.admit(policy);
+    if (dropped === undefined) continue;
+    log[level]('policy log', { uid, policy, message, ...(dropped > 0 ? { droppedSinceLastLine: dropped } : {}) });
+  }
+}
+
+/** Up to `perInterval` lines per key and interval; says how many it held back before the next one. */
+export class LineBudget {
+  readonly #perInterval: number;
+  readonly #intervalMs: number;
+  readonly #now: () => number;
+  #keys = new Map<string, { from: number; used: number; held: number }>();
+  constructor(perInterval: number, intervalMs = 1000, now: () => number = () => performance.now()) {
+    this.#perInterval = perInterval;
+    this.#intervalMs = intervalMs;
+    this.#now = now;
+  }
+
+  admit(key: string): number | undefined {
+    const now = this.#now();
+    let state = this.#keys.get(key);
+    if (!state || now - state.from >= this.#intervalMs) {
+      if (this.#keys.size > 10_000) this.#keys.clear();
+      const held = state?.held ?? 0;
+      this.#keys.set(key, state = { from: now, used: 0, held });
+    }
+    if (state.used >= this.#perInterval) {
+      state.held++;
+      return undefined;
+    }
+    state.used++;
+    const held = state.held;
+    state.held = 0;
+    return held;
+  }
+}
+
+const budgets = new WeakMap<Logger, LineBudget>();
+function budgetOf(log: Logger): LineBudget {
+  let budget = budgets.get(log);
+  if (!budget) budgets.set(log, budget = new LineBudget(GUEST_LINES_PER_SECOND));
+  return budget;
 }
 
 /** At most one line per key and interval; says how many it held back since the last one. */
