@@ -4,7 +4,7 @@
 // denied by the real kube-apiserver calling the webhook the tutorial's `serve` registered.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { readFile, readdir, rm } from 'node:fs/promises';
-import { join } from 'node:path';
+import { join, resolve } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startRegistry, type TestRegistry } from '../helpers/registry.ts';
 import { run, type Run } from '../helpers/process.ts';
@@ -12,6 +12,7 @@ import { freePort, kubeconfig, kubectl, prepareNamespaces, removeWebhookConfigur
 
 let registry: TestRegistry;
 let home: string;
+let tarballs: string[];
 const servers = new Set<ChildProcess>();
 
 /** A command line of the tutorial, in a login-like shell with this run's cluster. */
@@ -33,7 +34,7 @@ beforeAll(async () => {
   home = await tempDir('portcullis-tutorial-');
   const packed = await run(process.execPath, [join(root, 'scripts/pack.ts')], { cwd: root });
   expect(packed.code, packed.stderr).toBe(0);
-  const tarballs = packed.stdout.trim().split('\n');
+  tarballs = packed.stdout.trim().split('\n');
   expect(tarballs.map((t) => t.replace(/^.*\//, '')).sort()).toEqual(['portcullis-host-0.1.0.tgz', 'portcullis-sdk-0.1.0.tgz']);
   // The tutorial's install block, with the tarballs where it says they are.
   const install = (await readFile(join(root, 'docs/tutorial.md'), 'utf8')).match(/```sh\n(npm init -y\nnpm install[^\n]*)\n```/);
@@ -98,7 +99,14 @@ describe.each([['tutorial-ts', 'my-policy'], ['tutorial-as', 'my-as-policy']])('
     expect(outputs[0]).toMatch(new RegExp(`created ${name}`));
     expect(outputs[1]).toMatch(/2 passed, 0 failed/);
     expect(outputs[3]).toMatch(new RegExp(`oci://${registry.host}/policies/${name}@sha256:[0-9a-f]{64}`));
-    expect((await readdir(cwd)).sort()).toEqual(expect.arrayContaining(['package.json', 'portcullis.yaml', `${name}.wasm`, 'tests', 'examples', 'README.md']));
+    expect((await readdir(cwd)).sort()).toEqual(expect.arrayContaining(['package.json', 'portcullis.yaml', `${name}.wasm`, 'tests', 'examples', 'README.md', '.npmrc']));
+    // The project depends on the very tarballs the folder installed, never on a registry name.
+    const project = JSON.parse(await readFile(join(cwd, 'package.json'), 'utf8')) as { devDependencies: Record<string, string> };
+    expect(Object.keys(project.devDependencies).sort()).toEqual(['@portcullis/host', '@portcullis/sdk']);
+    for (const [pkg, spec] of Object.entries(project.devDependencies)) {
+      expect(spec).toMatch(/^file:.*\.tgz$/);
+      expect(resolve(cwd, spec.slice('file:'.length)), pkg).toBe(tarballs.find((t) => t.includes(pkg.replace('@portcullis/', 'portcullis-'))));
+    }
     // Without --config the installed CLI says what to do (the examples live in the repository).
     const bare = await sh('npx --no -- portcullis serve', cwd);
     expect(bare.code).toBe(2);

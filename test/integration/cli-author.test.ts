@@ -75,8 +75,12 @@ describe('portcullis new', () => {
       'package.json', 'tsconfig.json', 'src/policy.ts', 'tests/team-label.test.yaml', 'portcullis.yaml',
       'examples/pod-with-label.yaml', 'examples/pod-without-label.yaml', 'README.md', '.gitignore',
     ]));
-    const pkg = JSON.parse(await readFile(join(project, 'package.json'), 'utf8')) as { scripts: Record<string, string> };
+    const pkg = JSON.parse(await readFile(join(project, 'package.json'), 'utf8')) as { scripts: Record<string, string>; devDependencies?: unknown };
     expect(Object.keys(pkg.scripts).sort()).toEqual(['build', 'push', 'serve', 'test', 'typecheck']);
+    // Run from the checkout, no tarball to point at: no dependency a plain `npm install` would
+    // look up on the public registry, and a scope pinned to one that does not exist.
+    expect(pkg.devDependencies).toBeUndefined();
+    expect(await readFile(join(project, '.npmrc'), 'utf8')).toMatch(/^@portcullis:registry=https:\/\/[a-z-]+\.invalid\/\n$/);
   });
 
   it('refuses a folder that is not empty (writing nothing) and a name that cannot be a policy name', async () => {

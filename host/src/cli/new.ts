@@ -1,11 +1,11 @@
 // `portcullis new DIR [--lang ts|as]`: a policy project that builds, tests and type-checks as
 // generated, so an author starts from green and changes one thing at a time. The example
 // policy is the smallest useful one: Pods must carry a label named in the settings.
-import { mkdir, readdir, writeFile } from 'node:fs/promises';
-import { basename, join, resolve } from 'node:path';
+import { mkdir, readdir, readFile, writeFile } from 'node:fs/promises';
+import { basename, dirname, isAbsolute, join, relative, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { errorMessage } from '../errors.ts';
-import { cliVersion } from './version.ts';
 import { NEW_HELP } from './help.ts';
 import { UsageError } from './usage.ts';
 
@@ -34,7 +34,7 @@ export default async function newProject(args: string[]): Promise<number> {
   }
   const existing = await readdir(dir).catch((error: NodeJS.ErrnoException) => (error.code === 'ENOENT' ? [] : Promise.reject(error)));
   if (existing.length > 0) throw new Error(`${dir} is not empty; give a new folder (nothing was written)`);
-  const files = projectFiles(name, lang, registry, port);
+  const files = projectFiles(name, lang, registry, port, await tarballsFor(dir));
   for (const [path, content] of Object.entries(files)) {
     await mkdir(join(dir, path, '..'), { recursive: true });
     await writeFile(join(dir, path), content);
@@ -44,11 +44,39 @@ export default async function newProject(args: string[]): Promise<number> {
   return 0;
 }
 
-function projectFiles(name: string, lang: Lang, registry: string, port: number): Record<string, string> {
+/**
+ * The packages are not on the public registry: a project that named them by version made a plain
+ * `npm install` (a CI clone) ask registry.npmjs.org for them, and install whatever a stranger
+ * published under the name (newcomer F6). The project depends on the tarballs this CLI was
+ * installed from, when the folder that installed it says so (`file:` specs), else on nothing:
+ * its scripts find the CLI in a node_modules above.
+ */
+async function tarballsFor(projectDir: string): Promise<Record<string, string>> {
+  // This file is <package>/src/cli/new.(ts|js); the package sits in <folder>/node_modules/@portcullis/host.
+  const pkgDir = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
+  const installer = dirname(dirname(dirname(pkgDir)));
+  if (basename(dirname(dirname(pkgDir))) !== 'node_modules') return {};
+  let manifest: { dependencies?: Record<string, string>; devDependencies?: Record<string, string> };
+  try {
+    manifest = JSON.parse(await readFile(join(installer, 'package.json'), 'utf8')) as typeof manifest;
+  } catch {
+    return {};
+  }
+  const specs = { ...manifest.dependencies, ...manifest.devDependencies };
+  const found: Record<string, string> = {};
+  for (const name of ['@portcullis/host', '@portcullis/sdk']) {
+    const spec = specs[name];
+    if (!spec?.startsWith('file:') || !/\.t(ar\.)?gz$/.test(spec)) continue;
+    const tarball = spec.slice('file:'.length);
+    found[name] = `file:${relative(projectDir, isAbsolute(tarball) ? tarball : join(installer, tarball)).split('\\').join('/')}`;
+  }
+  return found;
+}
+
+function projectFiles(name: string, lang: Lang, registry: string, port: number, tarballs: Record<string, string>): Record<string, string> {
   const source = lang === 'ts' ? 'src/policy.ts' : 'assembly/index.ts';
   const image = `oci://${registry}/policies/${name}:v0.1.0`;
   const loopback = /^(localhost|127\.|\[::1\])/.test(registry);
-  const version = cliVersion();
   const pkg = {
     name, version: '0.1.0', private: true, type: 'module',
     description: 'Pods must carry the label named in the settings (a Portcullis policy)',
@@ -72,7 +100,7 @@ function projectFiles(name: string, lang: Lang, registry: string, port: number):
         properties: { label: { type: 'string', minLength: 1, description: 'the label every Pod must carry' } },
       },
     },
-    devDependencies: { '@portcullis/host': `^${version}`, '@portcullis/sdk': `^${version}` },
+    ...(Object.keys(tarballs).length > 0 ? { devDependencies: tarballs } : {}),
   };
   const files: Record<string, string> = {
     'package.json': `${JSON.stringify(pkg, null, 2)}\n`,
@@ -84,6 +112,8 @@ function projectFiles(name: string, lang: Lang, registry: string, port: number):
     'portcullis.yaml': SERVE_CONFIG(name, image, loopback ? registry : undefined, port),
     'README.md': README(name, lang, source, image),
     '.gitignore': '*.wasm\nnode_modules/\nca.pem\n',
+    // Should someone add them by name later, npm asks a registry that does not exist, not the public one.
+    '.npmrc': '@portcullis:registry=https://portcullis-packages-are-not-on-a-registry.invalid/\n',
   };
   return files;
 }
@@ -200,8 +230,11 @@ in its settings.
 Then \`kubectl create -f examples/pod-without-label.yaml\` is denied and
 \`examples/pod-with-label.yaml\` is admitted.
 
-The scripts use the \`@portcullis/host\` and \`@portcullis/sdk\` installed in a folder above this one.
-They are not on the public npm registry: install them from their tarballs
-(\`npm install path/to/portcullis-*.tgz\`), never by name, or npm would fetch whatever a
-stranger published under that name.
+The scripts use \`@portcullis/host\` and \`@portcullis/sdk\`: from the tarballs named in
+package.json's \`devDependencies\` (\`file:\` paths to where \`portcullis new\` was installed from;
+keep them reachable, or change the paths, for \`npm install\` and CI), or else from a
+\`node_modules\` in a folder above this one. They are not on the public npm registry: install them
+from their tarballs (\`npm install --save-dev path/to/portcullis-*.tgz\`), never by name, or npm
+would fetch whatever a stranger published under that name; \`.npmrc\` points the \`@portcullis\`
+scope at a registry that does not exist, so a name alone fails instead.
 `;
