@@ -60,6 +60,8 @@ ${policyYaml('added-by', `settings: { value: t }\n${rule}`)}  - name: broken
     const lines = current.logs.map((l) => JSON.parse(l) as Record<string, unknown>);
     expect(lines.find((l) => l.msg === 'TLS')).toMatchObject({ mode: 'self-signed', source: expect.stringContaining('generated at start') });
     expect(lines.find((l) => l.msg === 'ready')).toMatchObject({ loadMs: expect.any(Number), policies: 2, loaded: 1, failed: ['broken'] });
+    // It has rules of its own: it fails only what they match.
+    expect(lines.find((l) => l.policy === 'broken' && l.level === 'error')).toMatchObject({ msg: 'policy not loaded; requests it matches fail per its failurePolicy' });
   });
 
   it('without the option, /readyz is ready once every policy was tried, failed or not', async () => {
@@ -69,6 +71,9 @@ policies:
     module: ${POLICIES}/does-not-exist.wasm
 `);
     expect((await get(`${current.server.metricsUrl!}/readyz`)).status).toBe(200);
+    // No rules in the file, and none from the module it could not read: it fails every request.
+    const line = current.logs.map((l) => JSON.parse(l) as Record<string, unknown>).find((l) => l.policy === 'broken' && l.level === 'error');
+    expect(line).toMatchObject({ failurePolicy: 'Fail', msg: expect.stringMatching(/^policy not loaded, and it has no rules in the configuration: every request on \/validate and \/mutate fails/) });
   });
 
   it('logAllowedReviews logs allowed and mutated reviews at info with the requesting user', async () => {
