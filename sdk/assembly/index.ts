@@ -218,6 +218,30 @@ export class Context {
     const source = this.object != null ? this.object : this.oldObject;
     return lookupString(source, ['metadata', 'labels', key]);
   }
+
+  /** `request.namespace`: empty for cluster-scoped objects. */
+  get namespace(): string {
+    const value = stringAt(this.request, 'namespace');
+    return value != null ? value : '';
+  }
+
+  /** `request.name`: empty when the apiserver names the object (generateName). */
+  get name(): string {
+    const value = stringAt(this.request, 'name');
+    return value != null ? value : '';
+  }
+
+  /** `request.userInfo.username`: who makes the request. */
+  get username(): string {
+    const value = lookupString(this.request, ['userInfo', 'username']);
+    return value != null ? value : '';
+  }
+
+  /** `request.userInfo.groups`: the groups of who makes the request (empty when none). */
+  get groups(): string[] {
+    const userInfo = objectAt(this.request, 'userInfo');
+    return userInfo != null ? stringsAt(userInfo, 'groups') : [];
+  }
 }
 
 /** The string at a path of keys, or null when absent or not a string. */
@@ -240,6 +264,40 @@ export function stringAt(obj: JSON.Obj, key: string): string | null {
   const value = obj.get(key);
   if (value == null || value.type != JSON.Types.String) return null;
   return value.get<string>();
+}
+
+/**
+ * The list at `key`, or null when absent or not a list. json-as keeps parsed lists as JSON.Arr:
+ * `.length`, and `.at(i)` for each JSON.Value (`value.get<JSON.Value[]>()` aborts on them).
+ */
+export function arrayAt(obj: JSON.Obj, key: string): JSON.Arr | null {
+  const value = obj.get(key);
+  if (value == null || value.type != JSON.Types.Array) return null;
+  return value.get<JSON.Arr>();
+}
+
+/** The strings of the list at `key` (other elements skipped); empty when absent or not a list. */
+export function stringsAt(obj: JSON.Obj, key: string): string[] {
+  const out: string[] = [];
+  const list = arrayAt(obj, key);
+  if (list == null) return out;
+  for (let i = 0; i < list.length; i++) {
+    const value = list.at(i);
+    if (value.type == JSON.Types.String) out.push(value.get<string>());
+  }
+  return out;
+}
+
+/** The maps of the list at `key` (containers, volumes; other elements skipped); empty when absent. */
+export function objectsAt(obj: JSON.Obj, key: string): JSON.Obj[] {
+  const out: JSON.Obj[] = [];
+  const list = arrayAt(obj, key);
+  if (list == null) return out;
+  for (let i = 0; i < list.length; i++) {
+    const value = list.at(i);
+    if (value.type == JSON.Types.Object) out.push(value.get<JSON.Obj>());
+  }
+  return out;
 }
 
 // Issue 14: the input in one host call that copies it into a buffer of ours. Extism's

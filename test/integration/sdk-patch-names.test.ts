@@ -70,3 +70,23 @@ it('writes under maps it created, through list indexes, and appends with "-", as
     await policy.close();
   }
 });
+
+it('AssemblyScript helpers read userInfo, namespace, name, and lists of strings and maps', async () => {
+  // Outside author: the obvious json-as code for userInfo.groups aborted ("holey array").
+  const policy = await testPolicy(`${root}test/fixtures/policies/as-request-helpers/as-request-helpers.wasm`);
+  try {
+    const object: JsonObject = {
+      apiVersion: 'v1', kind: 'Pod', metadata: { name: 'web', namespace: 'shop' },
+      spec: { containers: [{ name: 'app', args: ['--port', '80', 7] }, { name: 'side' }, 'not a map'] },
+    };
+    const base = request({ object, namespace: 'shop', name: 'web' });
+    const result = await policy.validate({ ...base, userInfo: { username: 'ann', groups: ['dev', 'system:authenticated'] } });
+    expect(result).toMatchObject({ status: 'allowed', warnings: ['user ann in [dev,system:authenticated]', 'object shop/web', 'app args --port 80', 'containers app,side'] });
+    const denied = await policy.validate({ ...base, userInfo: { username: 'bob', groups: ['contractors'] } });
+    expect(denied).toMatchObject({ status: 'denied', message: 'contractors may not do this' });
+    const nobody = await policy.validate({ ...base, name: '', userInfo: {} });
+    expect(nobody.warnings.slice(0, 2)).toEqual(['user  in []', 'object shop/']);
+  } finally {
+    await policy.close();
+  }
+});

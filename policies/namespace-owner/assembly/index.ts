@@ -6,8 +6,8 @@ import { Context, Result, handleSettings, handleValidate, lookupString, stringAt
 import { contextGet } from '@portcullis/sdk/assembly/context';
 
 function check(ctx: Context): Result {
-  const namespace = stringAt(ctx.request, 'namespace');
-  if (namespace == null || namespace.length == 0) return Result.allow(); // cluster-scoped: nothing to check
+  const namespace = ctx.namespace;
+  if (namespace.length == 0) return Result.allow(); // cluster-scoped: nothing to check
   const configured = stringAt(ctx.settings, 'label');
   const label = configured != null ? configured : 'owner';
   const read = contextGet('v1', 'Namespace', '', namespace);
