@@ -14,6 +14,7 @@ export const ERRORS = {
   BODY_TOO_LARGE: { status: 413, meaning: 'the body is above server.maxBodyBytes' },
   UNSUPPORTED_MEDIA_TYPE: { status: 415, meaning: 'the body is not application/json' },
   NOT_READY: { status: 503, meaning: 'the policies are still loading' },
+  SERVER_BUSY: { status: 503, meaning: 'the request bodies held at once would pass server.maxBodyBytesInFlight' },
   INTERNAL_ERROR: { status: 500, meaning: 'a bug in the host; its log has the stack' },
   // Configuration and command line.
   BAD_CONFIGURATION: { meaning: 'the configuration file or a flag cannot be used' },

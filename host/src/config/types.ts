@@ -60,6 +60,9 @@ export interface RawServer {
   maxBodyBytes?: number;
   headersTimeoutMs?: number;
   requestTimeoutMs?: number;
+  maxConnections?: number;
+  maxConnectionsPerAddress?: number;
+  maxBodyBytesInFlight?: number;
   shutdownDelayMs?: number;
   metricsPort?: number;
   readyWhenAllPoliciesLoaded?: boolean;

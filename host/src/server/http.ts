@@ -2,6 +2,7 @@
 // caller's identity. Every refusal is a JSON error with a code; nothing here evaluates policy.
 import { createServer as createHttpServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { createServer as createHttpsServer } from 'node:https';
+import type { Socket } from 'node:net';
 import type { TLSSocket } from 'node:tls';
 import type { Mode, PeerCertificate } from '@portcullis/sdk';
 import type { ServerConfig } from '../config/types.ts';
@@ -21,9 +22,35 @@ export interface HttpDeps extends AdmissionDeps {
 
 const ROUTE = /^\/(validate|mutate)(?:\/([^/?#]+))?\/?$/;
 
+/**
+ * Bytes of request bodies held at once, across connections: each request reserves its declared
+ * length (or the largest allowed, when it declares none) before its body is read, until its
+ * answer is sent. Red team: 300 connections each holding a 3 MiB body short of its last byte
+ * put RSS past the pod's 1 GiB limit.
+ */
+class BodyBudget {
+  #held = 0;
+  readonly limit: number;
+  constructor(limit: number) {
+    this.limit = limit;
+  }
+  /** A release function, or undefined when `bytes` more would pass the limit. */
+  reserve(bytes: number): (() => void) | undefined {
+    if (this.#held + bytes > this.limit) return undefined;
+    this.#held += bytes;
+    let released = false;
+    return () => {
+      if (released) return;
+      released = true;
+      this.#held -= bytes;
+    };
+  }
+}
+
 export function createServer(config: ServerConfig, tls: TlsMaterial | undefined, deps: HttpDeps): Server {
+  const bodies = new BodyBudget(config.maxBodyBytesInFlight);
   const handler = (req: IncomingMessage, res: ServerResponse) => {
-    handle(config, deps, req, res).catch((error: unknown) => {
+    handle(config, deps, bodies, req, res).catch((error: unknown) => {
       deps.log.error('unexpected error handling a request', { path: req.url, message: errorMessage(error) });
       sendError(res, new HttpError('INTERNAL_ERROR', 'the webhook failed unexpectedly; see its logs'));
     });
@@ -33,7 +60,9 @@ export function createServer(config: ServerConfig, tls: TlsMaterial | undefined,
   const timing = { connectionsCheckingInterval: Math.max(50, Math.min(1000, config.headersTimeoutMs / 2)) };
   const server = tls
     ? createHttpsServer({
-      ...timing, key: tls.key, cert: tls.cert,
+      // A TCP connection that never starts its handshake is closed as a slow request is
+      // (Node's default keeps it 120 s: red team, 5,000 such connections held ~90 MB).
+      ...timing, handshakeTimeout: config.headersTimeoutMs, key: tls.key, cert: tls.cert,
       ...(tls.clientCA ? { ca: tls.clientCA, requestCert: true, rejectUnauthorized: tls.requireClientCert } : {}),
     }, handler)
     : createHttpServer(timing, handler);
@@ -46,7 +75,36 @@ export function createServer(config: ServerConfig, tls: TlsMaterial | undefined,
   // it is writing there, and it does not retry a POST that met EOF: the call fails, and with
   // failurePolicy Fail the request is denied. So an idle connection is left for the caller to close.
   server.keepAliveTimeout = 120_000;
+  // So idle connections are bounded by count instead: each costs ~60 KB (TLS), and 14,000 of them
+  // from one client took the host to the pod's 1 GiB limit (red team). Past the caps a new
+  // connection is closed at once; one client address may not take them all.
+  server.maxConnections = config.maxConnections;
+  const perAddress = new Map<string, number>();
+  server.on('connection', (socket: Socket) => {
+    const address = socket.remoteAddress ?? '';
+    const open = (perAddress.get(address) ?? 0) + 1;
+    if (open > config.maxConnectionsPerAddress) {
+      deps.metrics.badRequests.inc({ code: 'TOO_MANY_CONNECTIONS' });
+      return void socket.destroy();
+    }
+    perAddress.set(address, open);
+    socket.once('close', () => {
+      const left = (perAddress.get(address) ?? 1) - 1;
+      if (left > 0) perAddress.set(address, left);
+      else perAddress.delete(address);
+    });
+  });
+  server.on('drop', () => deps.metrics.badRequests.inc({ code: 'TOO_MANY_CONNECTIONS' }));
   server.on('clientError', (error: NodeJS.ErrnoException, socket) => {
+    // TLS errors (a handshake that failed or never finished) come here too, on a socket that
+    // cannot carry an HTTP answer: writing one left it open (red team: handshakeTimeout had no
+    // effect). HTTP answers are for the parser's errors and timeouts only.
+    const http = error.code === 'ERR_HTTP_REQUEST_TIMEOUT' || error.code?.startsWith('HPE_') === true;
+    if (!http) {
+      deps.metrics.badRequests.inc({ code: 'BAD_TLS' });
+      deps.log.debug('TLS handshake failed; connection closed', { message: errorMessage(error) });
+      return void socket.destroy();
+    }
     const refused = error.code === 'ERR_HTTP_REQUEST_TIMEOUT'
       ? new HttpError('REQUEST_TIMEOUT', 'the request did not arrive in time')
       : new HttpError('BAD_HTTP', 'the request is not valid HTTP');
@@ -60,7 +118,7 @@ export function createServer(config: ServerConfig, tls: TlsMaterial | undefined,
   return server;
 }
 
-async function handle(config: ServerConfig, deps: HttpDeps, req: IncomingMessage, res: ServerResponse): Promise<void> {
+async function handle(config: ServerConfig, deps: HttpDeps, bodies: BodyBudget, req: IncomingMessage, res: ServerResponse): Promise<void> {
   const path = (req.url ?? '/').split('?')[0]!;
   if (path === '/healthz') return get(req, res, () => sendJson(res, 200, { status: 'ok' }));
   if (path === '/readyz') {
@@ -104,6 +162,14 @@ async function handle(config: ServerConfig, deps: HttpDeps, req: IncomingMessage
   if (contentType !== 'application/json') {
     return refuse(deps, res, new HttpError('UNSUPPORTED_MEDIA_TYPE', `expected Content-Type application/json, got ${contentType ? JSON.stringify(contentType) : 'none'}`));
   }
+  const declared = Number(req.headers['content-length']);
+  const release = bodies.reserve(Number.isFinite(declared) && declared >= 0 ? Math.min(declared, config.maxBodyBytes + 1) : config.maxBodyBytes);
+  if (!release) {
+    res.setHeader('connection', 'close');
+    res.setHeader('retry-after', '1');
+    return refuse(deps, res, new HttpError('SERVER_BUSY', `the webhook holds ${Math.round(bodies.limit / 2 ** 20)} MiB of request bodies already; retry shortly`));
+  }
+  res.once('close', release);
   const body = await readBody(req, config.maxBodyBytes);
   if (body === undefined) {
     res.setHeader('connection', 'close');

@@ -33,6 +33,11 @@ export function listenMetrics(host: string, port: number, deps: MetricsListenerD
     json(404, { code: 'NOT_FOUND', message: `the metrics port serves only /metrics, /healthz and /readyz, not ${path}` });
   });
   server.keepAliveTimeout = 30_000;
+  // Scrapers and probes need a handful of connections; anyone who can reach the port must not
+  // be able to hold thousands (red team: unbounded idle connections on the webhook port).
+  server.maxConnections = 256;
+  server.headersTimeout = 10_000;
+  server.requestTimeout = 10_000;
   return new Promise((resolve, reject) => {
     server.once('error', reject);
     server.listen(port, host, () => {

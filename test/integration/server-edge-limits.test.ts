@@ -1,0 +1,107 @@
+// What one caller can make the host hold is bounded by configuration, not by the caller (red
+// team, network attacker): bodies held at once, connections (in all and per address), and TCP
+// connections that never start their TLS handshake.
+import { connect as netConnect, type Socket } from 'node:net';
+import { connect as tlsConnect, type TLSSocket } from 'node:tls';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { admissionReview, policyYaml, startServer, type TestServer } from '../helpers/server.ts';
+
+let t: TestServer;
+beforeAll(async () => {
+  t = await startServer(`
+server:
+  tls: { mode: self-signed, hostnames: [127.0.0.1] }
+  maxBodyBytes: 600000
+  maxBodyBytesInFlight: 1048576
+  maxConnections: 12
+  maxConnectionsPerAddress: 6
+  headersTimeoutMs: 500
+  requestTimeoutMs: 5000
+policies:
+${policyYaml('require-labels', 'settings: { labels: { team: unowned } }')}
+`);
+});
+afterAll(() => t.close());
+
+const port = () => Number(new URL(t.server.url).port);
+const open: Socket[] = [];
+/** Closes every test connection, and waits for the server to have counted them closed. */
+const closeAll = async () => {
+  for (const s of open.splice(0)) s.destroy();
+  await new Promise((r) => setTimeout(r, 300));
+};
+
+/** A TLS connection that completed its handshake, or the error that ended it. */
+function tlsOpen(): Promise<TLSSocket | Error> {
+  return new Promise((resolve) => {
+    const socket = tlsConnect({ host: '127.0.0.1', port: port(), ca: t.server.tls!.caBundle, servername: '127.0.0.1' });
+    open.push(socket);
+    socket.once('secureConnect', () => resolve(socket));
+    socket.once('error', (error) => resolve(error));
+    socket.once('close', () => resolve(new Error('closed before the handshake')));
+  });
+}
+
+/** Sends raw HTTP on a new TLS connection and resolves with what came back before it closed (or after `waitMs`). */
+async function exchange(head: string, body: string, waitMs = 3000): Promise<string> {
+  const socket = await tlsOpen();
+  if (socket instanceof Error) throw socket;
+  return new Promise((resolve) => {
+    let got = '';
+    socket.on('data', (d: Buffer) => (got += d.toString()));
+    const done = () => resolve(got);
+    socket.once('close', done);
+    setTimeout(done, waitMs);
+    socket.write(head + body);
+  });
+}
+
+const post = (length: number) => `POST /validate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${length}\r\n\r\n`;
+
+describe('request bodies held at once', () => {
+  it('past maxBodyBytesInFlight a request is refused with 503 before its body is read; the budget comes back', async () => {
+    // Two bodies of 580,000 declared bytes, each held short of its end: 1.16 MB > 1 MiB.
+    const first = await tlsOpen();
+    if (first instanceof Error) throw first;
+    first.write(post(580_000) + 'x'.repeat(1000));
+    await new Promise((r) => setTimeout(r, 200));
+    const refused = await exchange(post(580_000), 'y'.repeat(1000));
+    expect(refused).toMatch(/^HTTP\/1\.1 503 /);
+    expect(refused).toContain('"code":"SERVER_BUSY"');
+    expect(refused.toLowerCase()).toContain('connection: close');
+    // The held body goes with its connection; a review is answered again.
+    first.destroy();
+    await new Promise((r) => setTimeout(r, 200));
+    const review = JSON.stringify(admissionReview({ kind: 'ConfigMap', metadata: { name: 'ok', labels: { team: 'a' } } }));
+    const answered = await exchange(post(Buffer.byteLength(review)), review, 1000);
+    expect(answered).toMatch(/^HTTP\/1\.1 200 /);
+    expect(answered).toContain('"allowed":true');
+    await closeAll();
+  });
+});
+
+describe('connections', () => {
+  it('one address may hold maxConnectionsPerAddress; the next is closed at once, and a slot frees when one closes', async () => {
+    const held = await Promise.all(Array.from({ length: 6 }, () => tlsOpen()));
+    expect(held.every((s) => !(s instanceof Error))).toBe(true);
+    expect(await tlsOpen()).toBeInstanceOf(Error);
+    (held[0] as TLSSocket).destroy();
+    await new Promise((r) => setTimeout(r, 200));
+    expect(await tlsOpen()).not.toBeInstanceOf(Error);
+    await closeAll();
+  });
+
+  it('a TCP connection that never starts its TLS handshake is closed after headersTimeoutMs', async () => {
+    const started = performance.now();
+    const closedAfter = await new Promise<number>((resolve) => {
+      const socket = netConnect(port(), '127.0.0.1');
+      open.push(socket);
+      socket.on('error', () => {});
+      socket.once('close', () => resolve(performance.now() - started));
+    });
+    // Node's default kept it 120 s.
+    expect(closedAfter).toBeGreaterThanOrEqual(400);
+    expect(closedAfter).toBeLessThan(5000);
+    await closeAll();
+  });
+});
