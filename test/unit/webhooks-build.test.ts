@@ -71,7 +71,8 @@ describe('per-policy webhooks', () => {
 
   it('uses the documented default rules for a policy that names none', () => {
     const { validating } = build([policy('any', {}, ['validate'])]);
-    expect(validating.webhooks![0]!.rules).toEqual([{ operations: ['CREATE', 'UPDATE', 'DELETE'], apiGroups: ['*'], apiVersions: ['*'], resources: ['*'], scope: '*' }]);
+    // Namespaced only: no namespace exclusion reaches cluster-scoped objects (Nodes, RBAC, TokenReviews).
+    expect(validating.webhooks![0]!.rules).toEqual([{ operations: ['CREATE', 'UPDATE', 'DELETE'], apiGroups: ['*'], apiVersions: ['*'], resources: ['*'], scope: 'Namespaced' }]);
     expect(DEFAULT_RULES[0]!.resources).toEqual(['*']); // main resources only: no */* status floods
   });
 
@@ -159,7 +160,9 @@ describe('names, namespaces and selectors', () => {
     expect(hostNamespace(webhooks, { POD_NAMESPACE: 'env' })).toBe('env');
     expect(hostNamespace({ ...webhooks, service: { name: 's', namespace: 'svc', port: 443 } }, {})).toBe('svc');
     expect(hostNamespace(webhooks, {})).toBe('default');
-    expect(excludedNamespaces(webhooks, { POD_NAMESPACE: 'portcullis' })).toEqual(['kube-system', 'portcullis']);
+    expect(excludedNamespaces(webhooks, { POD_NAMESPACE: 'portcullis' })).toEqual(['kube-node-lease', 'kube-system', 'portcullis']);
+    // excludeNamespaces adds; it never takes the system namespaces out (red team: [monitoring] dropped kube-system).
+    expect(excludedNamespaces({ ...webhooks, excludeNamespaces: ['monitoring'] }, { POD_NAMESPACE: 'portcullis' })).toEqual(['kube-node-lease', 'kube-system', 'monitoring', 'portcullis']);
   });
 
   it('ANDs selectors; conflicting required values match nothing', () => {

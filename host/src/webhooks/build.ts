@@ -28,11 +28,14 @@ export const IGNORE_LABEL = 'portcullis.dev/ignore';
  * receives, but asking the apiserver for literally everything (`*\/*`, CONNECT) would route
  * every status update and exec through the webhook: a heavy load and, with Fail, a cluster
  * that cannot even record Pod status while the host is down. So: every main resource of
- * every group, on CREATE, UPDATE and DELETE. A policy that needs subresources or CONNECT
- * says so in its `rules`.
+ * every group, on CREATE, UPDATE and DELETE, in namespaces only. Cluster-scoped objects are
+ * left out because no namespace exclusion reaches them: with Fail and the host down, the
+ * `*` scope blocked Namespaces, Nodes, RBAC and the TokenReviews and SubjectAccessReviews
+ * that `kubectl auth can-i` and every delegated authorizer send (red team). A policy that
+ * needs any of these, subresources or CONNECT says so in its `rules`.
  */
 export const DEFAULT_RULES: readonly RuleWithOperations[] = [
-  { operations: ['CREATE', 'UPDATE', 'DELETE'], apiGroups: ['*'], apiVersions: ['*'], resources: ['*'], scope: '*' },
+  { operations: ['CREATE', 'UPDATE', 'DELETE'], apiGroups: ['*'], apiVersions: ['*'], resources: ['*'], scope: 'Namespaced' },
 ];
 
 export const ADMISSION_REVIEW_VERSIONS = ['v1', 'v1beta1'];
@@ -73,8 +76,16 @@ export function configuredNamespace(webhooks: WebhooksConfig, env: NodeJS.Proces
   return webhooks.namespace ?? (env.POD_NAMESPACE || undefined) ?? webhooks.service?.namespace;
 }
 
+/**
+ * What the cluster needs to bring anything back is never covered, whatever the file says:
+ * kube-system (DNS, CNI, kube-proxy) and kube-node-lease (every kubelet's heartbeat, an UPDATE
+ * every 10 s: with a Fail webhook and the host down, every node went NotReady; red team).
+ * `excludeNamespaces` adds to them; it once replaced kube-system without a word.
+ */
+export const SYSTEM_NAMESPACES: readonly string[] = ['kube-system', 'kube-node-lease'];
+
 export function excludedNamespaces(webhooks: WebhooksConfig, env: NodeJS.ProcessEnv = process.env): string[] {
-  return [...new Set([hostNamespace(webhooks, env), ...webhooks.excludeNamespaces])].sort();
+  return [...new Set([hostNamespace(webhooks, env), ...SYSTEM_NAMESPACES, ...webhooks.excludeNamespaces])].sort();
 }
 
 /**
