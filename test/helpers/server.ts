@@ -28,7 +28,7 @@ export function policyYaml(name: string, extra = '', file = name): string {
   return `  - name: ${name}\n    module: ${POLICIES}/${file}/${file}.wasm\n${extra.split('\n').filter(Boolean).map((l) => `    ${l}`).join('\n')}\n`;
 }
 
-export async function startServer(yaml: string, options: { watch?: boolean; log?: Logger } = {}): Promise<TestServer> {
+export async function startServer(yaml: string, options: { watch?: boolean; log?: Logger; retireGraceMs?: number } = {}): Promise<TestServer> {
   const dir = await mkdtemp(join(tmpdir(), 'portcullis-server-'));
   const configPath = join(dir, 'portcullis.yaml');
   await writeFile(configPath, yaml);
@@ -37,7 +37,7 @@ export async function startServer(yaml: string, options: { watch?: boolean; log?
   const config = await loadConfigFile(configPath);
   config.server.port = 0;
   config.server.host = '127.0.0.1';
-  const server = await PortcullisServer.start({ config, log, watch: options.watch ?? false });
+  const server = await PortcullisServer.start({ config, log, watch: options.watch ?? false, ...(options.retireGraceMs !== undefined ? { retireGraceMs: options.retireGraceMs } : {}) });
   const agent = new Agent({ connect: { ca: server.tls?.caBundle ?? '', rejectUnauthorized: true } });
   const send = async (path: string, init: Dispatcher.RequestOptions<unknown>['method'], body?: string, headers: Record<string, string> = {}) =>
     undiciRequest(`${server.url}${path}`, { method: init, dispatcher: agent, ...(body !== undefined ? { body } : {}), headers });

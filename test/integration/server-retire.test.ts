@@ -58,3 +58,36 @@ describe('removed policies retire, not vanish', () => {
     expect(response).toContain('UNKNOWN_POLICY');
   });
 });
+
+describe('when a removed policy stops being answered', () => {
+  const managed = (yaml: string) => yaml.replace('server:', 'webhooks: { managed: portcullis.example.com, url: "https://127.0.0.1:1" }\nserver:');
+
+  it('without managed webhooks: after the grace period', async () => {
+    const t = await startServer(both, { retireGraceMs: 100 });
+    try {
+      await writeFile(t.configPath, onlyNoDelete);
+      expect(await t.server.reload()).toBe(true);
+      await new Promise((r) => setTimeout(r, 400));
+      expect((await t.post('/validate/require-labels', configMap())).status).toBe(404);
+    } finally {
+      await t.close();
+    }
+  });
+
+  it('with managed webhooks: not on a timer, only once a sync has removed its webhook', async () => {
+    // Red team: a sync that failed left the Fail webhook registered while the host answered 404
+    // after 30 s, so every request it covered was denied. No manager runs here: no sync succeeds.
+    const t = await startServer(managed(both), { retireGraceMs: 100 });
+    try {
+      await writeFile(t.configPath, managed(onlyNoDelete));
+      expect(await t.server.reload()).toBe(true);
+      await new Promise((r) => setTimeout(r, 400));
+      expect((await t.post('/validate/require-labels', configMap())).status).toBe(200);
+      t.server.retireRemovedPolicies(performance.now(), 0);
+      await new Promise((r) => setTimeout(r, 50));
+      expect((await t.post('/validate/require-labels', configMap())).status).toBe(404);
+    } finally {
+      await t.close();
+    }
+  });
+});

@@ -20,6 +20,12 @@ describe('configuration', () => {
     ['policies: [{ name: a, module: a.wasm }, { name: a, module: b.wasm }]', 'c.yaml: /policies/1/name: "a" is used twice; policy names must be unique'],
     ['policies: [{ name: a, module: a.wasm, limits: { timeoutMs: 12000 } }]', 'c.yaml: /policies/0/limits/timeoutMs (12000) must be below the webhook timeout (10s)'],
     ['policies: [', /^c\.yaml: not valid YAML/],
+    // Rules the apiserver refuses: caught at load, not by a webhook sync that fails after a reload (red team).
+    ['policies: [{ name: a, module: a.wasm, rules: [{ operations: [CREATE], apiGroups: ["*", apps], apiVersions: [v1], resources: [pods] }] }]',
+      'c.yaml: /policies/0/rules/0/apiGroups: "*" stands alone (the apiserver refuses it beside other values: ["*","apps"])'],
+    ['policies: [{ name: a, module: a.wasm, rules: [{ operations: ["*", DELETE], apiGroups: [""], apiVersions: [v1], resources: [pods] }] }]', /rules\/0\/operations: "\*" stands alone/],
+    ['policies: [{ name: a, module: a.wasm, rules: [{ operations: [CREATE], apiGroups: [""], apiVersions: [v1], resources: ["*", pods] }] }]', /rules\/0\/resources: "\*" covers every resource/],
+    ['policies: [{ name: a, module: a.wasm, rules: [{ operations: [CREATE], apiGroups: [""], apiVersions: [v1], resources: ["*/*", pods/status] }] }]', /rules\/0\/resources: "\*\/\*" stands alone/],
   ])('refuses %s', (yaml, message) => {
     expect(() => parseConfig(yaml, 'c.yaml')).toThrow(message);
   });

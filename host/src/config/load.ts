@@ -9,7 +9,7 @@ import { defaultOf, defaultsAt, schema } from './schema.ts';
 import { ConfigError, errorMessage } from '../errors.ts';
 import { DEFAULT_LIMITS } from './limits.ts';
 import type {
-  Config, Grant, PolicyConfig, RawConfig, RawPolicy, RawRegistries, RawServer, RawTls, RawWebhooks, TlsConfig, WebhooksConfig,
+  Config, Grant, RuleWithOperations, PolicyConfig, RawConfig, RawPolicy, RawRegistries, RawServer, RawTls, RawWebhooks, TlsConfig, WebhooksConfig,
 } from './types.ts';
 
 const ajv = new Ajv({ allErrors: false, strict: false });
@@ -85,7 +85,7 @@ function normalize(raw: RawConfig, source: string): Config {
       persistent: rest.persistent ?? false,
       sideEffects: rest.sideEffects ?? 'None',
       reinvocationPolicy: rest.reinvocationPolicy ?? 'Never',
-      rules: p.rules ?? [],
+      rules: checkRules(p.rules ?? [], `${source}: /policies/${index}/rules`),
       rulesGiven: p.rules !== undefined,
       match: p.match ?? [],
       context: uniqueGrants(p.context ?? [], source, index),
@@ -117,6 +117,29 @@ function normalize(raw: RawConfig, source: string): Config {
       ...(registries.cacheDir ? { cacheDir: resolve(base, registries.cacheDir) } : {}),
     },
   };
+}
+
+/**
+ * What the apiserver refuses in a webhook rule and a schema cannot say. Accepted here, such a
+ * rule failed every webhook sync after a reload, with the removed policies' Fail webhooks left in
+ * place (red team): refused at load instead, so the old configuration keeps serving.
+ */
+function checkRules(rules: RuleWithOperations[], where: string): RuleWithOperations[] {
+  for (const [i, rule] of rules.entries()) {
+    for (const field of ['operations', 'apiGroups', 'apiVersions'] as const) {
+      if (rule[field].includes('*') && rule[field].length > 1) {
+        throw new ConfigError(`${where}/${i}/${field}: "*" stands alone (the apiserver refuses it beside other values: ${JSON.stringify(rule[field])})`);
+      }
+    }
+    const { resources } = rule;
+    if (resources.includes('*/*') && resources.length > 1) {
+      throw new ConfigError(`${where}/${i}/resources: "*/*" stands alone (the apiserver refuses it beside other values: ${JSON.stringify(resources)})`);
+    }
+    if (resources.includes('*') && resources.some((r) => r !== '*' && !r.includes('/'))) {
+      throw new ConfigError(`${where}/${i}/resources: "*" covers every resource; the apiserver refuses it beside other resources: ${JSON.stringify(resources)}`);
+    }
+  }
+  return rules;
 }
 
 function normalizeTls(tls: RawTls, base: string): TlsConfig {

@@ -39,6 +39,8 @@ export interface StartOptions {
   tls?: TlsMaterial;
   /** Where the certificate came from, for the start-up log line. */
   certificateSource?: string;
+  /** Without managed webhooks, how long a removed policy is still answered (tests). Default RETIRE_GRACE_MS. */
+  retireGraceMs?: number;
 }
 
 type Listener = (set: PolicySet) => void;
@@ -66,6 +68,7 @@ export class PortcullisServer {
   #draining = false;
   /** Requests not yet answered. */
   readonly #open = new Set<ServerResponse>();
+  #retireGraceMs = RETIRE_GRACE_MS;
   #stopping: Promise<void> | undefined;
   #cleanups: (() => void)[] = [];
   #reloading: Promise<boolean> | undefined;
@@ -109,6 +112,7 @@ export class PortcullisServer {
     }
     log.info('TLS', { mode, source: options.certificateSource ?? certificateSource(config), clientCertificates: tls?.clientCA ? (tls.requireClientCert ? 'required' : 'optional') : 'off' });
     const server = new PortcullisServer(config, log, tls, options.namespaceLabels);
+    if (options.retireGraceMs !== undefined) server.#retireGraceMs = options.retireGraceMs;
     try {
       await server.#listen();
     } catch (error) {
@@ -269,10 +273,17 @@ export class PortcullisServer {
     timer.unref();
   }
 
-  /** Without a webhook manager (or when its sync never succeeds): retire after a grace period. */
+  /**
+   * Without managed webhooks: retire after a grace period. With them, only a sync that removed
+   * the webhooks retires (retireRemovedPolicies), however long that takes: a sync that failed
+   * (a rule the apiserver refused, RBAC, an unreachable apiserver) left the removed policies' Fail
+   * webhooks registered while the host answered them 404 after 30 s, so every request they
+   * covered was denied (red team). A replica that does not lead keeps answering them until restart.
+   */
   #retireLater(): void {
+    if (this.config.webhooks.managed) return;
     const swapped = performance.now();
-    const timer = setTimeout(() => this.registry.retire(swapped + 1), RETIRE_GRACE_MS);
+    const timer = setTimeout(() => this.registry.retire(swapped + 1), this.#retireGraceMs);
     timer.unref();
   }
 
