@@ -37,7 +37,8 @@ export async function startServer(yaml: string, options: { watch?: boolean; log?
   const config = await loadConfigFile(configPath);
   config.server.port = 0;
   config.server.host = '127.0.0.1';
-  const server = await PortcullisServer.start({ config, log, watch: options.watch ?? false, ...(options.retireGraceMs !== undefined ? { retireGraceMs: options.retireGraceMs } : {}) });
+  const grace = options.retireGraceMs !== undefined ? { retireGraceMs: options.retireGraceMs } : {};
+  const server = await PortcullisServer.start({ config, log, watch: options.watch ?? false, ...grace });
   const agent = new Agent({ connect: { ca: server.tls?.caBundle ?? '', rejectUnauthorized: true } });
   const send = async (path: string, init: Dispatcher.RequestOptions<unknown>['method'], body?: string, headers: Record<string, string> = {}) =>
     undiciRequest(`${server.url}${path}`, { method: init, dispatcher: agent, ...(body !== undefined ? { body } : {}), headers });
