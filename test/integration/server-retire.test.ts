@@ -85,7 +85,25 @@ describe('when a removed policy stops being answered', () => {
       expect((await t.post('/validate/require-labels', configMap())).status).toBe(200);
       t.server.retireRemovedPolicies(performance.now(), 0);
       await new Promise((r) => setTimeout(r, 50));
-      expect((await t.post('/validate/require-labels', configMap())).status).toBe(404);
+      expect(t.server.registry.lookup('require-labels', 'validate')).toBeUndefined();
+    } finally {
+      await t.close();
+    }
+  });
+
+  it('with managed webhooks, a policy this replica does not have is allowed with a warning, not 404', async () => {
+    // Red team: mid-rollout, replicas without a Fail policy the leader registered (added there,
+    // or removed here) answered 404, and the apiserver denied every request it covered.
+    const t = await startServer(managed(onlyNoDelete));
+    try {
+      for (const path of ['/validate/require-labels', '/mutate/no-delete', '/validate/never-configured']) {
+        const res = await t.post(path, configMap());
+        expect(res.status, path).toBe(200);
+        expect(res.body.response).toMatchObject({ allowed: true, warnings: [expect.stringMatching(/is not configured on this webhook replica, so it was not evaluated/)] });
+      }
+      expect(t.logs.some((l) => l.includes('a webhook called a policy this replica does not have; allowed'))).toBe(true);
+      // A review that is not one is still refused.
+      expect((await t.post('/validate/never-configured', '{"kind":"Pod"}')).status).toBe(400);
     } finally {
       await t.close();
     }

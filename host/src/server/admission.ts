@@ -14,7 +14,7 @@ import { policyMatches, type NamespaceLabels } from '../select/match.ts';
 import type { Logger } from '../util/log.ts';
 import type { Metrics } from './metrics.ts';
 import type { Caller } from './caller.ts';
-import { recordReview } from './telemetry.ts';
+import { LineThrottle, recordReview } from './telemetry.ts';
 
 export interface AdmissionDeps {
   registry: PolicyRegistry;
@@ -24,6 +24,15 @@ export interface AdmissionDeps {
   namespaceLabels?: NamespaceLabels;
   /** Log allowed and mutated reviews at info (server.logAllowedReviews), not only at debug. */
   logAllowed?: boolean;
+  /**
+   * With managed webhooks, a per-policy endpoint for a policy this replica does not have is a
+   * webhook another replica registered, mid-rollout or mid-reload (added there, or removed
+   * here): answered allowed with a warning instead of 404, which the apiserver turns into a
+   * failure, so with Fail a rollout that adds or removes a policy denied every request the
+   * policy covers on the replicas without it (red team). Without managed webhooks, 404: the
+   * path is the operator's own, and likely a typo.
+   */
+  allowUnknownPolicies?: boolean;
 }
 
 export type { Caller } from './caller.ts';
@@ -38,7 +47,12 @@ export async function review(deps: AdmissionDeps, caller: Caller, body: string |
   try {
     // The only lookup of a per-policy endpoint's policy, made once for this review: a reload
     // between the HTTP layer's early check and here answers 404, never a crash.
-    const candidates = caller.policy ? [findPolicy(deps.registry, caller.policy, caller.mode)] : set.entries;
+    const own = caller.policy === undefined ? undefined : deps.registry.lookup(caller.policy, caller.mode);
+    if (caller.policy !== undefined && !own) {
+      if (!deps.allowUnknownPolicies) findPolicy(deps.registry, caller.policy, caller.mode);
+      return notHere(deps, caller.policy, caller.mode, parsed.apiVersion, request.uid);
+    }
+    const candidates = own ? [own] : set.entries;
     const selected = candidates.filter((entry) => policyMatches(entry, caller.mode, request, deps.namespaceLabels));
     const input: EvaluationInput = {
       request, settings: null, headers: caller.headers, sslpeer: caller.sslpeer, dryRun: request.dryRun === true, webhook: caller.endpoint,
@@ -75,6 +89,17 @@ export async function review(deps: AdmissionDeps, caller: Caller, body: string |
     set.release();
   }
 }
+
+/** Another replica's policy: allowed, saying so to the user and (once a second per policy) in the log. */
+function notHere(deps: AdmissionDeps, policy: string, mode: Mode, apiVersion: Parameters<typeof respond>[0], uid: string): AdmissionResponseReview {
+  deps.metrics.badRequests.inc({ code: 'UNKNOWN_POLICY_ALLOWED' });
+  if (unknownThrottle.admit(`${policy}\0${mode}`) !== undefined) {
+    deps.log.warn('a webhook called a policy this replica does not have; allowed (a rollout or reload in progress?)', { policy, mode, uid });
+  }
+  const warning = `policy "${policy}" (${mode}) is not configured on this webhook replica, so it was not evaluated (a rollout or configuration reload in progress)`;
+  return respond(apiVersion, uid, { allowed: true, warnings: [warning], patch: [] });
+}
+const unknownThrottle = new LineThrottle();
 
 function findPolicy(registry: PolicyRegistry, name: string, mode: Mode): PolicyEntry {
   const entry = registry.lookup(name, mode);

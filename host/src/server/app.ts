@@ -86,6 +86,7 @@ export class PortcullisServer {
       registry: this.registry, pool: this.pool, metrics: this.metrics, log,
       namespaceLabels: namespaceLabels ?? ((namespace) => this.context.namespaceLabels(namespace)),
       ...(config.server.logAllowedReviews ? { logAllowed: true } : {}),
+      ...(config.webhooks.managed ? { allowUnknownPolicies: true } : {}),
       acceptsReviews: () => this.#ready,
       isReady: () => this.#readiness(),
     });

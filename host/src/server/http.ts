@@ -153,7 +153,7 @@ async function handle(config: ServerConfig, deps: HttpDeps, bodies: BodyBudget, 
     return refuse(deps, res, new HttpError('NOT_READY', 'the webhook is still loading its policies'));
   }
   // Early answer without reading the body; review() looks the policy up again, and owns the answer.
-  if (policy !== undefined && !deps.registry.lookup(policy, mode)) {
+  if (policy !== undefined && !deps.allowUnknownPolicies && !deps.registry.lookup(policy, mode)) {
     const configured = deps.registry.current.byName.get(policy);
     const error = new UnknownPolicyError(policy, mode, configured?.modes);
     return refuse(deps, res, error);
