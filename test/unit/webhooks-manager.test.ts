@@ -88,6 +88,29 @@ describe('WebhookManager', () => {
     await manager.stop();
   });
 
+  it('registers nothing until the host is ready, says why, and registers once it is', async () => {
+    // Red team: a leader whose context caches could not sync (RBAC missing) registered its Fail
+    // webhooks anyway, and every request they covered was denied until a person acted.
+    const { store, api } = fakeAdmission();
+    const lines: string[] = [];
+    let readiness: { ready: boolean; why?: string } = { ready: false, why: 'the context caches of v1/Namespace have not synced' };
+    const manager = new WebhookManager({
+      clients: { admission: api, coordination: {} as CoordinationV1Api, version: { getCode: async () => ({ major: '1', minor: '21' }) } as unknown as VersionApi, server: 'https://fake' },
+      log: createLogger('info', (line) => lines.push(line)), webhooks: () => webhooks, policies: () => policies, caBundle: 'CA',
+      ready: () => readiness,
+    });
+    manager.start();
+    await new Promise((r) => setTimeout(r, 300));
+    expect(store.validating).toBeUndefined();
+    expect(store.mutating).toBeUndefined();
+    expect(lines.filter((l) => l.includes('not registering webhooks until this host is ready') && l.includes('v1/Namespace have not synced'))).toHaveLength(1);
+    readiness = { ready: true };
+    await new Promise((r) => setTimeout(r, 1500));
+    expect(store.mutating?.webhooks).toHaveLength(1);
+    expect(lines.some((l) => l.includes('ready; registering webhooks'))).toBe(true);
+    await manager.stop();
+  });
+
   it('re-reads and writes again when a write conflicts (409), and removes non-persistent webhooks on stop', async () => {
     const { store, api } = fakeAdmission();
     const conflicts = { left: 2 };

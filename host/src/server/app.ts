@@ -174,6 +174,20 @@ export class PortcullisServer {
     return this.#metricsServer ? metricsUrl(this.#metricsServer) : undefined;
   }
 
+  /**
+   * Whether this host may be put in front of the cluster (the webhook manager registers nothing
+   * before): its policies loaded (all of them, with readyWhenAllPoliciesLoaded) and its context
+   * caches synced. Unlike /readyz it ignores a drain, which is the manager's own business.
+   */
+  webhookReadiness(): { ready: boolean; why?: string } {
+    if (!this.#ready) return { ready: false, why: 'the policies are still loading' };
+    const waiting = this.context.waiting();
+    if (waiting.length > 0) return { ready: false, why: `the context caches of ${waiting.join(', ')} have not synced (see the context log lines: RBAC?)` };
+    const failed = this.registry.current.failed.map((e) => e.config.name);
+    if (this.config.server.readyWhenAllPoliciesLoaded && failed.length > 0) return { ready: false, why: `policies failed to load: ${failed.join(', ')}` };
+    return { ready: true };
+  }
+
   #readiness(): { ready: boolean; detail: Record<string, unknown> } {
     const failed = this.registry.current.failed.map((e) => ({ policy: e.config.name, code: e.error?.code, error: e.error?.message }));
     // Optional: an operator who would rather have no traffic than a policy that is not enforcing.

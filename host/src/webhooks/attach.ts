@@ -27,6 +27,7 @@ export interface ManagedServer {
   readonly registry: { readonly current: { readonly entries: readonly ManagedPolicy[] } };
   readonly tls: { caBundle: string } | undefined;
   retireRemovedPolicies(syncStarted: number, marginMs: number): void;
+  webhookReadiness(): { ready: boolean; why?: string };
   onReload(listener: () => void): void;
   onCertificate(listener: (tls: { caBundle: string }) => void | Promise<void>): void;
 }
@@ -50,6 +51,7 @@ export function startWebhookManager(server: ManagedServer, options: AttachOption
     ...(options.resyncMs ? { resyncMs: options.resyncMs } : {}),
     // Removed policies stop being answered once the apiserver has had time to see their webhooks go.
     onSynced: (started) => server.retireRemovedPolicies(started, RETIRE_MARGIN_MS),
+    ready: () => server.webhookReadiness(),
   });
   server.onReload(() => manager.requestSync('configuration reloaded'));
   server.onCertificate(async (tls) => void await manager.publishCa(tls.caBundle));

@@ -36,6 +36,9 @@ import { CaBundle } from './ca-bundle.ts';
 import { LeaderElector } from './lease.ts';
 import { nextBackoff, retry } from './retry.ts';
 
+/** How often a leader that is not ready yet looks again before registering its webhooks. */
+const READY_POLL_MS = 1000;
+
 export interface WebhookManagerOptions {
   clients: KubeClients;
   log: Logger;
@@ -50,6 +53,13 @@ export interface WebhookManagerOptions {
   resyncMs?: number;
   /** Told after each successful sync, with the performance.now() at which it read the desired state. */
   onSynced?: (started: number) => void;
+  /**
+   * Whether the host is fit to be put in front of the cluster, and if not why. Until it is, no
+   * configuration is written: a leader whose context caches could not sync (RBAC missing)
+   * registered its Fail webhooks anyway, and every request they covered was denied with
+   * "retry shortly" until a person fixed RBAC (red team).
+   */
+  ready?: () => { ready: boolean; why?: string };
   /** Deadline of one API request. Default 10 s. */
   requestTimeoutMs?: number;
   /** How long a rotated-out CA stays in caBundle beside the new one. Default 5 min. */
@@ -84,6 +94,7 @@ export class WebhookManager {
   readonly #foreignReported = new Set<string>();
   #overlapTimer: NodeJS.Timeout | undefined;
   #warnedName = false;
+  #waitingReady = false;
 
   constructor(options: WebhookManagerOptions) {
     const webhooks = options.webhooks();
@@ -256,6 +267,16 @@ export class WebhookManager {
     while (this.#pending && !this.#stopping && this.isLeader) {
       this.#pending = false;
       clearTimeout(this.#retryTimer);
+      const readiness = this.#o.ready?.() ?? { ready: true };
+      if (!readiness.ready) {
+        if (!this.#waitingReady) this.#log.warn('not registering webhooks until this host is ready', { name: this.name, why: readiness.why ?? 'not ready' });
+        this.#waitingReady = true;
+        this.#retryTimer = setTimeout(() => this.requestSync('waiting until ready'), READY_POLL_MS);
+        this.#retryTimer.unref();
+        return;
+      }
+      if (this.#waitingReady) this.#log.info('ready; registering webhooks', { name: this.name });
+      this.#waitingReady = false;
       try {
         const started = performance.now();
         await this.#apply(this.#desired(false));
