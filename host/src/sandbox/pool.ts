@@ -55,6 +55,8 @@ interface Job {
   fn: GuestFunction;
   input: CallInput;
   timeoutMs: number;
+  /** How long it may wait to start (at most timeoutMs): a call that starts later could not answer in time. */
+  waitMs: number;
   started: number;
   /** Calls with the same group (a review's shared envelope) may share a message. */
   group: object | undefined;
@@ -332,7 +334,11 @@ export class SandboxPool {
     for (const slot of this.#slots) this.#post(slot, { type: 'unload', key });
   }
 
-  call(key: string, fn: GuestFunction, input: CallInput, timeoutMs: number): Promise<CallResult> {
+  /**
+   * `waitMs`: how long the call may wait for a worker, by default its deadline. A review's caller
+   * gives less when the apiserver would have given up before a later start could finish.
+   */
+  call(key: string, fn: GuestFunction, input: CallInput, timeoutMs: number, waitMs = timeoutMs): Promise<CallResult> {
     if (this.#closed) return Promise.reject(new PortcullisError('SANDBOX_CLOSED', 'the sandbox pool is shut down'));
     const group = typeof input === 'string' ? undefined : input.envelope;
     // The calls of one review see the work queued ahead of the review, not of each other: a
@@ -342,10 +348,13 @@ export class SandboxPool {
       ahead = this.#ahead(key);
       if (group !== undefined) this.#aheadOf.set(group, ahead);
     }
-    const refused = refusal(ahead, timeoutMs);
+    const refused = refusal(ahead, Math.min(waitMs, timeoutMs));
     if (refused) return Promise.resolve(refused);
     return new Promise((resolve) => {
-      this.#enqueue({ id: this.#nextId++, requeued: 0, key, fn, input, timeoutMs, started: performance.now(), group, cost: 0, suspect: false, resolve });
+      const wait = Math.min(waitMs, timeoutMs);
+      this.#enqueue({
+        id: this.#nextId++, requeued: 0, key, fn, input, timeoutMs, waitMs: wait, started: performance.now(), group, cost: 0, suspect: false, resolve,
+      });
       // Dispatch once the code that queued this call has queued the rest of its review's (they
       // are queued in one synchronous loop), so they share a message; not later, at the end of
       // the event loop's turn: the worker would wait while the main thread reads other sockets,
@@ -512,7 +521,7 @@ export class SandboxPool {
     const origin = clock() - performance.now();
     this.#post(slot, {
       type: 'call', batch: batch.id, first: batch.first,
-      calls: jobs.map(({ id, key, fn, input, started, timeoutMs }) => ({ id, key, fn, input, notAfter: origin + started + timeoutMs })),
+      calls: jobs.map(({ id, key, fn, input, started, waitMs }) => ({ id, key, fn, input, notAfter: origin + started + waitMs })),
     });
   }
 
@@ -530,7 +539,7 @@ export class SandboxPool {
     if (this.#solo.has(leader.key) || this.#untrusted(leader.key)) return [];
     const now = performance.now();
     // (Late ones are #next's to answer.)
-    const eligible = (job: Job) => !this.#solo.has(job.key) && !this.#untrusted(job.key) && now - job.started < job.timeoutMs && this.#holds(slot, job.key);
+    const eligible = (job: Job) => !this.#solo.has(job.key) && !this.#untrusted(job.key) && now - job.started < job.waitMs && this.#holds(slot, job.key);
     // A slow policy would hold up other reviews' calls: it shares a message with its own review only.
     const quick = (job: Job) => (this.#cost.get(job.key) ?? 0) <= SHARE_MAX_MICROS;
     const own: number[] = [];
@@ -676,7 +685,7 @@ export class SandboxPool {
     const end = this.#instances < this.size ? this.#queue.length : Math.min(this.#queue.length, WINDOW);
     for (let i = 0; i < end && (i < WINDOW || best < 0); i++) {
       const job = this.#queue[i]!;
-      if (now - job.started >= job.timeoutMs) {
+      if (now - job.started >= job.waitMs) {
         late.push(i);
         continue;
       }
@@ -694,7 +703,9 @@ export class SandboxPool {
     if (late.length > 0) {
       if (best >= 0) best -= late.filter((i) => i < best).length;
       for (const job of this.#takeAll(late)) {
-        job.resolve(fault(job, 'deadline', `waited ${Math.round(now - job.started)} ms for a sandbox, past its ${seconds(job.timeoutMs)} deadline; not started`));
+        job.resolve(fault(job, 'deadline', job.waitMs < job.timeoutMs
+          ? `waited ${Math.round(now - job.started)} ms for a sandbox; started now, it could not finish before the apiserver's timeout; not started`
+          : `waited ${Math.round(now - job.started)} ms for a sandbox, past its ${seconds(job.timeoutMs)} deadline; not started`));
       }
       // A window of late calls only: look again behind them. Giving up here would leave the rest
       // of the queue with idle workers and nothing left to wake the scheduler (found at 4x load).

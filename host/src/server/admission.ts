@@ -76,7 +76,8 @@ export async function review(deps: AdmissionDeps, caller: Caller, body: string |
     }
     const outcomes = await Promise.all(selected.map((entry, i) => {
       const refusal = refused[i];
-      return shed && refusal ? Promise.resolve(toOutcome(entry.config.name, refusal)) : evaluateEntry(deps.pool, entry, caller.mode, input);
+      const answerWithinMs = caller.timeoutMs === undefined ? undefined : caller.timeoutMs - (performance.now() - started);
+      return shed && refusal ? Promise.resolve(toOutcome(entry.config.name, refusal)) : evaluateEntry(deps.pool, entry, caller.mode, input, answerWithinMs);
     }));
     const evaluated = selected.map((entry, i) => ({ policy: entry.config, outcome: outcomes[i]! }));
     const { decision, deciding, audited } = merge(evaluated, request.operation, request.object);

@@ -10,6 +10,20 @@ export interface Caller {
   policy?: string;
   headers: Record<string, string>;
   sslpeer: PeerCertificate | null;
+  /** How long the caller waits for the answer: the apiserver's `?timeout=` (a Go duration, e.g. `10s`). */
+  timeoutMs?: number;
+}
+
+const DURATION = /^(?:(\d+(?:\.\d+)?)(h|m|s|ms|us|µs|ns))+$/;
+const PART = /(\d+(?:\.\d+)?)(h|ms|m|s|us|µs|ns)/g;
+const UNIT_MS: Record<string, number> = { h: 3_600_000, m: 60_000, s: 1000, ms: 1, us: 0.001, µs: 0.001, ns: 0.000001 };
+
+/** A Go duration (`10s`, `2.5s`, `1m30s`, `500ms`) in ms, within 1 ms..60 s; undefined when it is not one. */
+export function goDurationMs(text: string | null): number | undefined {
+  if (!text || text.length > 32 || !DURATION.test(text)) return undefined;
+  let ms = 0;
+  for (const [, value, unit] of text.matchAll(PART)) ms += Number(value) * UNIT_MS[unit!]!;
+  return ms >= 1 && ms <= 60_000 ? ms : undefined;
 }
 
 /** What Node says of a verified peer certificate, as much of it as a policy sees. */

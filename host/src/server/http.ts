@@ -9,7 +9,7 @@ import type { ServerConfig } from '../config/types.ts';
 import { errorMessage, HttpError, type PortcullisError, ReviewError, UnknownPolicyError } from '../errors.ts';
 import { review, type AdmissionDeps } from './admission.ts';
 import type { TlsMaterial } from './tls.ts';
-import { peerCertificate } from './caller.ts';
+import { goDurationMs, peerCertificate } from './caller.ts';
 
 export interface HttpDeps extends AdmissionDeps {
   isReady(): { ready: boolean; detail: Record<string, unknown> };
@@ -179,7 +179,12 @@ async function handle(config: ServerConfig, deps: HttpDeps, bodies: BodyBudget, 
   }
   if (body === null) return; // the client went away mid-body
   try {
-    const answer = await review(deps, { endpoint: path.replace(/\/$/, ''), mode, ...(policy !== undefined ? { policy } : {}), headers: headersOf(req), sslpeer: peerOf(req) }, body);
+    const timeoutMs = goDurationMs(new URLSearchParams((req.url ?? '').split('?')[1] ?? '').get('timeout'));
+    const caller = {
+      endpoint: path.replace(/\/$/, ''), mode, ...(policy !== undefined ? { policy } : {}), headers: headersOf(req), sslpeer: peerOf(req),
+      ...(timeoutMs !== undefined ? { timeoutMs } : {}),
+    };
+    const answer = await review(deps, caller, body);
     sendJson(res, 200, answer);
   } catch (error) {
     if (error instanceof ReviewError || error instanceof UnknownPolicyError) return refuse(deps, res, error);
