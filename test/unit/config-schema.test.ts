@@ -50,7 +50,9 @@ describe('config.schema.json and config/types.ts', () => {
     expect(undefinedIn(config.server)).toEqual([]);
     expect(undefinedIn(config.webhooks)).toEqual([]);
     expect(config.server).toMatchObject({ host: schemaAt('server', 'host').default, port: schemaAt('server', 'port').default, maxBodyBytes: schemaAt('server', 'maxBodyBytes').default });
-    expect(config.webhooks).toMatchObject({ timeoutSeconds: 10, excludeNamespaces: [], leaderElection: true, leaseDurationSeconds: 15, resyncSeconds: 60, singleWebhook: false });
+    expect(config.webhooks).toMatchObject({
+      timeoutSeconds: 10, excludeNamespaces: [], leaderElection: true, leaseDurationSeconds: 15, resyncSeconds: 60, singleWebhook: false,
+    });
     expect(config.policies[0]).toMatchObject({ limits: DEFAULT_LIMITS, failurePolicy: 'Fail', enforcement: 'enforce', isolation: 'reuse', persistent: false, sideEffects: 'None' });
     // Every required field of the normalized server and webhooks sections has a schema default.
     for (const [section, optional] of [['server', ['tls', 'metricsPort']], ['webhooks', ['managed', 'url', 'service', 'namespace']]] as const) {

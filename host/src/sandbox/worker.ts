@@ -110,7 +110,8 @@ async function call(spec: SandboxSpec, fn: CallRequest['fn'], input: CallRequest
       // An AssemblyScript abort logs its message and location just before it traps.
       const abort = entries.findLast(([, text]) => text.startsWith('abort: '));
       const message = `crashed: ${describe(error)}${abort ? ` (${abort[1]})` : ''}`;
-      return { ok: false, fault: 'trap', message, logs: entries };
+      // The abort is said in the message: not a second time as a log line.
+      return { ok: false, fault: 'trap', message, logs: abort ? entries.filter((entry) => entry !== abort) : entries };
     }
   }
 }
