@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { ReviewError } from '../../host/src/errors.ts';
-import { MAX_BODY_DEPTH, parseReviewText } from '../../host/src/review/parse.ts';
+import { MAX_BODY_DEPTH, nestedDeeperThan, parseReviewText } from '../../host/src/review/parse.ts';
 import { respond } from '../../host/src/review/respond.ts';
 
 const good = {
@@ -59,6 +59,30 @@ describe('a body nested deeper than the API server sends', () => {
     expect(parseReviewText(body(MAX_BODY_DEPTH - 2, '{')).request.uid).toBe('u-1');
     const quoted = withRequest({ object: { text: `\\"${'['.repeat(20_000)}` }, annotations: { pad: 'x'.repeat(80_000) } });
     expect(parseReviewText(quoted).request.uid).toBe('u-1');
+    // As bytes (what the server passes), with non-ASCII text: the same answers.
+    expect(parseReviewText(Buffer.from(quoted.replace('"pad":"x', '"pad":"ü€😀'))).request.uid).toBe('u-1');
+    expect(() => parseReviewText(Buffer.from(body(MAX_BODY_DEPTH - 1, '[')))).toThrow(ReviewError);
+  });
+
+  it('costs the same on the hundredth large body as on the first (a denial of service, not a speed target)', () => {
+    // Red team: over a string the guard fell, at random after a few dozen 1-3 MB bodies, into
+    // ~6 µs a character for the rest of the process (15-20 s a review; 3 of 3 runs of these
+    // bodies here). Over bytes each call took ~4 ms. The bound is 500 times that.
+    const object = (fill: Record<string, unknown>) => Buffer.from(withRequest({ object: fill }));
+    const bodies = [
+      object({ metadata: { annotations: Object.fromEntries(Array.from({ length: 60_000 }, (_, i) => [`k${i}`, 'v'.repeat(30)])) } }),
+      object({ spec: { x: Array.from({ length: 700_000 }, () => 1) } }),
+      object({ spec: { containers: Array.from({ length: 12_000 }, (_, i) => ({ name: `c${i}`, image: 'nginx', resources: { limits: { cpu: '1' } } })) } }),
+    ];
+    let slowest = 0;
+    for (let round = 0; round < 12; round++) {
+      for (const bytes of bodies) {
+        const started = performance.now();
+        nestedDeeperThan(bytes, MAX_BODY_DEPTH);
+        slowest = Math.max(slowest, performance.now() - started);
+      }
+    }
+    expect(slowest).toBeLessThan(2000);
   });
 });
 

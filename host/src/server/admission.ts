@@ -40,7 +40,7 @@ export type { Caller } from './caller.ts';
 /** `body`: the request body, as bytes when the caller has them (guests then get the request's own bytes). */
 export async function review(deps: AdmissionDeps, caller: Caller, body: string | Buffer): Promise<AdmissionResponseReview> {
   const started = performance.now();
-  const parsed = parseReviewText(typeof body === 'string' ? body : body.toString('utf8'));
+  const parsed = parseReviewText(body);
   const { request } = parsed;
   const set = deps.registry.current;
   set.hold();
