@@ -43,11 +43,12 @@ class FakeLeases {
   }
 }
 
-function elector(leases: FakeLeases, identity: string, clock: { now: number }, events: string[] = []) {
+function elector(leases: FakeLeases, identity: string, clock: { now: number }, events: string[] = [], eligible?: () => boolean) {
   return new LeaderElector({
     api: leases.api(), server: 'https://apiserver', name: 'portcullis.dev', namespace: 'portcullis', identity, leaseDurationSeconds: 15,
     log: createLogger('error', () => {}), now: () => clock.now, monotonic: () => clock.now,
     onStartedLeading: () => events.push(`${identity} started`), onStoppedLeading: () => events.push(`${identity} stopped`),
+    ...(eligible ? { eligible } : {}),
   });
 }
 
@@ -159,6 +160,40 @@ describe('LeaderElector', () => {
     expect(leases.lease!.spec).toMatchObject({ holderIdentity: '', leaseDurationSeconds: 1 });
     await b.round();
     expect(b.isLeader).toBe(true);
+  });
+
+  it('a replica that is not ready does not take a free lease, so a ready one can; once ready it may', async () => {
+    // Red team: an unready pod of a rollout (one policy failed to load) took the lease the healthy
+    // leader released, registered nothing while unready, and no policy was enforced at all.
+    const leases = new FakeLeases();
+    const clock = { now: 0 };
+    let ready = false;
+    const unready = elector(leases, 'new', clock, [], () => ready);
+    await unready.round();
+    expect(unready.isLeader).toBe(false);
+    expect(leases.lease).toBeUndefined();
+    const healthy = elector(leases, 'old', clock);
+    await healthy.round();
+    expect(healthy.isLeader).toBe(true);
+    await healthy.stop();
+    await unready.round();
+    expect(unready.isLeader).toBe(false);
+    expect(leases.lease!.spec!.holderIdentity).toBe('');
+    ready = true;
+    await unready.round();
+    expect(unready.isLeader).toBe(true);
+  });
+
+  it('a leader that stops being ready keeps the lease (no flapping)', async () => {
+    const leases = new FakeLeases();
+    const clock = { now: 0 };
+    let ready = true;
+    const a = elector(leases, 'a', clock, [], () => ready);
+    await a.round();
+    ready = false;
+    clock.now += 5_000;
+    await a.round();
+    expect(a.isLeader).toBe(true);
   });
 });
 

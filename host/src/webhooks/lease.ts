@@ -28,6 +28,13 @@ export interface LeaderElectorOptions {
   onStartedLeading: () => void;
   /** Called when leadership is lost (not on a voluntary release). */
   onStoppedLeading: () => void;
+  /**
+   * Whether this replica may take the lease now (default: always). A replica that is not fit to
+   * register webhooks must not take it: it would hold it, register nothing, and keep a ready
+   * replica from leading (red team: one broken policy in a rollout left no policy enforced).
+   * A leader that stops being fit keeps renewing: handing the lease back and forth would flap.
+   */
+  eligible?: () => boolean;
   /** Wall clock, for the times written into the Lease. */
   now?: () => number;
   /** Monotonic clock (ms), for every local deadline: it keeps counting while the process is stopped. */
@@ -62,6 +69,7 @@ export class LeaderElector {
   #lastError: string | undefined;
   /** Set by a round that saw another holder with a live lease. */
   #lostTo: string | undefined;
+  #toldIneligible = false;
 
   constructor(options: LeaderElectorOptions) {
     this.#o = options;
@@ -92,6 +100,13 @@ export class LeaderElector {
   /** Holding longer than this without a successful renewal means someone else may take over soon. */
   get renewDeadlineMs(): number {
     return Math.floor((this.#o.leaseDurationSeconds * 2000) / 3);
+  }
+
+  #eligible(): boolean {
+    const eligible = this.#o.eligible?.() ?? true;
+    if (!eligible && !this.#toldIneligible) this.#o.log.info('leader election: not taking the lease until this host is ready', { lease: `${this.#o.namespace}/${this.#o.name}` });
+    this.#toldIneligible = !eligible;
+    return eligible;
   }
 
   start(): void {
@@ -148,6 +163,7 @@ export class LeaderElector {
     const now = this.#now();
     const seen = this.#mono();
     if (!lease) {
+      if (!this.#eligible()) return false;
       try {
         await kubeCall(op('create'), server, () => api.createNamespacedLease({ namespace, body: this.#record(undefined, now) }, options));
         return true;
@@ -165,6 +181,7 @@ export class LeaderElector {
       this.#lostTo = holder;
       return false;
     }
+    if (holder !== this.identity && !this.#eligible()) return false;
     try {
       await kubeCall(op('update'), server, () => api.replaceNamespacedLease({ name, namespace, body: this.#record(lease, now) }, options));
       return true;

@@ -112,6 +112,7 @@ export class WebhookManager {
         ...(options.identity ? { identity: options.identity } : {}), leaseDurationSeconds: webhooks.leaseDurationSeconds, log: options.log,
         onStartedLeading: () => this.#onLeading(),
         onStoppedLeading: () => this.#onDeposed(),
+        eligible: () => options.ready?.().ready ?? true,
       })
       : undefined;
   }
