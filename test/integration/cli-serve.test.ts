@@ -66,3 +66,28 @@ it('refuses to start when policies have context grants or webhooks are managed a
   expect(managed.code).toBe(1);
   expect(managed.stderr).toContain('no current cluster in the Kubernetes configuration: set KUBECONFIG, or run in a Pod with a ServiceAccount');
 }, 60_000);
+
+it('a second stop signal during the shutdown is logged and ignored, so the cleanup runs to its end', async () => {
+  // Red team: Ctrl-C on `npm run serve` sends two SIGINTs; the second got Node's default (exit at
+  // once), leaving the managed Fail webhooks behind on a dead port.
+  const { spawn } = await import('node:child_process');
+  const { writeFile, mkdtemp } = await import('node:fs/promises');
+  const { join } = await import('node:path'); // eslint-disable-line @typescript-eslint/unbound-method -- path.join does not use this
+  const { tmpdir } = await import('node:os');
+  const { fileURLToPath } = await import('node:url');
+  const dir = await mkdtemp(join(tmpdir(), 'portcullis-signals-'));
+  await writeFile(join(dir, 'c.yaml'), 'server: { host: 127.0.0.1, port: 0, shutdownDelayMs: 1500, tls: { mode: self-signed, hostnames: [127.0.0.1] } }\npolicies: []\n');
+  const bin = fileURLToPath(new URL('../../host/bin/portcullis.js', import.meta.url));
+  const child = spawn(process.execPath, [bin, 'serve', '--config', join(dir, 'c.yaml')], { stdio: ['ignore', 'ignore', 'pipe'] });
+  let stderr = '';
+  child.stderr.on('data', (d: Buffer) => { stderr += d.toString(); });
+  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => child.on('exit', (code, signal) => resolve({ code, signal })));
+  for (let i = 0; i < 100 && !stderr.includes('"msg":"ready"'); i++) await new Promise((r) => setTimeout(r, 100));
+  child.kill('SIGTERM');
+  await new Promise((r) => setTimeout(r, 300));
+  child.kill('SIGTERM');
+  child.kill('SIGINT');
+  expect(await exited).toEqual({ code: 0, signal: null });
+  expect(stderr).toContain('already shutting down');
+  expect(stderr).toContain('"msg":"stopped"');
+}, 30_000);

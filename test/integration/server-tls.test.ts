@@ -40,6 +40,45 @@ describe('self-signed', () => {
 });
 
 describe('certificate files', () => {
+  it('a certificate and key written one after the other, or a certificate its CA file does not verify, keep the current one', async () => {
+    // Red team: a reload that saw the new certificate with the old key crashed the host (its Fail
+    // webhooks left behind); one from another CA was served silently (apiserver: x509 errors).
+    const certDir = await (await import('node:fs/promises')).mkdtemp(join((await import('node:os')).tmpdir(), 'portcullis-certs-'));
+    const ca = await generate([{ name: 'commonName', value: 'ca-one' }], { keyType: 'ec', curve: 'P-256', algorithm: 'sha256', extensions: [{ name: 'basicConstraints', cA: true }, { name: 'keyUsage', keyCertSign: true, digitalSignature: true }] });
+    const leaf = (signer: { private: string; cert: string }) => generate([{ name: 'commonName', value: '127.0.0.1' }], {
+      keyType: 'ec', curve: 'P-256', algorithm: 'sha256', ca: { key: signer.private, cert: signer.cert }, extensions: [{ name: 'subjectAltName', altNames: [{ type: 7, ip: '127.0.0.1' }] }],
+    });
+    const first = await leaf(ca);
+    await writeFile(join(certDir, 'tls.crt'), first.cert);
+    await writeFile(join(certDir, 'tls.key'), first.private);
+    await writeFile(join(certDir, 'ca.crt'), ca.cert);
+    const t = await start(`server: { tls: { certFile: ${certDir}/tls.crt, keyFile: ${certDir}/tls.key, caFile: ${certDir}/ca.crt } }\npolicies:\n${showAuth}`);
+    const reloadFailures = () => t.logs.filter((l) => l.includes('TLS certificate reload failed; keeping the current one'));
+    const waitFor = async (what: () => boolean) => {
+      for (let i = 0; i < 60 && !what(); i++) await new Promise((r) => setTimeout(r, 100));
+    };
+    // Same CA, new pair, written in two steps with a poll in between.
+    const second = await leaf(ca);
+    await writeFile(join(certDir, 'tls.crt'), second.cert);
+    await waitFor(() => reloadFailures().length > 0);
+    expect(reloadFailures().at(-1)).toContain('the key does not belong to the certificate');
+    expect(t.server.tls?.cert).toBe(first.cert);
+    await writeFile(join(certDir, 'tls.key'), second.private);
+    await waitFor(() => t.server.tls?.cert === second.cert);
+    expect(t.server.tls?.cert).toBe(second.cert);
+    // Another CA, ca.crt unchanged: refused, and the current certificate still served.
+    const other = await generate([{ name: 'commonName', value: 'ca-two' }], { keyType: 'ec', curve: 'P-256', algorithm: 'sha256', extensions: [{ name: 'basicConstraints', cA: true }, { name: 'keyUsage', keyCertSign: true, digitalSignature: true }] });
+    const foreign = await leaf(other);
+    const before = reloadFailures().length;
+    await writeFile(join(certDir, 'tls.key'), foreign.private);
+    await writeFile(join(certDir, 'tls.crt'), foreign.cert);
+    await waitFor(() => reloadFailures().some((l, i) => i >= before && l.includes('does not verify the new certificate')));
+    expect(t.server.tls?.cert).toBe(second.cert);
+    const trusting = new Agent({ connect: { ca: ca.cert } });
+    expect((await request(`${t.server.url}/healthz`, { dispatcher: trusting })).statusCode).toBe(200);
+    await trusting.close();
+  }, 30_000);
+
   it('serves them and picks up a rotated certificate without dropping connections', async () => {
     const first = await selfSigned(['127.0.0.1']);
     const dir = (await import('node:fs/promises')).mkdtemp(join((await import('node:os')).tmpdir(), 'portcullis-certs-'));

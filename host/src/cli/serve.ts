@@ -42,7 +42,13 @@ export default async function serve(args: string[]): Promise<number> {
     }
   }
   await new Promise<void>((resolve) => {
+    let stopping = false;
     const shutdown = (signal: string) => {
+      // Handlers stay installed for the whole shutdown: a second signal (Ctrl-C on `npm run
+      // serve` sends two, the terminal's and npm's) otherwise got Node's default, an immediate
+      // exit before the webhooks were removed, leaving a Fail webhook on a dead port (red team).
+      if (stopping) return void server.log.warn('already shutting down (the webhook configurations go first; bounded to about 15 s); ignoring', { signal });
+      stopping = true;
       // SIGTERM is the kubelet's: go on answering for server.shutdownDelayMs while the apiserver
       // and kube-proxy stop sending here (app.ts, drain). SIGINT is someone at a terminal.
       const delayMs = signal === 'SIGTERM' ? server.config.server.shutdownDelayMs : 0;
@@ -58,8 +64,8 @@ export default async function serve(args: string[]): Promise<number> {
         .then(() => server.stop())
         .then(resolve, resolve);
     };
-    process.once('SIGTERM', () => shutdown('SIGTERM'));
-    process.once('SIGINT', () => shutdown('SIGINT'));
+    process.on('SIGTERM', () => shutdown('SIGTERM'));
+    process.on('SIGINT', () => shutdown('SIGINT'));
   });
   server.log.info('stopped');
   return 0;

@@ -20,7 +20,7 @@ import { createServer } from './http.ts';
 import { createLogger, type Logger } from '../util/log.ts';
 import { Metrics } from './metrics.ts';
 import { listenMetrics, metricsUrl } from './metrics-listener.ts';
-import { tlsMaterial, watchCertificates, type TlsMaterial } from './tls.ts';
+import { checkServable, tlsMaterial, watchCertificates, type TlsMaterial } from './tls.ts';
 
 function certificateSource(config: Config): string {
   const tls = config.server.tls;
@@ -404,8 +404,16 @@ export class PortcullisServer {
   }
 
   #watchCertificates(tls: Extract<Config['server']['tls'], { mode: 'files' }>): void {
-    const stop = watchCertificates(tls, (material) => void this.useCertificate(material, `file ${tls.certFile}`),
-      (error) => this.log.error('TLS certificate reload failed; keeping the current one', { message: errorMessage(error) }));
+    const failed = (error: unknown) => this.log.error('TLS certificate reload failed; keeping the current one', { message: errorMessage(error) });
+    // Nothing on this path may end the process: a rejection here once did (red team).
+    const stop = watchCertificates(tls, (material) => {
+      try {
+        checkServable(material);
+      } catch (error) {
+        return failed(error);
+      }
+      this.useCertificate(material, `file ${tls.certFile}`).catch(failed);
+    }, failed);
     this.#cleanups.push(stop);
   }
 }

@@ -1,6 +1,7 @@
 // TLS material for the server: a development self-signed certificate (optionally written out
 // as a CA file, as Kopf's cadump), or certificate and key files that are re-read when they
 // change (the server swaps its secure context; open connections are not dropped).
+import { createPrivateKey, X509Certificate } from 'node:crypto';
 import { watchFile, unwatchFile } from 'node:fs';
 import { readFile, writeFile } from 'node:fs/promises';
 import { isIP } from 'node:net';
@@ -39,6 +40,36 @@ export async function selfSigned(hostnames: string[]): Promise<{ key: string; ce
     ],
   });
   return { key: pems.private, cert: pems.cert, caBundle: pems.cert };
+}
+
+const PEM_BLOCK = /-----BEGIN CERTIFICATE-----[\s\S]*?-----END CERTIFICATE-----/g;
+
+/**
+ * Refuses material that cannot be served as a replacement: a key that is not the certificate's
+ * (a certificate and key written one after the other are read half-replaced: red team, the host
+ * crashed on it), or a certificate that the CA bundle the apiserver will be given does not
+ * verify (it was served silently, and new connections failed with x509 errors).
+ */
+export function checkServable(material: Pick<TlsMaterial, 'cert' | 'key' | 'caBundle'>): void {
+  const chain = (material.cert.match(PEM_BLOCK) ?? []).map((pem) => new X509Certificate(pem));
+  const bundle = (material.caBundle.match(PEM_BLOCK) ?? []).map((pem) => new X509Certificate(pem));
+  const leaf = chain[0];
+  if (!leaf) throw new Error('the certificate file holds no PEM certificate');
+  let keyMatches: boolean;
+  try {
+    keyMatches = leaf.checkPrivateKey(createPrivateKey(material.key));
+  } catch (error) {
+    throw new Error(`the key file is not a usable private key (${errorMessage(error)})`);
+  }
+  if (!keyMatches) throw new Error('the key does not belong to the certificate (were they written one after the other? the next change is tried again)');
+  // The served chain, from the leaf up, must reach a certificate of the bundle.
+  for (let i = 0; i < chain.length; i++) {
+    const cert = chain[i]!;
+    if (bundle.some((ca) => ca.fingerprint256 === cert.fingerprint256 || cert.verify(ca.publicKey))) return;
+    const next = chain[i + 1];
+    if (!next || !cert.verify(next.publicKey)) break;
+  }
+  throw new Error('the CA bundle the apiserver is given does not verify the new certificate; update the CA file first (or with it)');
 }
 
 async function readPem(path: string, what: string): Promise<string> {
