@@ -9,6 +9,7 @@ import {
   DEFAULT_RULES,
   excludedNamespaces,
   hostNamespace,
+  ignoredButFailing,
   persistentOnly,
   type BuildInput,
   type ManagedPolicy,
@@ -145,6 +146,13 @@ describe('single-webhook mode', () => {
   it('drops a mode no policy serves', () => {
     const { mutating } = build([policy('a', {}, ['validate'])], { webhooks: single });
     expect(mutating.webhooks).toEqual([]);
+  });
+
+  it('names the Ignore policies that a Fail webhook serves (warned at start), per mode', () => {
+    const policies = [policy('strict', {}, ['validate']), policy('lenient', { failurePolicy: 'Ignore' }), policy('lax', { failurePolicy: 'Ignore' }, ['mutate'])];
+    expect(ignoredButFailing(policies, single)).toEqual([{ mode: 'validate', policies: ['lenient'] }]);
+    expect(ignoredButFailing(policies, webhooks)).toEqual([]);
+    expect(ignoredButFailing([policy('x', { failurePolicy: 'Ignore' })], single)).toEqual([]);
   });
 });
 

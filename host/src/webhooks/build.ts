@@ -141,6 +141,22 @@ function policyWebhook(input: BuildInput, mode: Mode, policy: PolicyConfig): V1V
  * may want, so rules are the union, and object selectors cannot be pushed down (the host
  * picks the policies per request). It fails closed unless every policy fails open.
  */
+/**
+ * In single-webhook mode, the Ignore policies whose rules go into a Fail webhook (because another
+ * policy of the mode is Fail): while the host is down, what only they cover is refused too. Red
+ * team: an Ignore no-delete on every DELETE became a fail-closed gate on every DELETE in the
+ * cluster, with no word at start.
+ */
+export function ignoredButFailing(policies: readonly ManagedPolicy[], webhooks: WebhooksConfig): { mode: Mode; policies: string[] }[] {
+  if (!webhooks.singleWebhook) return [];
+  return (['validate', 'mutate'] as const).flatMap((mode) => {
+    const serving = policies.filter((p) => p.modes.includes(mode));
+    if (!serving.some((p) => p.config.failurePolicy === 'Fail')) return [];
+    const ignored = serving.filter((p) => p.config.failurePolicy === 'Ignore').map((p) => p.config.name);
+    return ignored.length > 0 ? [{ mode, policies: ignored }] : [];
+  });
+}
+
 function singleWebhook(input: BuildInput, mode: Mode, policies: readonly ManagedPolicy[]): V1ValidatingWebhook {
   const everything = policies.some((p) => p.config.rules.length === 0);
   return {

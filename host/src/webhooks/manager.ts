@@ -18,6 +18,7 @@ import {
   hostNamespace,
   MANAGED_BY_LABEL,
   MANAGED_BY_VALUE,
+  ignoredButFailing,
   persistentOnly,
   type DesiredConfigurations,
   type ManagedPolicy,
@@ -150,6 +151,11 @@ export class WebhookManager {
       excludeNamespaces: this.#excluded(webhooks), leaderElection: Boolean(this.#elector), lease: this.#elector ? `${this.namespace}/${this.name}` : null,
     });
     if (!this.#ca.current) this.#log.warn('serving without TLS: the apiserver only calls HTTPS webhooks, so the managed webhooks cannot reach this host');
+    for (const { mode, policies } of ignoredButFailing(this.#o.policies(), webhooks)) {
+      this.#log.warn('single webhook: these failurePolicy Ignore policies share a Fail webhook, so while this host is down the requests only they cover are refused too; narrow their rules, or use one webhook per policy', {
+        webhook: `${mode}.${this.name}`, policies,
+      });
+    }
     // The fallback is right in a Pod of the default namespace, and a surprise anywhere else
     // (a host run by hand, with a url): it silently leaves "default" unguarded (newcomer pass).
     if (configuredNamespace(webhooks, this.#o.env) === undefined) {
