@@ -27,7 +27,7 @@ function policy(name: string, overrides: Partial<PolicyConfig> = {}, modes: Mana
 
 const webhooks: WebhooksConfig = {
   managed: 'portcullis.example.com', singleWebhook: false, timeoutSeconds: 7, url: 'https://127.0.0.1:8443/',
-  excludeNamespaces: ['kube-system'], leaderElection: true, leaseDurationSeconds: 15, resyncSeconds: 60,
+  excludeNamespaces: ['kube-system'], ignoreLabel: 'portcullis.dev/ignore', leaderElection: true, leaseDurationSeconds: 15, resyncSeconds: 60,
 };
 
 const CA = '-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n';
@@ -110,6 +110,14 @@ describe('per-policy webhooks', () => {
         { key: 'portcullis.dev/ignore', operator: 'NotIn', values: ['true'] },
       ],
     });
+  });
+
+  it('names the opt-out label of webhooks.ignoreLabel, and none when it is "" (anyone who may label a namespace could take it)', () => {
+    const labels = (ignoreLabel: string) => build([policy('a', { rules: [configmaps] })], { webhooks: { ...webhooks, ignoreLabel } })
+      .validating.webhooks![0]!.namespaceSelector!.matchExpressions!.map((e) => e.key);
+    expect(labels('portcullis.dev/ignore')).toEqual(['kubernetes.io/metadata.name', 'portcullis.dev/ignore']);
+    expect(labels('example.com/exempt')).toEqual(['kubernetes.io/metadata.name', 'example.com/exempt']);
+    expect(labels('')).toEqual(['kubernetes.io/metadata.name']);
   });
 
   it('produces no webhooks, and so no configuration, for no policies', () => {

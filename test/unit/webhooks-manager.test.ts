@@ -47,7 +47,7 @@ function fakeAdmission() {
 }
 
 const webhooks: WebhooksConfig = {
-  managed: 'portcullis.dev', singleWebhook: true, timeoutSeconds: 10, url: 'https://127.0.0.1:8443', excludeNamespaces: ['kube-system'],
+  managed: 'portcullis.dev', singleWebhook: true, timeoutSeconds: 10, url: 'https://127.0.0.1:8443', excludeNamespaces: ['kube-system'], ignoreLabel: 'portcullis.dev/ignore',
   leaderElection: false, leaseDurationSeconds: 15, resyncSeconds: 60,
 };
 

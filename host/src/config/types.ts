@@ -118,6 +118,8 @@ export interface RawWebhooks {
   service?: { name: string; namespace: string; port?: number };
   namespace?: string;
   excludeNamespaces?: string[];
+  /** The namespace label that opts a namespace out of every managed webhook (value "true"); "": none. */
+  ignoreLabel?: string;
   leaderElection?: boolean;
   leaseDurationSeconds?: number;
   resyncSeconds?: number;

@@ -127,7 +127,7 @@ function policyWebhook(input: BuildInput, mode: Mode, policy: PolicyConfig): V1V
     clientConfig: clientConfig(input, `/${mode}/${policy.name}`),
     rules: toRules(policy.rules),
     objectSelector: andSelectors(policy.objectSelector, pushed),
-    namespaceSelector: andSelectors(policy.namespaceSelector, exclusion(input.excludeNamespaces)),
+    namespaceSelector: andSelectors(policy.namespaceSelector, exclusion(input.excludeNamespaces, input.webhooks.ignoreLabel)),
     failurePolicy: policy.failurePolicy,
     sideEffects: policy.sideEffects,
     timeoutSeconds: input.webhooks.timeoutSeconds,
@@ -164,7 +164,7 @@ function singleWebhook(input: BuildInput, mode: Mode, policies: readonly Managed
     clientConfig: clientConfig(input, `/${mode}`),
     rules: everything ? toRules([]) : unique(policies.flatMap((p) => toRules(p.config.rules))),
     objectSelector: {},
-    namespaceSelector: exclusion(input.excludeNamespaces),
+    namespaceSelector: exclusion(input.excludeNamespaces, input.webhooks.ignoreLabel),
     failurePolicy: policies.every((p) => p.config.failurePolicy === 'Ignore') ? 'Ignore' : 'Fail',
     sideEffects: policies.some((p) => p.config.sideEffects === 'NoneOnDryRun') ? 'NoneOnDryRun' : 'None',
     timeoutSeconds: input.webhooks.timeoutSeconds,
@@ -204,10 +204,11 @@ function unique<T>(items: T[]): T[] {
  * (any namespace on Kubernetes 1.20, until labelled) passes NotIn, so the ignore label is a
  * second exit that needs no automatic labelling.
  */
-export function exclusion(namespaces: readonly string[]): V1LabelSelector {
+export function exclusion(namespaces: readonly string[], ignoreLabel: string = IGNORE_LABEL): V1LabelSelector {
   const expressions: V1LabelSelectorRequirement[] = [];
   if (namespaces.length > 0) expressions.push({ key: NAMESPACE_NAME_LABEL, operator: 'NotIn', values: [...new Set(namespaces)].sort() });
-  expressions.push({ key: IGNORE_LABEL, operator: 'NotIn', values: ['true'] });
+  // An exit anyone who may label (or create) a namespace can take: webhooks.ignoreLabel: "" closes it.
+  if (ignoreLabel !== '') expressions.push({ key: ignoreLabel, operator: 'NotIn', values: ['true'] });
   return { matchExpressions: expressions };
 }
 
