@@ -104,10 +104,13 @@ describe('WebhookManager', () => {
     expect(store.validating).toBeUndefined();
     expect(store.mutating).toBeUndefined();
     expect(lines.filter((l) => l.includes('not registering webhooks until this host is ready') && l.includes('v1/Namespace have not synced'))).toHaveLength(1);
+    // Visible outside the log too (portcullis_webhook_sync_failing).
+    expect(manager.syncFailing).toBe(true);
     readiness = { ready: true };
     await new Promise((r) => setTimeout(r, 1500));
     expect(store.mutating?.webhooks).toHaveLength(1);
     expect(lines.some((l) => l.includes('ready; registering webhooks'))).toBe(true);
+    expect(manager.syncFailing).toBe(false);
     await manager.stop();
   });
 

@@ -34,7 +34,7 @@ export default async function serve(args: string[]): Promise<number> {
       const { startWebhookManager } = await import('../webhooks/attach.ts');
       manager = startWebhookManager(server);
       const leading = manager;
-      server.metrics.watchLeader(() => leading.isLeader);
+      server.metrics.watchLeader(() => leading.isLeader, () => leading.syncFailing);
       certificate?.follow(server, manager);
     } catch (error) {
       await server.stop();

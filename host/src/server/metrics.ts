@@ -24,6 +24,7 @@ export class Metrics {
   readonly policyInfo = new Gauge({ name: 'portcullis_policy_info', help: 'One series per policy of the current set: 1 if loaded, 0 if it failed to load', labelNames: ['policy', 'digest', 'source', 'state', 'code'] as const, registers: [this.registry] });
   readonly registryPulls = new Counter({ name: 'portcullis_registry_pulls_total', help: 'oci:// module fetches (cache or registry), by registry and result', labelNames: ['registry', 'result'] as const, registers: [this.registry] });
   #leader: (() => boolean) | undefined;
+  #syncFailing: (() => boolean) | undefined;
 
   constructor(pool: SandboxPool) {
     const registers = [this.registry];
@@ -35,6 +36,12 @@ export class Metrics {
       name: 'portcullis_leader', help: '1 while this replica holds the Lease (writes webhook configurations, rotates the certificate); 0 otherwise', registers,
       collect() { this.set(leader() ? 1 : 0); },
     });
+    const syncFailing = () => this.#syncFailing?.() ?? false;
+    new Gauge({
+      name: 'portcullis_webhook_sync_failing',
+      help: '1 while this replica leads and its last webhook configuration sync failed, or it waits to be ready before registering; 0 otherwise', registers,
+      collect() { this.set(syncFailing() ? 1 : 0); },
+    });
     new Gauge({ name: 'portcullis_sandbox_workers', help: 'Sandbox worker threads', registers, collect() { this.set(pool.stats.size); } });
     new Gauge({ name: 'portcullis_sandbox_busy', help: 'Sandbox workers running a policy now', registers, collect() { this.set(pool.stats.busy); } });
     new Gauge({ name: 'portcullis_sandbox_queued', help: 'Evaluations waiting for a free sandbox worker', registers, collect() { this.set(pool.stats.queued); } });
@@ -42,8 +49,9 @@ export class Metrics {
   }
 
   /** Where portcullis_leader reads leadership from (the webhook manager, once started). */
-  watchLeader(isLeader: () => boolean): void {
+  watchLeader(isLeader: () => boolean, syncFailing?: () => boolean): void {
     this.#leader = isLeader;
+    this.#syncFailing = syncFailing;
   }
 
   recordPolicies(set: PolicySet): void {

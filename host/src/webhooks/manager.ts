@@ -96,6 +96,7 @@ export class WebhookManager {
   #overlapTimer: NodeJS.Timeout | undefined;
   #warnedName = false;
   #waitingReady = false;
+  #syncFailed = false;
 
   constructor(options: WebhookManagerOptions) {
     const webhooks = options.webhooks();
@@ -120,6 +121,14 @@ export class WebhookManager {
 
   get identity(): string | undefined {
     return this.#elector?.identity;
+  }
+
+  /**
+   * While leading: the last sync failed, or it waits for the host to be ready. Red team: a failing
+   * sync (stale or missing webhooks) was visible only in the log.
+   */
+  get syncFailing(): boolean {
+    return this.isLeader && (this.#syncFailed || this.#waitingReady);
   }
 
   /** Whether this replica may write configurations now (checked again before every write). */
@@ -288,8 +297,10 @@ export class WebhookManager {
         const started = performance.now();
         await this.#apply(this.#desired(false));
         this.#backoffMs = 0;
+        this.#syncFailed = false;
         this.#o.onSynced?.(started);
       } catch (error) {
+        this.#syncFailed = true;
         const retryable = error instanceof KubeApiError ? error.retryable : false;
         this.#log.error('webhook configurations: sync failed', {
           name: this.name, message: errorMessage(error),
