@@ -17,7 +17,7 @@ const policies: ManagedPolicy[] = [{
   },
 }];
 
-type Stored = { metadata: { name: string; resourceVersion: string; labels?: Record<string, string> }; webhooks?: { clientConfig?: { caBundle?: string } }[] };
+type Stored = { metadata: { name: string; resourceVersion: string; labels?: Record<string, string>; annotations?: Record<string, string> }; webhooks?: { clientConfig?: { caBundle?: string } }[] };
 
 /** Validating and mutating configurations in memory; `foreign` marks the validating one as someone else's. */
 function fakeAdmission() {
@@ -85,6 +85,27 @@ describe('WebhookManager', () => {
     const reports = lines.filter((l) => l.includes('belongs to someone else'));
     expect(reports).toHaveLength(1);
     expect(reports[0]).toContain('ValidatingWebhookConfiguration');
+    await manager.stop();
+  });
+
+  it('leaves alone a configuration another installation (another Lease) manages, and adopts one written before installations were recorded', async () => {
+    // Red team: two installations with one managed name, in two namespaces, rewrote it in turn.
+    const { store, api } = fakeAdmission();
+    const managed = { 'app.kubernetes.io/managed-by': 'portcullis' };
+    store.validating = { metadata: { name: 'portcullis.dev', resourceVersion: '1', labels: managed, annotations: { 'portcullis.dev/installation': 'staging/portcullis.dev' } }, webhooks: [] };
+    store.mutating = { metadata: { name: 'portcullis.dev', resourceVersion: '1', labels: managed }, webhooks: [] };
+    const lines: string[] = [];
+    const manager = new WebhookManager({
+      clients: { admission: api, coordination: {} as CoordinationV1Api, version: { getCode: async () => ({ major: '1', minor: '21' }) } as unknown as VersionApi, server: 'https://fake' },
+      log: createLogger('info', (line) => lines.push(line)), webhooks: () => ({ ...webhooks, namespace: 'portcullis' }), policies: () => policies, caBundle: 'CA',
+    });
+    manager.start();
+    await manager.syncNow();
+    expect(store.validating?.metadata.annotations).toEqual({ 'portcullis.dev/installation': 'staging/portcullis.dev' });
+    expect(store.validating?.webhooks).toEqual([]);
+    expect(lines.filter((l) => l.includes('is managed by another Portcullis installation (Lease staging/portcullis.dev; this one\'s is portcullis/portcullis.dev)'))).toHaveLength(1);
+    expect(store.mutating?.metadata.annotations).toEqual({ 'portcullis.dev/installation': 'portcullis/portcullis.dev' });
+    expect(store.mutating?.webhooks).toHaveLength(1);
     await manager.stop();
   });
 

@@ -63,8 +63,11 @@ export class KubeApiError extends PortcullisError {
 
 /** A same-named configuration exists that the host did not create; it is never modified. */
 export class ForeignObjectError extends PortcullisError {
-  constructor(kind: string, name: string, label: string) {
-    super('WEBHOOK_CONFIGURATION_FOREIGN', `${kind} "${name}" exists but is not managed by Portcullis (no label ${label}); refusing to modify it. Delete it, or set webhooks.managed to another name`);
+  /** `installation`: the other Portcullis installation (its Lease) that manages it, when it is one. */
+  constructor(kind: string, name: string, label: string, installation?: { theirs: string; ours: string }) {
+    super('WEBHOOK_CONFIGURATION_FOREIGN', installation
+      ? `${kind} "${name}" is managed by another Portcullis installation (Lease ${installation.theirs}; this one's is ${installation.ours}); refusing to modify it. Stop the other installation (or delete the configuration), or set webhooks.managed to another name`
+      : `${kind} "${name}" exists but is not managed by Portcullis (no label ${label}); refusing to modify it. Delete it, or set webhooks.managed to another name`);
   }
 }
 

@@ -37,6 +37,9 @@ import { CaBundle } from './ca-bundle.ts';
 import { LeaderElector } from './lease.ts';
 import { nextBackoff, retry } from './retry.ts';
 
+/** Which installation (its Lease, namespace/name) manages a configuration. */
+export const INSTALLATION_ANNOTATION = 'portcullis.dev/installation';
+
 /** How often a leader that is not ready yet looks again before registering its webhooks. */
 const READY_POLL_MS = 1000;
 
@@ -79,6 +82,7 @@ export class WebhookManager {
   readonly name: string;
   /** The host's namespace: holds the Lease, and is excluded from every webhook. */
   readonly namespace: string;
+  readonly #installation: string;
   readonly #o: WebhookManagerOptions;
   readonly #log: Logger;
   readonly #elector: LeaderElector | undefined;
@@ -106,6 +110,7 @@ export class WebhookManager {
     this.#log = options.log;
     this.name = webhooks.managed;
     this.namespace = hostNamespace(webhooks, options.env);
+    this.#installation = `${this.namespace}/${this.name}`;
     this.#timeoutMs = options.requestTimeoutMs ?? 10_000;
     this.#ca = new CaBundle(options.caBundle);
     this.#elector = webhooks.leaderElection
@@ -376,6 +381,14 @@ export class WebhookManager {
       if (statusOf(error) !== 404) throw error;
     }
     if (current && current.metadata?.labels?.[MANAGED_BY_LABEL] !== MANAGED_BY_VALUE) throw new ForeignObjectError(kind, this.name, `${MANAGED_BY_LABEL}=${MANAGED_BY_VALUE}`);
+    // Two installations with one `managed` name (another namespace: a staging copy, a move) each
+    // led their own Lease and rewrote the configuration in turn, each un-excluding the other's
+    // namespace (red team). The first to write it owns it; one written before this annotation
+    // existed is adopted.
+    const theirs = current?.metadata?.annotations?.[INSTALLATION_ANNOTATION];
+    if (theirs !== undefined && theirs !== this.#installation) {
+      throw new ForeignObjectError(kind, this.name, `${MANAGED_BY_LABEL}=${MANAGED_BY_VALUE}`, { theirs, ours: this.#installation });
+    }
     const resourceVersion = current?.metadata?.resourceVersion ?? '';
     // An empty configuration is pointless and, for a reader, misleading: none means none.
     if ((desired.webhooks ?? []).length === 0) {
@@ -383,14 +396,16 @@ export class WebhookManager {
       await ops.delete(resourceVersion);
       return 'deleted';
     }
+    const annotations = { [INSTALLATION_ANNOTATION]: this.#installation };
     if (!current) {
-      await ops.create(desired);
+      await ops.create({ ...desired, metadata: { ...desired.metadata, annotations: { ...desired.metadata?.annotations, ...annotations } } });
       return 'created';
     }
     // A merge patch replaces the webhooks list as a whole, which is what removes the webhooks
     // of deleted policies; the resourceVersion makes it fail (409) if the object changed since
     // we checked that it is ours.
-    const patched = await ops.patch({ metadata: { resourceVersion, labels: { [MANAGED_BY_LABEL]: MANAGED_BY_VALUE } }, webhooks: desired.webhooks });
+    const metadata = { resourceVersion, labels: { [MANAGED_BY_LABEL]: MANAGED_BY_VALUE }, annotations };
+    const patched = await ops.patch({ metadata, webhooks: desired.webhooks });
     return patched.metadata?.resourceVersion === resourceVersion ? 'unchanged' : 'updated';
   }
 
