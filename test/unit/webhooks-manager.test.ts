@@ -17,7 +17,10 @@ const policies: ManagedPolicy[] = [{
   },
 }];
 
-type Stored = { metadata: { name: string; resourceVersion: string; labels?: Record<string, string>; annotations?: Record<string, string> }; webhooks?: { clientConfig?: { caBundle?: string } }[] };
+type Stored = {
+  metadata: { name: string; resourceVersion: string; labels?: Record<string, string>; annotations?: Record<string, string> };
+  webhooks?: { clientConfig?: { caBundle?: string } }[];
+};
 
 /** Validating and mutating configurations in memory; `foreign` marks the validating one as someone else's. */
 function fakeAdmission() {
@@ -133,6 +136,42 @@ describe('WebhookManager', () => {
     expect(lines.some((l) => l.includes('ready; registering webhooks'))).toBe(true);
     expect(manager.syncFailing).toBe(false);
     await manager.stop();
+  });
+
+  it('a CA rotation while the host is not ready publishes the CA in what is registered, and registers nothing new', async () => {
+    // Re-test of the red team's F3: publishCa took a path around the readiness check and
+    // registered an unready host's new Fail webhook.
+    const { store, api } = fakeAdmission();
+    let readiness = { ready: true };
+    let current: ManagedPolicy[] = [...policies];
+    const manager = new WebhookManager({
+      clients: { admission: api, coordination: {} as CoordinationV1Api, version: { getCode: async () => ({ major: '1', minor: '21' }) } as unknown as VersionApi, server: 'https://fake' },
+      log: createLogger('error', () => {}), webhooks: () => webhooks, policies: () => current, caBundle: 'CA-1', caPublishTimeoutMs: 2000,
+      ready: () => readiness,
+    });
+    manager.start();
+    await new Promise((r) => setTimeout(r, 200));
+    const rules = () => JSON.stringify(store.mutating?.webhooks?.map((w) => (w as { rules?: unknown }).rules));
+    const registered = rules();
+    readiness = { ready: false };
+    const secrets = { operations: ['CREATE' as const], apiGroups: [''], apiVersions: ['v1'], resources: ['secrets'] };
+    current = [...policies, { ...policies[0]!, config: { ...policies[0]!.config, name: 'context-policy', rules: [secrets] } }];
+    expect(await manager.publishCa('CA-2')).toBe(true);
+    expect(rules()).toBe(registered);
+    expect(rules()).not.toContain('secrets');
+    expect(Buffer.from(store.mutating!.webhooks![0]!.clientConfig!.caBundle!, 'base64').toString()).toContain('CA-2');
+    await manager.stop();
+    // Never ready: a rotation creates nothing.
+    const fresh = fakeAdmission();
+    const unready = new WebhookManager({
+      clients: { admission: fresh.api, coordination: {} as CoordinationV1Api, version: { getCode: async () => ({ major: '1', minor: '21' }) } as unknown as VersionApi, server: 'https://fake' },
+      log: createLogger('error', () => {}), webhooks: () => webhooks, policies: () => policies, caBundle: 'CA-1', ready: () => ({ ready: false }),
+    });
+    unready.start();
+    expect(await unready.publishCa('CA-2')).toBe(true);
+    expect(fresh.store.mutating).toBeUndefined();
+    expect(fresh.store.validating).toBeUndefined();
+    await unready.stop();
   });
 
   it('re-reads and writes again when a write conflicts (409), and removes non-persistent webhooks on stop', async () => {

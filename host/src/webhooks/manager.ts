@@ -101,6 +101,8 @@ export class WebhookManager {
   #warnedName = false;
   #waitingReady = false;
   #syncFailed = false;
+  /** The policy set of the last sync that succeeded while ready: what is registered. */
+  #applied: readonly ManagedPolicy[] | undefined;
 
   constructor(options: WebhookManagerOptions) {
     const webhooks = options.webhooks();
@@ -201,10 +203,19 @@ export class WebhookManager {
     });
   }
 
-  /** Applies the desired configurations once, now; throws what failed. For tests and rotation. */
+  /**
+   * Applies the desired configurations once, now; throws what failed. For tests and rotation.
+   * While the host is not ready it re-applies only what the last sync registered (with the
+   * current CA): a CA rotation took this path around the readiness check and registered an
+   * unready host's Fail webhooks (re-test of the red team's F3).
+   */
   async syncNow(): Promise<void> {
     await this.#running;
-    await this.#apply(this.#desired(false));
+    const ready = this.#o.ready?.().ready ?? true;
+    const policies = ready ? this.#o.policies() : this.#applied;
+    if (policies === undefined) return; // nothing registered yet, so no CA to publish
+    await this.#apply(this.#build(policies));
+    if (ready) this.#applied = policies;
   }
 
   /**
@@ -300,7 +311,9 @@ export class WebhookManager {
       this.#waitingReady = false;
       try {
         const started = performance.now();
-        await this.#apply(this.#desired(false));
+        const policies = this.#o.policies();
+        await this.#apply(this.#build(policies));
+        this.#applied = policies;
         this.#backoffMs = 0;
         this.#syncFailed = false;
         this.#o.onSynced?.(started);
@@ -330,8 +343,11 @@ export class WebhookManager {
   }
 
   #desired(final: boolean): DesiredConfigurations {
+    return this.#build(final ? persistentOnly(this.#o.policies()) : this.#o.policies());
+  }
+
+  #build(policies: readonly ManagedPolicy[]): DesiredConfigurations {
     const webhooks = this.#o.webhooks();
-    const policies = final ? persistentOnly(this.#o.policies()) : this.#o.policies();
     const ca = this.#ca.bundle();
     return buildConfigurations({ name: this.name, policies, webhooks, ...(ca ? { caBundle: ca } : {}), excludeNamespaces: this.#excluded(webhooks) });
   }
