@@ -403,12 +403,20 @@ export class PortcullisServer {
     });
   }
 
+  /** The name the apiserver calls this host by, as the managed webhooks say (none when unmanaged). */
+  #calledAs(): string[] {
+    const { url, service, managed } = this.config.webhooks;
+    if (!managed) return [];
+    if (url) return [new URL(url).hostname.replace(/^\[|\]$/g, '')];
+    return service ? [`${service.name}.${service.namespace}.svc`] : [];
+  }
+
   #watchCertificates(tls: Extract<Config['server']['tls'], { mode: 'files' }>): void {
     const failed = (error: unknown) => this.log.error('TLS certificate reload failed; keeping the current one', { message: errorMessage(error) });
     // Nothing on this path may end the process: a rejection here once did (red team).
     const stop = watchCertificates(tls, (material) => {
       try {
-        checkServable(material);
+        checkServable(material, this.#calledAs());
       } catch (error) {
         return failed(error);
       }

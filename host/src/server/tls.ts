@@ -50,7 +50,7 @@ const PEM_BLOCK = /-----BEGIN CERTIFICATE-----[\s\S]*?-----END CERTIFICATE-----/
  * crashed on it), or a certificate that the CA bundle the apiserver will be given does not
  * verify (it was served silently, and new connections failed with x509 errors).
  */
-export function checkServable(material: Pick<TlsMaterial, 'cert' | 'key' | 'caBundle'>): void {
+export function checkServable(material: Pick<TlsMaterial, 'cert' | 'key' | 'caBundle'>, names: readonly string[] = [], now = new Date()): void {
   const chain = (material.cert.match(PEM_BLOCK) ?? []).map((pem) => new X509Certificate(pem));
   const bundle = (material.caBundle.match(PEM_BLOCK) ?? []).map((pem) => new X509Certificate(pem));
   const leaf = chain[0];
@@ -62,6 +62,13 @@ export function checkServable(material: Pick<TlsMaterial, 'cert' | 'key' | 'caBu
     throw new Error(`the key file is not a usable private key (${errorMessage(error)})`);
   }
   if (!keyMatches) throw new Error('the key does not belong to the certificate (were they written one after the other? the next change is tried again)');
+  // Re-test: a certificate for other names, or expired, was served, and the apiserver's new
+  // connections failed (x509: certificate is valid for …, certificate has expired).
+  if (now >= new Date(leaf.validTo)) throw new Error(`the certificate expired at ${new Date(leaf.validTo).toISOString()}`);
+  if (now < new Date(leaf.validFrom)) throw new Error(`the certificate is not valid before ${new Date(leaf.validFrom).toISOString()}`);
+  for (const name of names) {
+    if (!(isIP(name) ? leaf.checkIP(name) : leaf.checkHost(name))) throw new Error(`the certificate does not cover ${name}, the name the apiserver calls`);
+  }
   // The served chain, from the leaf up, must reach a certificate of the bundle.
   for (let i = 0; i < chain.length; i++) {
     const cert = chain[i]!;
