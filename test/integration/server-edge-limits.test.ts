@@ -59,13 +59,13 @@ async function exchange(head: string, body: string, waitMs = 3000): Promise<stri
 const post = (length: number) => `POST /validate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${length}\r\n\r\n`;
 
 describe('request bodies held at once', () => {
-  it('past maxBodyBytesInFlight a request is refused with 503 before its body is read; the budget comes back', async () => {
-    // Two bodies of 580,000 declared bytes, each held short of its end: 1.16 MB > 1 MiB.
+  it('past maxBodyBytesInFlight a request is refused with 503 as its bytes arrive; the budget comes back', async () => {
+    // Two bodies, each held short of its end: 579,000 + 500,000 bytes > 1 MiB.
     const first = await tlsOpen();
     if (first instanceof Error) throw first;
-    first.write(post(580_000) + 'x'.repeat(1000));
-    await new Promise((r) => setTimeout(r, 200));
-    const refused = await exchange(post(580_000), 'y'.repeat(1000));
+    first.write(post(580_000) + 'x'.repeat(579_000));
+    await new Promise((r) => setTimeout(r, 300));
+    const refused = await exchange(post(580_000), 'y'.repeat(500_000));
     expect(refused).toMatch(/^HTTP\/1\.1 503 /);
     expect(refused).toContain('"code":"SERVER_BUSY"');
     expect(refused.toLowerCase()).toContain('connection: close');
@@ -76,6 +76,31 @@ describe('request bodies held at once', () => {
     const answered = await exchange(post(Buffer.byteLength(review)), review, 1000);
     expect(answered).toMatch(/^HTTP\/1\.1 200 /);
     expect(answered).toContain('"allowed":true');
+    await closeAll();
+  });
+
+  it('declared lengths nobody sends reserve nothing: they cannot lock other callers out', async () => {
+    // Red team re-test: 85 chunked requests that never sent a byte had reserved the whole budget.
+    for (let i = 0; i < 4; i++) {
+      const idle = await tlsOpen();
+      if (idle instanceof Error) throw idle;
+      idle.write(post(590_000));
+    }
+    await new Promise((r) => setTimeout(r, 200));
+    const review = JSON.stringify(admissionReview({ kind: 'ConfigMap', metadata: { name: 'ok', labels: { team: 'a' } } }));
+    expect(await exchange(post(Buffer.byteLength(review)), review, 1000)).toMatch(/^HTTP\/1\.1 200 /);
+    await closeAll();
+  });
+
+  it('what parsing will cost counts too: a body of tiny containers is refused, an ordinary large review is not', async () => {
+    // Red team re-test: 85 bodies of a million empty objects, within the byte budget, took 2.5 GB to parse.
+    const empties = JSON.stringify(admissionReview({ kind: 'ConfigMap', metadata: { name: 'e' }, data: {} })).replace('"data":{}', `"data":{"x":[${Array(150_000).fill('{}').join(',')}]}`);
+    expect(Buffer.byteLength(empties)).toBeLessThan(600_000);
+    const refused = await exchange(post(Buffer.byteLength(empties)), empties, 2000);
+    expect(refused).toMatch(/^HTTP\/1\.1 503 /);
+    expect(refused).toContain('SERVER_BUSY');
+    const large = JSON.stringify(admissionReview({ kind: 'ConfigMap', metadata: { name: 'l', labels: { team: 'a' } }, data: { blob: 'z'.repeat(500_000) } }));
+    expect(await exchange(post(Buffer.byteLength(large)), large, 2000)).toMatch(/^HTTP\/1\.1 200 /);
     await closeAll();
   });
 });

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { ReviewError } from '../../host/src/errors.ts';
-import { MAX_BODY_DEPTH, nestedDeeperThan, parseReviewText } from '../../host/src/review/parse.ts';
+import { MAX_BODY_DEPTH, nestedDeeperThan, parsedCostOf, parseReviewText } from '../../host/src/review/parse.ts';
 import { respond } from '../../host/src/review/respond.ts';
 
 const good = {
@@ -93,4 +93,10 @@ it('responds in the version asked, with a base64 JSONPatch', () => {
     response: { uid: 'u-1', allowed: true, warnings: ['w'], patch: Buffer.from('[{"op":"add","path":"/a","value":1}]').toString('base64'), patchType: 'JSONPatch' },
   });
   expect(respond('admission.k8s.io/v1', 'u-2', { allowed: false, status: { code: 403, message: 'no' }, warnings: [], patch: [] }).response).toEqual({ uid: 'u-2', allowed: false, status: { code: 403, message: 'no' } });
+});
+
+it('estimates what parsing costs beyond the bytes: containers and elements outside strings', () => {
+  expect(parsedCostOf(Buffer.from('[{},{},[]]'))).toBe(4 * 96 + 2 * 16);
+  // Brackets and commas inside strings, escaped quotes included, are text.
+  expect(parsedCostOf(Buffer.from('{"a":"[{,}]\\"[,"}'))).toBe(96);
 });
