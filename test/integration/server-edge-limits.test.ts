@@ -106,7 +106,7 @@ describe('request bodies held at once', () => {
 });
 
 describe('bodies in tiny pieces', () => {
-  it('a body in more pieces than one per 512 bytes of the limit is refused (413), as it arrives', async () => {
+  it('a body in pieces of under 64 bytes on average is refused (413), as it arrives; 256-byte pieces are fine', async () => {
     // Red team: 1.5 MB sent as 1-byte chunks was 1.5 million Buffers kept, 700 MB for one connection.
     const head = 'POST /validate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n';
     const answer = await exchange(head, '1\r\n \r\n'.repeat(5000));
@@ -117,6 +117,10 @@ describe('bodies in tiny pieces', () => {
     const chunked = `${Buffer.byteLength(review).toString(16)}\r\n${review}\r\n0\r\n\r\n`;
     const ok = await exchange(head, chunked, 1000);
     expect(ok).toMatch(/^HTTP\/1\.1 200 /);
+    // A client streaming 300 KB in 256-byte chunks (1,200 of them): re-test, a fixed count refused it.
+    const padded = JSON.stringify(admissionReview({ kind: 'ConfigMap', metadata: { name: 'ok', labels: { team: 'a' } }, data: { pad: 'p'.repeat(300_000) } }));
+    const pieces = padded.match(/[\s\S]{1,256}/g)!.map((piece) => `${Buffer.byteLength(piece).toString(16)}\r\n${piece}\r\n`).join('');
+    expect(await exchange(head, `${pieces}0\r\n\r\n`, 2000)).toMatch(/^HTTP\/1\.1 200 /);
     await closeAll();
   });
 });
@@ -145,4 +149,91 @@ describe('connections', () => {
     expect(closedAfter).toBeLessThan(5000);
     await closeAll();
   });
+});
+
+describe('near the connection cap', () => {
+  it('closes idle connections of the biggest holder, so a new caller still gets in', async () => {
+    // Re-test: 4,096 idle keep-alive connections from one client refused every new connection.
+    const small = await startServer(`
+server: { tls: { mode: self-signed, hostnames: [127.0.0.1] }, maxConnections: 10, maxConnectionsPerAddress: 100 }
+policies:
+${policyYaml('require-labels', 'settings: { labels: { team: unowned } }')}
+`);
+    const sockets: TLSSocket[] = [];
+    const closed = new Set<TLSSocket>();
+    try {
+      const connect = () => new Promise<TLSSocket | Error>((resolve) => {
+        const socket = tlsConnect({ host: '127.0.0.1', port: Number(new URL(small.server.url).port), ca: small.server.tls!.caBundle, servername: '127.0.0.1' });
+        sockets.push(socket);
+        socket.once('secureConnect', () => resolve(socket));
+        socket.once('error', (error) => resolve(error));
+        socket.once('close', () => {
+          closed.add(socket);
+          resolve(new Error('closed before the handshake'));
+        });
+      });
+      // As many idle connections (handshake done, no request) as the cap allows: before, a new
+      // caller was then refused. One at a time, so each is established before the next.
+      const idle: (TLSSocket | Error)[] = [];
+      for (let i = 0; i < 10; i++) idle.push(await connect());
+      expect(idle.every((s) => !(s instanceof Error))).toBe(true);
+      // Past 90% of the cap, half of the idle ones went: the newcomer is served.
+      const review = JSON.stringify(admissionReview({ kind: 'ConfigMap', metadata: { name: 'ok', labels: { team: 'a' } } }));
+      const newcomer = await connect();
+      if (newcomer instanceof Error) throw newcomer;
+      const answer = await new Promise<string>((resolve) => {
+        let got = '';
+        newcomer.on('data', (d: Buffer) => { got += d.toString(); if (got.includes('"allowed"')) resolve(got); });
+        setTimeout(() => resolve(got), 2000);
+        newcomer.write(post(Buffer.byteLength(review)) + review);
+      });
+      expect(answer).toMatch(/^HTTP\/1\.1 200 /);
+      await new Promise((r) => setTimeout(r, 300));
+      expect(idle.filter((s) => closed.has(s as TLSSocket)).length).toBeGreaterThanOrEqual(3);
+    } finally {
+      for (const s of sockets) s.destroy();
+      await small.close();
+    }
+  });
+});
+
+describe('the metrics port', () => {
+  it('one address cannot hold the probes out: it gets 32 connections, and silent ones go after 5 s', async () => {
+    // Re-test: 256 idle sockets on the metrics port failed every kubelet probe (~28 s each).
+    const m = await startServer(`
+server: { metricsPort: 0, tls: { mode: self-signed, hostnames: [127.0.0.1] } }
+policies: []
+`);
+    const sockets: Socket[] = [];
+    try {
+      const { port } = new URL(m.server.metricsUrl!);
+      const closedAt: number[] = [];
+      const started = performance.now();
+      for (let i = 0; i < 40; i++) {
+        const socket = netConnect(Number(port), '127.0.0.1');
+        socket.on('error', () => {});
+        socket.once('close', () => closedAt.push(performance.now() - started));
+        sockets.push(socket);
+      }
+      await new Promise((r) => setTimeout(r, 500));
+      // The 8 past the per-address cap were closed at once.
+      expect(closedAt.filter((t) => t < 500).length).toBeGreaterThanOrEqual(8);
+      // A probe from another address (the kubelet's) is answered meanwhile.
+      const probe = await new Promise<string>((resolve) => {
+        const socket = netConnect({ port: Number(port), host: '127.0.0.1', localAddress: '127.0.0.2' });
+        let got = '';
+        socket.on('data', (d: Buffer) => (got += d.toString()));
+        socket.on('error', (error) => resolve(String(error)));
+        socket.once('close', () => resolve(got));
+        socket.write('GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n');
+      });
+      expect(probe).toMatch(/^HTTP\/1\.1 200 /);
+      // The silent ones go at the headers timeout.
+      await new Promise((r) => setTimeout(r, 6500));
+      expect(closedAt.length).toBe(40);
+    } finally {
+      for (const s of sockets) s.destroy();
+      await m.close();
+    }
+  }, 20_000);
 });

@@ -2,7 +2,6 @@
 // caller's identity. Every refusal is a JSON error with a code; nothing here evaluates policy.
 import { createServer as createHttpServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { createServer as createHttpsServer } from 'node:https';
-import type { Socket } from 'node:net';
 import type { TLSSocket } from 'node:tls';
 import type { Mode, PeerCertificate } from '@portcullis/sdk';
 import type { ServerConfig } from '../config/types.ts';
@@ -10,6 +9,7 @@ import { errorMessage, HttpError, type PortcullisError, ReviewError, UnknownPoli
 import { review, type AdmissionDeps } from './admission.ts';
 import type { TlsMaterial } from './tls.ts';
 import { goDurationMs, peerCertificate } from './caller.ts';
+import { limitConnections } from './connections.ts';
 import { parsedCostOf } from '../review/parse.ts';
 
 /**
@@ -92,26 +92,8 @@ export function createServer(config: ServerConfig, tls: TlsMaterial | undefined,
   // it is writing there, and it does not retry a POST that met EOF: the call fails, and with
   // failurePolicy Fail the request is denied. So an idle connection is left for the caller to close.
   server.keepAliveTimeout = 120_000;
-  // So idle connections are bounded by count instead: each costs ~60 KB (TLS), and 14,000 of them
-  // from one client took the host to the pod's 1 GiB limit (red team). Past the caps a new
-  // connection is closed at once; one client address may not take them all.
-  server.maxConnections = config.maxConnections;
-  const perAddress = new Map<string, number>();
-  server.on('connection', (socket: Socket) => {
-    const address = socket.remoteAddress ?? '';
-    const open = (perAddress.get(address) ?? 0) + 1;
-    if (open > config.maxConnectionsPerAddress) {
-      deps.metrics.badRequests.inc({ code: 'TOO_MANY_CONNECTIONS' });
-      return void socket.destroy();
-    }
-    perAddress.set(address, open);
-    socket.once('close', () => {
-      const left = (perAddress.get(address) ?? 1) - 1;
-      if (left > 0) perAddress.set(address, left);
-      else perAddress.delete(address);
-    });
-  });
-  server.on('drop', () => deps.metrics.badRequests.inc({ code: 'TOO_MANY_CONNECTIONS' }));
+  // So idle connections are bounded by count instead (connections.ts).
+  limitConnections(server, config, tls !== undefined, () => deps.metrics.badRequests.inc({ code: 'TOO_MANY_CONNECTIONS' }));
   server.on('clientError', (error: NodeJS.ErrnoException, socket) => {
     // TLS errors (a handshake that failed or never finished) come here too, on a socket that
     // cannot carry an HTTP answer: writing one left it open (red team: handshakeTimeout had no
@@ -196,7 +178,7 @@ async function handle(config: ServerConfig, deps: HttpDeps, bodies: BodyBudget, 
     res.setHeader('connection', 'close');
     refuse(deps, res, new HttpError('BODY_TOO_LARGE', body === undefined
       ? `the body is larger than the ${config.maxBodyBytes}-byte limit`
-      : `the body came in too many small pieces (more than one per ${BYTES_PER_CHUNK} bytes of the limit); send it in larger writes`));
+      : `the body came in too many small pieces (under ${BYTES_PER_CHUNK} bytes each on average); send it in larger writes`));
     req.resume();
     return;
   }
@@ -224,13 +206,13 @@ function get(req: IncomingMessage, res: ServerResponse, then: () => void | Promi
 }
 
 /**
- * A body may come in at most one chunk per this many bytes of maxBodyBytes (at least 1,024
- * chunks): one sent in 1-byte chunks (or 1-byte TLS records) costs an event and a Buffer per
- * byte. Red team: 1.5 MB that way was 1.5 million Buffers kept until the end, 700 MB of heap
- * for one connection. Chunks are also copied as they come, never kept. The apiserver writes a
- * review in a few large pieces (TCP segments at worst: 1.4 KB).
+ * A body's pieces must average at least this many bytes (past its first 1,024 pieces): one sent
+ * in 1-byte chunks (or 1-byte TLS records) costs an event and a Buffer per byte. Red team: 1.5 MB
+ * that way was 1.5 million Buffers kept until the end, 700 MB of heap for one connection. Chunks
+ * are also copied as they come, never kept. A fixed count per limit refused an ordinary client
+ * streaming 2.5 MB in 256-byte writes (re-test); an average does not.
  */
-const BYTES_PER_CHUNK = 512;
+const BYTES_PER_CHUNK = 64;
 
 /**
  * The body's bytes (kept as bytes: guests get the request from them, issue 14); undefined when
@@ -244,7 +226,6 @@ function readBody(req: IncomingMessage, limit: number, charge: (bytes: number) =
     let body = Buffer.allocUnsafe(Math.min(Number.isFinite(declared) && declared >= 0 ? declared : limit, 64 * 1024));
     let size = 0;
     let chunks = 0;
-    const maxChunks = Math.max(1024, Math.floor(limit / BYTES_PER_CHUNK));
     let done = false;
     const finish = (value: Buffer | undefined | null | 'fragmented' | 'busy') => {
       if (done) return;
@@ -252,7 +233,7 @@ function readBody(req: IncomingMessage, limit: number, charge: (bytes: number) =
       resolve(value);
     };
     req.on('data', (chunk: Buffer) => {
-      if (size + chunk.length > limit || ++chunks > maxChunks) {
+      if (size + chunk.length > limit || (++chunks > 1024 && chunks * BYTES_PER_CHUNK > size + chunk.length)) {
         req.removeAllListeners('data');
         return finish(size + chunk.length > limit ? undefined : 'fragmented');
       }

@@ -4,6 +4,7 @@
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Metrics } from './metrics.ts';
+import { limitConnections } from './connections.ts';
 
 export interface MetricsListenerDeps {
   metrics: Metrics;
@@ -11,7 +12,8 @@ export interface MetricsListenerDeps {
 }
 
 export function listenMetrics(host: string, port: number, deps: MetricsListenerDeps): Promise<Server> {
-  const server = createServer((req, res) => {
+  // Checked every second (Node: every 30 s), so a slow request goes after ~5 s.
+  const server = createServer({ connectionsCheckingInterval: 1000 }, (req, res) => {
     const path = (req.url ?? '/').split('?')[0];
     const json = (status: number, body: unknown) => {
       res.writeHead(status, { 'content-type': 'application/json' });
@@ -34,9 +36,13 @@ export function listenMetrics(host: string, port: number, deps: MetricsListenerD
   });
   server.keepAliveTimeout = 30_000;
   // Scrapers and probes need a handful of connections; anyone who can reach the port must not
-  // be able to hold thousands (red team: unbounded idle connections on the webhook port).
-  server.maxConnections = 256;
-  server.headersTimeout = 10_000;
+  // hold them all: 256 idle sockets from one client failed every kubelet probe (re-test), and the
+  // Deployment restarts a pod whose probes fail. Per address, then idle ones evicted near the cap.
+  limitConnections(server, { maxConnections: 1024, maxConnectionsPerAddress: 32 }, false, () => {});
+  // A socket that sends nothing is not subject to the headers timeout (it starts at the first
+  // byte): any socket silent for 5 s goes. Scrapers and probes reconnect.
+  server.timeout = 5_000;
+  server.headersTimeout = 5_000;
   server.requestTimeout = 10_000;
   return new Promise((resolve, reject) => {
     server.once('error', reject);
