@@ -186,7 +186,8 @@ async function handle(config: ServerConfig, deps: HttpDeps, bodies: BodyBudget, 
   // What JSON.parse will make of it: a large body of tiny containers costs many times its bytes.
   if (body.length >= PARSE_COST_FROM && !account.grow(parsedCostOf(body))) return busy();
   try {
-    const timeoutMs = goDurationMs(new URLSearchParams((req.url ?? '').split('?')[1] ?? '').get('timeout'));
+    const query = req.url?.includes('?') ? req.url.slice(req.url.indexOf('?') + 1) : undefined;
+    const timeoutMs = query === undefined ? undefined : goDurationMs(new URLSearchParams(query).get('timeout'));
     const caller = {
       endpoint: path.replace(/\/$/, ''), mode, ...(policy !== undefined ? { policy } : {}), headers: headersOf(req), sslpeer: peerOf(req),
       ...(timeoutMs !== undefined ? { timeoutMs } : {}),
@@ -222,8 +223,9 @@ function readBody(req: IncomingMessage, limit: number, charge: (bytes: number) =
   const declared = Number(req.headers['content-length']);
   if (Number.isFinite(declared) && declared > limit) return Promise.resolve(undefined);
   return new Promise((resolve) => {
-    // Grown as bytes arrive, never allocated at a declared length nobody sends.
-    let body = Buffer.allocUnsafe(Math.min(Number.isFinite(declared) && declared >= 0 ? declared : limit, 64 * 1024));
+    // Grown as bytes arrive, never allocated at a declared length nobody sends; the usual case,
+    // a body in one piece of its declared length, is kept as it came (no copy).
+    let body: Buffer | undefined;
     let size = 0;
     let chunks = 0;
     let done = false;
@@ -241,15 +243,21 @@ function readBody(req: IncomingMessage, limit: number, charge: (bytes: number) =
         req.removeAllListeners('data');
         return finish('busy');
       }
-      if (size + chunk.length > body.length) {
-        const grown = Buffer.allocUnsafe(Math.min(limit, Math.max(body.length * 2, size + chunk.length)));
-        body.copy(grown, 0, 0, size);
-        body = grown;
+      if (size === 0 && chunk.length === declared) {
+        body = chunk;
+      } else {
+        // (A kept first chunk is full, so more bytes always grow into a new buffer.)
+        if (!body || size + chunk.length > body.length) {
+          const first = Number.isFinite(declared) && declared >= 0 ? Math.min(declared, 64 * 1024) : 64 * 1024;
+          const grown = Buffer.allocUnsafe(Math.min(limit, Math.max(body ? body.length * 2 : first, size + chunk.length)));
+          if (body) body.copy(grown, 0, 0, size);
+          body = grown;
+        }
+        chunk.copy(body, size);
       }
-      chunk.copy(body, size);
       size += chunk.length;
     });
-    req.on('end', () => finish(size === body.length ? body : body.subarray(0, size)));
+    req.on('end', () => finish(body === undefined ? Buffer.alloc(0) : size === body.length ? body : body.subarray(0, size)));
     req.on('aborted', () => finish(null));
     req.on('error', () => finish(null));
   });
