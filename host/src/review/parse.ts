@@ -95,14 +95,8 @@ export function nestedDeeperThan(bytes: Uint8Array, limit: number): boolean {
   for (let at = 0; at < length; at++) {
     const code = bytes[at]!;
     if (code === 0x22) {
-      // Skip the string: to the next quote that no odd run of backslashes escapes.
-      for (;;) {
-        at = bytes.indexOf(0x22, at + 1);
-        if (at < 0) return false;
-        let slashes = 0;
-        while (bytes[at - 1 - slashes] === 0x5c) slashes++;
-        if (slashes % 2 === 0) break;
-      }
+      at = closingQuote(bytes, at);
+      if (at < 0) return false;
     } else if (code === 0x7b || code === 0x5b) {
       if (++depth > limit) return true;
     } else if (code === 0x7d || code === 0x5d) {
@@ -110,6 +104,18 @@ export function nestedDeeperThan(bytes: Uint8Array, limit: number): boolean {
     }
   }
   return false;
+}
+
+/** `open` is at a string's opening quote; the index of its closing quote (the next one no odd run of backslashes escapes), or -1. */
+function closingQuote(bytes: Uint8Array, open: number): number {
+  let at = open;
+  for (;;) {
+    at = bytes.indexOf(0x22, at + 1);
+    if (at < 0) return -1;
+    let slashes = 0;
+    while (bytes[at - 1 - slashes] === 0x5c) slashes++;
+    if (slashes % 2 === 0) return at;
+  }
 }
 
 /** Heap that JSON.parse makes of one container, and of one more element, beyond its bytes (Node 24: an empty object ~67 bytes + its slot). */
@@ -129,13 +135,8 @@ export function parsedCostOf(bytes: Uint8Array): number {
   for (let at = 0; at < length; at++) {
     const code = bytes[at]!;
     if (code === 0x22) {
-      for (;;) {
-        at = bytes.indexOf(0x22, at + 1);
-        if (at < 0) return containers * PARSED_CONTAINER_BYTES + elements * PARSED_ELEMENT_BYTES;
-        let slashes = 0;
-        while (bytes[at - 1 - slashes] === 0x5c) slashes++;
-        if (slashes % 2 === 0) break;
-      }
+      at = closingQuote(bytes, at);
+      if (at < 0) break;
     } else if (code === 0x7b || code === 0x5b) {
       containers++;
     } else if (code === 0x2c) {
