@@ -56,6 +56,24 @@ describe('issue 14: the request reaches guests as the body\'s own bytes', () => 
     expect(requestSpan(body('{"request":{"a":"x\\u0041\\"","b":["\\\\"]}}'))).toEqual({ start: 11, end: 39 });
   });
 
+  it('a key with an escape after many plain strings is still found; the walk stays linear (a denial of service, not a speed target)', () => {
+    // Red team: each string searched for the next backslash to the end of the body: a million
+    // empty strings and one backslash after them took 21 s of main thread. Now ~25 ms; the bound is 80 times that.
+    const strings = `[${'"",'.repeat(1_000_000)}""]`;
+    const late = body(`{"request":{"object":{"spec":{"x":${strings}}},"uid":"1"},"z":"\\\\"}`);
+    let started = performance.now();
+    expect(requestSpan(late)).toBeDefined();
+    expect(performance.now() - started).toBeLessThan(2000);
+    // The same strings with the escaped key after them: declined, as any escaped key is.
+    const escapedKey = body(`{"request":{"object":{"spec":{"x":${strings}}},"u\\u0069d":"1"}}`);
+    started = performance.now();
+    expect(requestSpan(escapedKey)).toBeUndefined();
+    expect(performance.now() - started).toBeLessThan(2000);
+    expect(requestSpan(body('{"request":{"a":"","b\\n":1}}'))).toBeUndefined();
+    expect(requestSpan(body('{"request":{"a\\n":"","b":1}}'))).toBeUndefined();
+    expect(requestSpan(body('{"request":{"a":"\\n","b":1}}'))).toBeDefined();
+  });
+
   it('joins settings, the per-review fields and the raw request into the same input as before', () => {
     const req = request({ object: { metadata: { name: 'café-ü', labels: { a: 'b' } } } });
     const text = JSON.stringify({ kind: 'AdmissionReview', apiVersion: 'admission.k8s.io/v1', request: req }, null, 2);
