@@ -17,6 +17,7 @@ server:
   maxConnectionsPerAddress: 6
   headersTimeoutMs: 500
   requestTimeoutMs: 5000
+  bodyTimeoutMs: 800
 policies:
 ${policyYaml('require-labels', 'settings: { labels: { team: unowned } }')}
 `);
@@ -31,10 +32,10 @@ const closeAll = async () => {
   await new Promise((r) => setTimeout(r, 300));
 };
 
-/** A TLS connection that completed its handshake, or the error that ended it. */
-function tlsOpen(): Promise<TLSSocket | Error> {
+/** A TLS connection that completed its handshake, or the error that ended it. `from`: another loopback address to call from. */
+function tlsOpen(from?: string): Promise<TLSSocket | Error> {
   return new Promise((resolve) => {
-    const socket = tlsConnect({ host: '127.0.0.1', port: port(), ca: t.server.tls!.caBundle, servername: '127.0.0.1' });
+    const socket = tlsConnect({ host: '127.0.0.1', port: port(), ca: t.server.tls!.caBundle, servername: '127.0.0.1', ...(from ? { localAddress: from } : {}) });
     open.push(socket);
     socket.once('secureConnect', () => resolve(socket));
     socket.once('error', (error) => resolve(error));
@@ -43,8 +44,8 @@ function tlsOpen(): Promise<TLSSocket | Error> {
 }
 
 /** Sends raw HTTP on a new TLS connection and resolves with what came back before it closed (or after `waitMs`). */
-async function exchange(head: string, body: string, waitMs = 3000): Promise<string> {
-  const socket = await tlsOpen();
+async function exchange(head: string, body: string, waitMs = 3000, from?: string): Promise<string> {
+  const socket = await tlsOpen(from);
   if (socket instanceof Error) throw socket;
   return new Promise((resolve) => {
     let got = '';
@@ -60,22 +61,62 @@ const post = (length: number) => `POST /validate HTTP/1.1\r\nHost: x\r\nContent-
 
 describe('request bodies held at once', () => {
   it('past maxBodyBytesInFlight a request is refused with 503 as its bytes arrive; the budget comes back', async () => {
-    // Two bodies, each held short of its end: 579,000 + 500,000 bytes > 1 MiB.
-    const first = await tlsOpen();
-    if (first instanceof Error) throw first;
-    first.write(post(580_000) + 'x'.repeat(579_000));
+    // Bodies from two addresses, each held short of its end: 2 × 500,000 + 100,000 bytes > 1 MiB.
+    const held: TLSSocket[] = [];
+    for (const from of ['127.0.0.2', '127.0.0.3']) {
+      const socket = await tlsOpen(from);
+      if (socket instanceof Error) throw socket;
+      socket.write(post(510_000) + 'x'.repeat(500_000));
+      held.push(socket);
+    }
     await new Promise((r) => setTimeout(r, 300));
-    const refused = await exchange(post(580_000), 'y'.repeat(500_000));
+    const refused = await exchange(post(110_000), 'y'.repeat(100_000), 3000, '127.0.0.4');
     expect(refused).toMatch(/^HTTP\/1\.1 503 /);
     expect(refused).toContain('"code":"SERVER_BUSY"');
+    expect(refused).toContain('the webhook holds 1 MiB of request bodies already');
     expect(refused.toLowerCase()).toContain('connection: close');
-    // The held body goes with its connection; a review is answered again.
-    first.destroy();
+    // The held bodies go with their connections; a review is answered again.
+    for (const socket of held) socket.destroy();
     await new Promise((r) => setTimeout(r, 200));
     const review = JSON.stringify(admissionReview({ kind: 'ConfigMap', metadata: { name: 'ok', labels: { team: 'a' } } }));
-    const answered = await exchange(post(Buffer.byteLength(review)), review, 1000);
+    const answered = await exchange(post(Buffer.byteLength(review)), review, 1000, '127.0.0.4');
     expect(answered).toMatch(/^HTTP\/1\.1 200 /);
     expect(answered).toContain('"allowed":true');
+    await closeAll();
+  });
+
+  it('one address may hold half of the budget: its next body is refused, another address is answered', async () => {
+    // Red team: one client holding bodies short of their end, refilling the slack with small
+    // ones, had every other caller's review refused for as long as it went on.
+    const hog = await tlsOpen();
+    if (hog instanceof Error) throw hog;
+    hog.write(post(510_000) + 'x'.repeat(500_000));
+    await new Promise((r) => setTimeout(r, 300));
+    const review = JSON.stringify(admissionReview({ kind: 'ConfigMap', metadata: { name: 'ok', labels: { team: 'a' } } }));
+    const padded = JSON.stringify(admissionReview({ kind: 'ConfigMap', metadata: { name: 'ok', labels: { team: 'a' } }, data: { pad: 'p'.repeat(40_000) } }));
+    const refused = await exchange(post(Buffer.byteLength(padded)), padded, 2000);
+    expect(refused).toMatch(/^HTTP\/1\.1 503 /);
+    expect(refused).toContain('this client address holds half of the webhook\'s 1 MiB of request bodies already');
+    expect(await exchange(post(Buffer.byteLength(padded)), padded, 2000, '127.0.0.2')).toMatch(/^HTTP\/1\.1 200 /);
+    hog.destroy();
+    await new Promise((r) => setTimeout(r, 200));
+    expect(await exchange(post(Buffer.byteLength(review)), review, 1000)).toMatch(/^HTTP\/1\.1 200 /);
+    await closeAll();
+  });
+
+  it('a body that does not arrive within bodyTimeoutMs is refused (408) and its connection closed; what it held comes back', async () => {
+    // Red team: 4,300 requests of headers and no body held every connection slot, and bodies
+    // short of their last byte the body budget, for requestTimeoutMs (30 s) each.
+    const started = performance.now();
+    const [none, partial] = await Promise.all([exchange(post(1000), '', 4000), exchange(post(510_000), 'x'.repeat(500_000), 4000)]);
+    for (const answer of [none, partial]) {
+      expect(answer).toMatch(/^HTTP\/1\.1 408 /);
+      expect(answer).toContain('the body did not arrive within 800 ms of the headers (server.bodyTimeoutMs)');
+    }
+    // exchange() resolved on close, well before its 4 s wait: the server closed both.
+    expect(performance.now() - started).toBeLessThan(3000);
+    const review = JSON.stringify(admissionReview({ kind: 'ConfigMap', metadata: { name: 'ok', labels: { team: 'a' }, annotations: { pad: 'p'.repeat(100_000) } } }));
+    expect(await exchange(post(Buffer.byteLength(review)), review, 1000)).toMatch(/^HTTP\/1\.1 200 /);
     await closeAll();
   });
 
@@ -99,14 +140,15 @@ describe('request bodies held at once', () => {
     const refused = await exchange(post(Buffer.byteLength(empties)), empties, 2000);
     expect(refused).toMatch(/^HTTP\/1\.1 503 /);
     expect(refused).toContain('SERVER_BUSY');
-    const large = JSON.stringify(admissionReview({ kind: 'ConfigMap', metadata: { name: 'l', labels: { team: 'a' } }, data: { blob: 'z'.repeat(500_000) } }));
+    // Charged four times (the body and its copies), 100 KB of text is well within the 512 KiB one address may hold.
+    const large = JSON.stringify(admissionReview({ kind: 'ConfigMap', metadata: { name: 'l', labels: { team: 'a' } }, data: { blob: 'z'.repeat(100_000) } }));
     expect(await exchange(post(Buffer.byteLength(large)), large, 2000)).toMatch(/^HTTP\/1\.1 200 /);
     await closeAll();
   });
 });
 
 describe('bodies in tiny pieces', () => {
-  it('a body in pieces of under 64 bytes on average is refused (413), as it arrives; 256-byte pieces are fine', async () => {
+  it('a body in pieces of under 64 bytes on average is refused (413), as it arrives; 100-byte pieces are fine', async () => {
     // Red team: 1.5 MB sent as 1-byte chunks was 1.5 million Buffers kept, 700 MB for one connection.
     const head = 'POST /validate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n';
     const answer = await exchange(head, '1\r\n \r\n'.repeat(5000));
@@ -117,9 +159,9 @@ describe('bodies in tiny pieces', () => {
     const chunked = `${Buffer.byteLength(review).toString(16)}\r\n${review}\r\n0\r\n\r\n`;
     const ok = await exchange(head, chunked, 1000);
     expect(ok).toMatch(/^HTTP\/1\.1 200 /);
-    // A client streaming 300 KB in 256-byte chunks (1,200 of them): re-test, a fixed count refused it.
-    const padded = JSON.stringify(admissionReview({ kind: 'ConfigMap', metadata: { name: 'ok', labels: { team: 'a' } }, data: { pad: 'p'.repeat(300_000) } }));
-    const pieces = padded.match(/[\s\S]{1,256}/g)!.map((piece) => `${Buffer.byteLength(piece).toString(16)}\r\n${piece}\r\n`).join('');
+    // A client streaming 110 KB in 100-byte chunks (1,100 of them): re-test, a fixed count refused it.
+    const padded = JSON.stringify(admissionReview({ kind: 'ConfigMap', metadata: { name: 'ok', labels: { team: 'a' } }, data: { pad: 'p'.repeat(110_000) } }));
+    const pieces = padded.match(/[\s\S]{1,100}/g)!.map((piece) => `${Buffer.byteLength(piece).toString(16)}\r\n${piece}\r\n`).join('');
     expect(await exchange(head, `${pieces}0\r\n\r\n`, 2000)).toMatch(/^HTTP\/1\.1 200 /);
     await closeAll();
   });

@@ -60,6 +60,7 @@ export interface RawServer {
   maxBodyBytes?: number;
   headersTimeoutMs?: number;
   requestTimeoutMs?: number;
+  bodyTimeoutMs?: number;
   maxConnections?: number;
   maxConnectionsPerAddress?: number;
   maxBodyBytesInFlight?: number;

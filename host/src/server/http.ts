@@ -39,30 +39,52 @@ const ROUTE = /^\/(validate|mutate)(?:\/([^/?#]+))?\/?$/;
  */
 class BodyBudget {
   #held = 0;
+  readonly #byAddress = new Map<string, number>();
   readonly limit: number;
   constructor(limit: number) {
     this.limit = limit;
   }
 
-  /** An account for one request: grow() is false when `bytes` more would pass the limit. */
-  open(): { grow: (bytes: number) => boolean; release: () => void } {
+  /**
+   * An account for one request from `address`: grow() says why `bytes` more cannot be held (the
+   * limit, or the address's share of it), or undefined when they are. One address may hold half:
+   * red team, one client holding 85 bodies short of their last byte and refilling the slack with
+   * small ones got every other caller's review refused for as long as it went on.
+   */
+  open(address: string): { grow: (bytes: number) => 'full' | 'share' | undefined; release: () => void } {
     let mine = 0;
     let released = false;
     return {
       grow: (bytes) => {
-        if (released || this.#held + bytes > this.limit) return false;
+        if (released || this.#held + bytes > this.limit) return 'full';
+        const theirs = this.#byAddress.get(address) ?? 0;
+        if (theirs + bytes > this.limit * ADDRESS_SHARE) return 'share';
         this.#held += bytes;
+        this.#byAddress.set(address, theirs + bytes);
         mine += bytes;
-        return true;
+        return undefined;
       },
       release: () => {
         if (released) return;
         released = true;
         this.#held -= mine;
+        const left = (this.#byAddress.get(address) ?? 0) - mine;
+        if (left > 0) this.#byAddress.set(address, left);
+        else this.#byAddress.delete(address);
       },
     };
   }
 }
+
+/** Of maxBodyBytesInFlight, what one client address may hold. */
+const ADDRESS_SHARE = 0.5;
+
+/**
+ * Copies of a large body the main thread holds beside it while answering, which the budget
+ * counts at parse time: the decoded text JSON.parse reads, the one-byte text the raw-request
+ * walk reads, and the envelope the workers read (red team: RSS past 1 GiB within the budget).
+ */
+const BODY_COPIES = 3;
 
 export function createServer(config: ServerConfig, tls: TlsMaterial | undefined, deps: HttpDeps): Server {
   const bodies = new BodyBudget(config.maxBodyBytesInFlight);
@@ -161,17 +183,26 @@ async function handle(config: ServerConfig, deps: HttpDeps, bodies: BodyBudget, 
   if (contentType !== 'application/json') {
     return refuse(deps, res, new HttpError('UNSUPPORTED_MEDIA_TYPE', `expected Content-Type application/json, got ${contentType ? JSON.stringify(contentType) : 'none'}`));
   }
-  const account = bodies.open();
+  const account = bodies.open(req.socket.remoteAddress ?? '');
   res.once('close', account.release);
-  const busy = () => {
+  const busy = (why: 'full' | 'share') => {
     res.setHeader('connection', 'close');
     res.setHeader('retry-after', '1');
-    refuse(deps, res, new HttpError('SERVER_BUSY', `the webhook holds ${Math.round(bodies.limit / 2 ** 20)} MiB of request bodies already; retry shortly`));
+    const mib = Math.round(bodies.limit / 2 ** 20);
+    refuse(deps, res, new HttpError('SERVER_BUSY', why === 'full'
+      ? `the webhook holds ${mib} MiB of request bodies already; retry shortly`
+      : `this client address holds half of the webhook's ${mib} MiB of request bodies already; retry shortly`));
   };
-  const body = await readBody(req, config.maxBodyBytes, account.grow);
-  if (body === 'busy') {
-    busy();
+  const body = await readBody(req, config, account.grow);
+  if (body === 'full' || body === 'share') {
+    busy(body);
     req.resume();
+    return;
+  }
+  if (body === 'slow') {
+    // Not resumed: the rest of a stalled body is not waited for; the connection closes.
+    res.setHeader('connection', 'close');
+    refuse(deps, res, new HttpError('REQUEST_TIMEOUT', `the body did not arrive within ${config.bodyTimeoutMs} ms of the headers (server.bodyTimeoutMs)`));
     return;
   }
   if (body === undefined || body === 'fragmented') {
@@ -184,7 +215,10 @@ async function handle(config: ServerConfig, deps: HttpDeps, bodies: BodyBudget, 
   }
   if (body === null) return; // the client went away mid-body
   // What JSON.parse will make of it: a large body of tiny containers costs many times its bytes.
-  if (body.length >= PARSE_COST_FROM && !account.grow(parsedCostOf(body))) return busy();
+  if (body.length >= PARSE_COST_FROM) {
+    const refused = account.grow(parsedCostOf(body) + BODY_COPIES * body.length);
+    if (refused) return busy(refused);
+  }
   try {
     const query = req.url?.includes('?') ? req.url.slice(req.url.indexOf('?') + 1) : undefined;
     const timeoutMs = query === undefined ? undefined : goDurationMs(new URLSearchParams(query).get('timeout'));
@@ -215,11 +249,16 @@ function get(req: IncomingMessage, res: ServerResponse, then: () => void | Promi
  */
 const BYTES_PER_CHUNK = 64;
 
+type BodyRead = Buffer | undefined | null | 'fragmented' | 'full' | 'share' | 'slow';
+
 /**
  * The body's bytes (kept as bytes: guests get the request from them, issue 14); undefined when
- * over the limit, null when the client disconnected.
+ * over the limit, null when the client disconnected, 'slow' when it did not arrive within
+ * bodyTimeoutMs: red team, 4,300 requests of headers and no body held every connection slot,
+ * and bodies short of their last byte held the body budget, for requestTimeoutMs (30 s) each.
  */
-function readBody(req: IncomingMessage, limit: number, charge: (bytes: number) => boolean): Promise<Buffer | undefined | null | 'fragmented' | 'busy'> {
+function readBody(req: IncomingMessage, config: ServerConfig, charge: (bytes: number) => 'full' | 'share' | undefined): Promise<BodyRead> {
+  const limit = config.maxBodyBytes;
   const declared = Number(req.headers['content-length']);
   if (Number.isFinite(declared) && declared > limit) return Promise.resolve(undefined);
   return new Promise((resolve) => {
@@ -229,19 +268,25 @@ function readBody(req: IncomingMessage, limit: number, charge: (bytes: number) =
     let size = 0;
     let chunks = 0;
     let done = false;
-    const finish = (value: Buffer | undefined | null | 'fragmented' | 'busy') => {
+    const finish = (value: BodyRead) => {
       if (done) return;
       done = true;
+      clearTimeout(timer);
       resolve(value);
     };
+    const timer = setTimeout(() => {
+      req.removeAllListeners('data');
+      finish('slow');
+    }, config.bodyTimeoutMs);
     req.on('data', (chunk: Buffer) => {
       if (size + chunk.length > limit || (++chunks > 1024 && chunks * BYTES_PER_CHUNK > size + chunk.length)) {
         req.removeAllListeners('data');
         return finish(size + chunk.length > limit ? undefined : 'fragmented');
       }
-      if (!charge(chunk.length)) {
+      const refused = charge(chunk.length);
+      if (refused) {
         req.removeAllListeners('data');
-        return finish('busy');
+        return finish(refused);
       }
       if (size === 0 && chunk.length === declared) {
         body = chunk;
