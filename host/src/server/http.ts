@@ -39,28 +39,19 @@ const ROUTE = /^\/(validate|mutate)(?:\/([^/?#]+))?\/?$/;
  */
 class BodyBudget {
   #held = 0;
-  readonly #byAddress = new Map<string, number>();
   readonly limit: number;
   constructor(limit: number) {
     this.limit = limit;
   }
 
-  /**
-   * An account for one request from `address`: grow() says why `bytes` more cannot be held (the
-   * limit, or the address's share of it), or undefined when they are. One address may hold half:
-   * red team, one client holding 85 bodies short of their last byte and refilling the slack with
-   * small ones got every other caller's review refused for as long as it went on.
-   */
-  open(address: string): { grow: (bytes: number) => 'full' | 'share' | undefined; release: () => void } {
+  /** An account for one request: grow() says 'full' when `bytes` more would pass the limit. */
+  open(): { grow: (bytes: number) => 'full' | undefined; release: () => void } {
     let mine = 0;
     let released = false;
     return {
       grow: (bytes) => {
         if (released || this.#held + bytes > this.limit) return 'full';
-        const theirs = this.#byAddress.get(address) ?? 0;
-        if (theirs + bytes > this.limit * ADDRESS_SHARE) return 'share';
         this.#held += bytes;
-        this.#byAddress.set(address, theirs + bytes);
         mine += bytes;
         return undefined;
       },
@@ -68,16 +59,10 @@ class BodyBudget {
         if (released) return;
         released = true;
         this.#held -= mine;
-        const left = (this.#byAddress.get(address) ?? 0) - mine;
-        if (left > 0) this.#byAddress.set(address, left);
-        else this.#byAddress.delete(address);
       },
     };
   }
 }
-
-/** Of maxBodyBytesInFlight, what one client address may hold. */
-const ADDRESS_SHARE = 0.5;
 
 /**
  * Copies of a large body the main thread holds beside it while answering, which the budget
@@ -183,19 +168,16 @@ async function handle(config: ServerConfig, deps: HttpDeps, bodies: BodyBudget, 
   if (contentType !== 'application/json') {
     return refuse(deps, res, new HttpError('UNSUPPORTED_MEDIA_TYPE', `expected Content-Type application/json, got ${contentType ? JSON.stringify(contentType) : 'none'}`));
   }
-  const account = bodies.open(req.socket.remoteAddress ?? '');
+  const account = bodies.open();
   res.once('close', account.release);
-  const busy = (why: 'full' | 'share') => {
+  const busy = () => {
     res.setHeader('connection', 'close');
     res.setHeader('retry-after', '1');
-    const mib = Math.round(bodies.limit / 2 ** 20);
-    refuse(deps, res, new HttpError('SERVER_BUSY', why === 'full'
-      ? `the webhook holds ${mib} MiB of request bodies already; retry shortly`
-      : `this client address holds half of the webhook's ${mib} MiB of request bodies already; retry shortly`));
+    refuse(deps, res, new HttpError('SERVER_BUSY', `the webhook holds ${Math.round(bodies.limit / 2 ** 20)} MiB of request bodies already; retry shortly`));
   };
   const body = await readBody(req, config, account.grow);
-  if (body === 'full' || body === 'share') {
-    busy(body);
+  if (body === 'full') {
+    busy();
     req.resume();
     return;
   }
@@ -216,8 +198,7 @@ async function handle(config: ServerConfig, deps: HttpDeps, bodies: BodyBudget, 
   if (body === null) return; // the client went away mid-body
   // What JSON.parse will make of it: a large body of tiny containers costs many times its bytes.
   if (body.length >= PARSE_COST_FROM) {
-    const refused = account.grow(parsedCostOf(body) + BODY_COPIES * body.length);
-    if (refused) return busy(refused);
+    if (account.grow(parsedCostOf(body) + BODY_COPIES * body.length)) return busy();
   }
   try {
     const query = req.url?.includes('?') ? req.url.slice(req.url.indexOf('?') + 1) : undefined;
@@ -249,7 +230,7 @@ function get(req: IncomingMessage, res: ServerResponse, then: () => void | Promi
  */
 const BYTES_PER_CHUNK = 64;
 
-type BodyRead = Buffer | undefined | null | 'fragmented' | 'full' | 'share' | 'slow';
+type BodyRead = Buffer | undefined | null | 'fragmented' | 'full' | 'slow';
 
 /**
  * The body's bytes (kept as bytes: guests get the request from them, issue 14); undefined when
@@ -257,7 +238,7 @@ type BodyRead = Buffer | undefined | null | 'fragmented' | 'full' | 'share' | 's
  * bodyTimeoutMs: red team, 4,300 requests of headers and no body held every connection slot,
  * and bodies short of their last byte held the body budget, for requestTimeoutMs (30 s) each.
  */
-function readBody(req: IncomingMessage, config: ServerConfig, charge: (bytes: number) => 'full' | 'share' | undefined): Promise<BodyRead> {
+function readBody(req: IncomingMessage, config: ServerConfig, charge: (bytes: number) => 'full' | undefined): Promise<BodyRead> {
   const limit = config.maxBodyBytes;
   const declared = Number(req.headers['content-length']);
   if (Number.isFinite(declared) && declared > limit) return Promise.resolve(undefined);
