@@ -1,12 +1,22 @@
 // Hot reload under a stream of requests (zero failures), broken files keep the old set
 // serving, SIGHUP reloads; SIGTERM finishes in-flight reviews and exits 0.
 import { spawn } from 'node:child_process';
-import { readFile, writeFile } from 'node:fs/promises';
+import { readFile, rename, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { Agent, request } from 'undici';
 import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
 import { root, wasm } from '../helpers/policies.ts';
 import { admissionReview, policyYaml, startServer, type TestServer } from '../helpers/server.ts';
+
+/**
+ * Replaces the configuration as kubelet updates a mounted ConfigMap, in one step: a truncating
+ * write let the config watcher read a half-written file while the test's own reload() waited
+ * on that reload (flaky under load).
+ */
+async function replaceConfig(path: string, text: string): Promise<void> {
+  await writeFile(`${path}.next`, text);
+  await rename(`${path}.next`, path);
+}
 
 const config = (labels: string) => `
 server: { tls: { mode: self-signed, hostnames: [127.0.0.1] } }
@@ -39,7 +49,7 @@ describe('hot reload', () => {
     };
     const streams = [stream(), stream(), stream(), stream()];
     await new Promise((r) => setTimeout(r, 300));
-    await writeFile(t.configPath, config('team: x, tier: dev'));
+    await replaceConfig(t.configPath, config('team: x, tier: dev'));
     // Once the new set serves, the pod (no "tier" label) is denied.
     for (let i = 0; i < 100 && !seen.has(false); i++) await new Promise((r) => setTimeout(r, 50));
     await new Promise((r) => setTimeout(r, 300));
@@ -53,12 +63,12 @@ describe('hot reload', () => {
   });
 
   it('keeps the current set when the new file is invalid or a policy in it fails to load', async () => {
-    await writeFile(t.configPath, config('team: x').replace('policies:', 'policies:\n  - { name: BAD NAME, module: x.wasm }'));
+    await replaceConfig(t.configPath, config('team: x').replace('policies:', 'policies:\n  - { name: BAD NAME, module: x.wasm }'));
     expect(await t.server.reload()).toBe(false);
-    await writeFile(t.configPath, config('team: x').replace('require-labels/require-labels.wasm', 'require-labels/missing.wasm'));
+    await replaceConfig(t.configPath, config('team: x').replace('require-labels/require-labels.wasm', 'require-labels/missing.wasm'));
     expect(await t.server.reload()).toBe(false);
     // The same module with settings it refuses: the serving sandbox must not be the one given up.
-    await writeFile(t.configPath, config('team: 42'));
+    await replaceConfig(t.configPath, config('team: 42'));
     expect(await t.server.reload()).toBe(false);
     const logged = t.logs.filter((l) => l.includes('configuration reload refused')).map((l) => JSON.parse(l).message);
     expect(logged).toContainEqual(expect.stringMatching(/\/policies\/0\/name must match pattern/));
@@ -69,7 +79,7 @@ describe('hot reload', () => {
   });
 
   it('reloads on SIGHUP', async () => {
-    await writeFile(t.configPath, config('team: x'));
+    await replaceConfig(t.configPath, config('team: x'));
     const before = t.logs.filter((l) => l.includes('configuration reloaded')).length;
     process.kill(process.pid, 'SIGHUP');
     for (let i = 0; i < 100 && t.logs.filter((l) => l.includes('configuration reloaded')).length === before; i++) await new Promise((r) => setTimeout(r, 50));
