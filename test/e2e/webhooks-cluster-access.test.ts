@@ -10,7 +10,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { selfSigned } from '../../host/src/server/tls.ts';
 import { admissionReview } from '../helpers/server.ts';
 import {
-  configMap, freePort, getMutating, getObject, getValidating, hookNames, kubeconfig, kubectl, kubectlOk, policy, prepareNamespaces,
+  configMap, getMutating, getObject, getValidating, hookNames, kubeconfig, kubectl, kubectlOk, policy, prepareNamespaces,
   removeWebhookConfigurations, root, startHost, stopAllHosts, tempDir, waitFor, WORK_NAMESPACE, type Host,
 } from './helpers.ts';
 
@@ -99,7 +99,10 @@ describe('RBAC: deploy/10-rbac.yaml, as a real ServiceAccount', () => {
 
 describe('an unreachable apiserver', () => {
   it('is retried and reported while reviews are served; exit does not hang', async () => {
-    const closed = await freePort();
+    // Port 2: below the ephemeral range, so no test process listens there (a "free" port handed
+    // back by the OS was once given to the host itself, which answered the lease calls with 404);
+    // port 1 is on fetch's list of refused ports.
+    const closed = 2;
     const nowhere = await writeKubeconfig({ token: 'x' }, `https://127.0.0.1:${closed}`);
     // A 1 s drain on SIGTERM (server.shutdownDelayMs; 5 s by default), so that what is timed
     // below is the webhook cleanup against an apiserver that never answers.
