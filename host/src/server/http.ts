@@ -44,16 +44,16 @@ class BodyBudget {
     this.limit = limit;
   }
 
-  /** An account for one request: grow() says 'full' when `bytes` more would pass the limit. */
-  open(): { grow: (bytes: number) => 'full' | undefined; release: () => void } {
+  /** An account for one request: grow() is false when `bytes` more would pass the limit. */
+  open(): { grow: (bytes: number) => boolean; release: () => void } {
     let mine = 0;
     let released = false;
     return {
       grow: (bytes) => {
-        if (released || this.#held + bytes > this.limit) return 'full';
+        if (released || this.#held + bytes > this.limit) return false;
         this.#held += bytes;
         mine += bytes;
-        return undefined;
+        return true;
       },
       release: () => {
         if (released) return;
@@ -176,7 +176,7 @@ async function handle(config: ServerConfig, deps: HttpDeps, bodies: BodyBudget, 
     refuse(deps, res, new HttpError('SERVER_BUSY', `the webhook holds ${Math.round(bodies.limit / 2 ** 20)} MiB of request bodies already; retry shortly`));
   };
   const body = await readBody(req, config, account.grow);
-  if (body === 'full') {
+  if (body === 'busy') {
     busy();
     req.resume();
     return;
@@ -197,9 +197,7 @@ async function handle(config: ServerConfig, deps: HttpDeps, bodies: BodyBudget, 
   }
   if (body === null) return; // the client went away mid-body
   // What JSON.parse will make of it: a large body of tiny containers costs many times its bytes.
-  if (body.length >= PARSE_COST_FROM) {
-    if (account.grow(parsedCostOf(body) + BODY_COPIES * body.length)) return busy();
-  }
+  if (body.length >= PARSE_COST_FROM && !account.grow(parsedCostOf(body) + BODY_COPIES * body.length)) return busy();
   try {
     const query = req.url?.includes('?') ? req.url.slice(req.url.indexOf('?') + 1) : undefined;
     const timeoutMs = query === undefined ? undefined : goDurationMs(new URLSearchParams(query).get('timeout'));
@@ -230,7 +228,7 @@ function get(req: IncomingMessage, res: ServerResponse, then: () => void | Promi
  */
 const BYTES_PER_CHUNK = 64;
 
-type BodyRead = Buffer | undefined | null | 'fragmented' | 'full' | 'slow';
+type BodyRead = Buffer | undefined | null | 'fragmented' | 'busy' | 'slow';
 
 /**
  * The body's bytes (kept as bytes: guests get the request from them, issue 14); undefined when
@@ -238,7 +236,7 @@ type BodyRead = Buffer | undefined | null | 'fragmented' | 'full' | 'slow';
  * bodyTimeoutMs: red team, 4,300 requests of headers and no body held every connection slot,
  * and bodies short of their last byte held the body budget, for requestTimeoutMs (30 s) each.
  */
-function readBody(req: IncomingMessage, config: ServerConfig, charge: (bytes: number) => 'full' | undefined): Promise<BodyRead> {
+function readBody(req: IncomingMessage, config: ServerConfig, charge: (bytes: number) => boolean): Promise<BodyRead> {
   const limit = config.maxBodyBytes;
   const declared = Number(req.headers['content-length']);
   if (Number.isFinite(declared) && declared > limit) return Promise.resolve(undefined);
@@ -264,10 +262,9 @@ function readBody(req: IncomingMessage, config: ServerConfig, charge: (bytes: nu
         req.removeAllListeners('data');
         return finish(size + chunk.length > limit ? undefined : 'fragmented');
       }
-      const refused = charge(chunk.length);
-      if (refused) {
+      if (!charge(chunk.length)) {
         req.removeAllListeners('data');
-        return finish(refused);
+        return finish('busy');
       }
       if (size === 0 && chunk.length === declared) {
         body = chunk;
