@@ -206,7 +206,9 @@ it('refuses a call when the calls ahead already waited past its share of the dea
   // calls last started had waited is the measure that cannot be wrong that way.
   const one = new SandboxPool(1);
   try {
-    const numbersSlow = await load(one, 'numbers', { name: 'numbers-turns-slow' });
+    // A 10 s deadline: on a slow machine the sixth slow call waits for five others, longer than
+    // the default 2 s a call may wait for a worker (it was refused there once, in CI).
+    const numbersSlow = await load(one, 'numbers', { name: 'numbers-turns-slow', limits: { ...DEFAULT_LIMITS, timeoutMs: 10_000 } });
     const probe = await load(one, 'no-delete', { name: 'no-delete-200ms', limits: { ...DEFAULT_LIMITS, timeoutMs: 200 } });
     for (let i = 0; i < 5; i++) await evaluatePolicy(one, numbersSlow, 'validate', input({ object: { spec: { numbers: [1] } } })); // last cost: quick
     // Six reviews, each a legitimately slow call. The first goes alone; the other five queue
