@@ -257,3 +257,20 @@ it('with a long queue (each worker given several batches at once), a worker repl
     await two.close();
   }
 }, 60_000);
+
+it('a main thread too busy to turn its event loop still gets answers, and workers their next calls, through pump()', async () => {
+  // Under overload the event loop runs hundreds of requests between two reads of the workers'
+  // answers; pump() reads them from inside that work. Here no event loop turn happens at all:
+  // the main thread only blocks, pumps and runs microtasks.
+  const outcomes: unknown[] = [];
+  for (const spec of [[1], [500]]) void review([numbers], spec).then(([o]) => outcomes.push(o));
+  await Promise.resolve(); // the pool posts its calls from a microtask
+  const until = performance.now() + 10_000;
+  const blocked = new Int32Array(new SharedArrayBuffer(4));
+  while (outcomes.length < 2 && performance.now() < until) {
+    Atomics.wait(blocked, 0, 0, 10);
+    pool.pump();
+    for (let i = 0; i < 20; i++) await Promise.resolve();
+  }
+  expect(outcomes).toEqual([expect.objectContaining({ status: 'allowed' }), expect.objectContaining({ status: 'denied' })]);
+}, 20_000);

@@ -4,7 +4,7 @@
 import './quiet-wasi-warning.ts';
 import { readlinkSync } from 'node:fs';
 import { setPriority } from 'node:os';
-import { parentPort, workerData } from 'node:worker_threads';
+import { parentPort, workerData, type MessagePort } from 'node:worker_threads';
 import type { Guest } from './guest.ts';
 import { cutMessage, MAX_MESSAGE_LENGTH } from '../util/text.ts';
 import { clock, Progress, type CallAnswer, type CallReply, type CallRequest, type FromWorker, type SandboxSpec, type ToWorker } from './protocol.ts';
@@ -30,6 +30,8 @@ try {
   // Not Linux, or /proc not mounted: same priority as the main thread.
 }
 const port = parentPort;
+// Answers go back on their own channel, which the pool can read between sockets (SandboxPool.pump).
+const replies = (workerData as { replies: MessagePort }).replies;
 const specs = new Map<string, SandboxSpec>();
 const guests = new Map<string, Guest>();
 const starting = new Map<string, Promise<Guest>>();
@@ -38,7 +40,7 @@ const garbage = new Garbage();
 const progress = new Progress((workerData as { progress: SharedArrayBuffer }).progress);
 
 function send(message: FromWorker): void {
-  port.postMessage(message);
+  replies.postMessage(message);
 }
 
 async function guestFor(spec: SandboxSpec): Promise<Guest> {

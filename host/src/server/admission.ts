@@ -40,6 +40,8 @@ export type { Caller } from './caller.ts';
 /** `body`: the request body, as bytes when the caller has them (guests then get the request's own bytes). */
 export async function review(deps: AdmissionDeps, caller: Caller, body: string | Buffer): Promise<AdmissionResponseReview> {
   const started = performance.now();
+  // Workers that finished get their next calls before this review joins the queue (see pump).
+  deps.pool.pump();
   const parsed = parseReviewText(body);
   const { request } = parsed;
   const set = deps.registry.current;
