@@ -333,6 +333,40 @@ describe('deadlines while loading', () => {
       await quick.close();
     }
   });
+  it('a worker stopped while its last answer is still unread: that call keeps its answer, and nobody is blamed for the worker', async () => {
+    // The worker answers a ~600 ms call, then starts a module whose start function never returns.
+    // The main thread is blocked meanwhile and resumes between two event-loop rounds, so the load
+    // deadline's timer fires before the loop reads the answer: the pool replaces the worker with
+    // the answer still on its channel. Unread, the answered call was blamed for the worker (no
+    // call was running, so "the last one") and failed (review of pool.pump's channel).
+    const quick = new SandboxPool(1, { loadTimeoutMs: 500 });
+    try {
+      const limits = { ...DEFAULT_LIMITS, timeoutMs: 2000 };
+      const probe = await load(quick, 'spin', { name: 'spin-probe', settings: { iterations: 2_000_000 }, limits });
+      await evaluatePolicy(quick, probe, 'mutate', input());
+      const timed = await evaluatePolicy(quick, probe, 'mutate', input());
+      const iterations = Math.round((600_000 / timed.guestMicros!) * 2_000_000);
+      const slow = await load(quick, 'spin', { name: 'spin-600ms', settings: { iterations }, limits });
+      const file = join(dir, 'start-loop-late.wasm');
+      await writeFile(file, module({ functions: [RETURN_0], exports: [validate], startLoop: true }));
+
+      const answered = evaluatePolicy(quick, slow, 'mutate', input());
+      await Promise.resolve(); // the pool posts the call
+      const options = { settings: {}, limits: DEFAULT_LIMITS, failurePolicy: 'Fail' as const, enforcement: 'enforce' as const, isolation: 'reuse' as const };
+      const looping = loadPolicy(quick, { name: 'start-loop-late', module: file, ...options }).then(() => 'loaded', (error: unknown) => String(error));
+      await new Promise((resolve) => setTimeout(resolve, 150)); // its load is posted while the call runs
+      await new Promise((resolve) => setImmediate(resolve));
+      // Its load deadline: 500 ms, plus twice the 2 s deadline of the call ahead of it.
+      Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 5500);
+
+      expect(await answered).toMatchObject({ status: 'allowed', warnings: [`spun ${iterations}`] });
+      expect(await looping).toMatch(/did not finish instantiating/);
+      expect(quick.stats.restarts).toBe(1);
+      expect(await evaluatePolicy(quick, slow, 'mutate', input())).toMatchObject({ status: 'allowed' });
+    } finally {
+      await quick.close();
+    }
+  }, 30_000);
 });
 
 describe('what a policy reaches for and cannot have is named', () => {

@@ -78,7 +78,7 @@ interface Slot {
   worker: Worker;
   /** Where the worker answers (see pump): its own channel, so answers can be read between sockets. */
   replies: MessagePort;
-  /** The batches posted to this worker and not yet answered, in order: at most two (see #dispatch). */
+  /** The batches posted to this worker and not yet answered, in order: at most MAX_BATCHES (see #dispatch). */
   batches: Batch[];
   /** The number the next batch's first call gets in the worker's sequence. */
   seq: number;
@@ -751,22 +751,29 @@ export class SandboxPool {
   }
 
   #onMessage(slot: Slot, message: FromWorker): void {
+    if (this.#settle(slot, message, true)) this.#dispatch();
+  }
+
+  /**
+   * Applies one message of `slot`'s worker; true when it freed a worker or a policy. `check`:
+   * look at the next batch's deadline now (not while the worker is being replaced).
+   */
+  #settle(slot: Slot, message: FromWorker, check: boolean): boolean {
     if (message.type === 'loaded') {
       const pending = slot.loads.get(message.key);
       slot.loads.delete(message.key);
       clearTimeout(pending?.timer);
       pending?.done(message.error);
-      this.#dispatch();
-      return;
+      return true;
     }
     // Answers come in the order the batches were posted; one for a batch no longer here (its
     // worker was replaced meanwhile) is dropped.
-    if (slot.batches[0]?.id !== message.batch) return;
+    if (slot.batches[0]?.id !== message.batch) return false;
     const { jobs } = slot.batches.shift()!;
     clearTimeout(slot.timer);
     slot.timer = undefined;
     // The next batch may have been running for a while: check it now.
-    if (slot.batches.length > 0) this.#expire(slot);
+    if (check && slot.batches.length > 0) this.#expire(slot);
     const now = performance.now();
     for (const [i, job] of jobs.entries()) {
       const reply: CallReply = message.replies[i] ?? { ok: false, fault: 'trap', message: 'the sandbox worker gave no answer', logs: [], spentMicros: 0 };
@@ -791,7 +798,7 @@ export class SandboxPool {
         ? { ok: true, output: reply.output, guestMicros: reply.guestMicros, totalMicros, logs: reply.logs }
         : { ok: false, fault: reply.fault === 'late' ? 'deadline' : reply.fault, message: reply.message, totalMicros, logs: reply.logs });
     }
-    this.#dispatch();
+    return true;
   }
 
   #idle(slot: Slot): void {
@@ -826,6 +833,13 @@ export class SandboxPool {
   #replace(slot: Slot, reason: string, kind: CallFault = 'worker'): void {
     const index = this.#slots.indexOf(slot);
     if (index < 0 || this.#closed) return;
+    // What the worker answered before it was stopped or died is answered: its answers can still be
+    // unread on its channel (a timer fires before the loop reads messages; Node drains a worker's
+    // parentPort at exit, not this channel). Unread, the calls were run again, and with no call
+    // running, the last one answered was blamed for the worker (review of the pump change).
+    for (let read = receiveMessageOnPort(slot.replies); read !== undefined; read = receiveMessageOnPort(slot.replies)) {
+      this.#settle(slot, read.message as FromWorker, false);
+    }
     this.#restarts++;
     const fresh = this.#spawn(index);
     this.#slots[index] = fresh;
