@@ -142,8 +142,6 @@ export const QUEUE_SHARE = 0.25;
  * sixth fewer reviews); it is there for what the prediction cannot see.
  */
 export const WAIT_SHARE = 0.5;
-/** How often pump() reads the workers' answers at most: about one request's main-thread time under overload. */
-const PUMP_EVERY_MS = 0.2;
 /** Instances (policies × workers holding each) past which policies are no longer in every worker. */
 export const INSTANCE_BUDGET = 64;
 
@@ -198,8 +196,6 @@ export class SandboxPool {
   #suspectQueued = 0;
   /** Each policy's last call, in µs of worker time. */
   #cost = new Map<string, number>();
-  /** When pump() last read the workers' answers. */
-  #pumped = -Infinity;
   /** The sum of #cost over the queued calls (as counted when each was queued). */
   #queuedMicros = 0;
   /** How long the calls last sent to a worker had waited in the queue (ms); 0 once it is empty. */
@@ -382,15 +378,14 @@ export class SandboxPool {
    * hundreds of requests (each parsed, most refused), and the workers sat idle with their
    * answers unread while the queue their idleness made refused review after review (the overload
    * benchmark: workers busy a third of the time, 15% of the saturation rate allowed). The HTTP
-   * layer calls this once per request, and it reads at most every PUMP_EVERY_MS: a few µs a
-   * request at saturation, where the loop's rounds are short anyway (1.8% of the main thread).
+   * layer calls this once per request. A read finding nothing costs a few µs per worker (2-3%
+   * of the main thread's time per request), so a worker is read only when its progress says it
+   * finished its first batch, or while it loads.
    */
   pump(): void {
-    const now = performance.now();
-    if (now - this.#pumped < PUMP_EVERY_MS) return;
-    this.#pumped = now;
     for (const slot of this.#slots) {
-      if (slot.batches.length === 0 && slot.loads.size === 0) continue;
+      const batch = slot.batches[0];
+      if (batch ? ((slot.progress.seq() - (batch.first + batch.jobs.length)) | 0) < 0 : slot.loads.size === 0) continue;
       for (let read = receiveMessageOnPort(slot.replies); read !== undefined; read = receiveMessageOnPort(slot.replies)) {
         this.#onMessage(slot, read.message as FromWorker);
         // An answer can replace the worker (a late call): its successor's answers are for later.

@@ -101,6 +101,11 @@ export class Progress {
     Atomics.store(this.#seq, 0, seq | 0);
   }
 
+  /** The number of the call running now (see mark), without the time: for polling. */
+  seq(): number {
+    return Atomics.load(this.#seq, 0);
+  }
+
   read(): { seq: number; since: number } {
     const seq = Atomics.load(this.#seq, 0);
     return { seq, since: this.#since[0]! };
