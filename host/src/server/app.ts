@@ -52,6 +52,15 @@ type Listener = (set: PolicySet) => void;
  */
 export const RETIRE_GRACE_MS = 30_000;
 
+/**
+ * Connections the kernel may hold for the host before it accepts them (capped by
+ * net.core.somaxconn, 4096 by default since Linux 5.4). Node's default, 511, overflowed when a
+ * caller opened connections in a burst while the main thread was busy: the overload benchmark's
+ * 2,048 saw SYNs dropped (a second's retransmit each) and up to 237 connections fail. Go servers,
+ * the apiserver among them, listen with somaxconn.
+ */
+const LISTEN_BACKLOG = 4096;
+
 export class PortcullisServer {
   readonly log: Logger;
   readonly pool: SandboxPool;
@@ -369,7 +378,7 @@ export class PortcullisServer {
     const { host, port } = this.config.server;
     return new Promise((resolve, reject) => {
       this.#server.once('error', reject);
-      this.#server.listen(port, host, () => {
+      this.#server.listen({ port, host, backlog: LISTEN_BACKLOG }, () => {
         this.#server.off('error', reject);
         this.log.info('listening', { url: this.url });
         resolve();
