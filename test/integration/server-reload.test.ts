@@ -7,6 +7,7 @@ import { Agent, request } from 'undici';
 import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
 import { root, wasm } from '../helpers/policies.ts';
 import { admissionReview, policyYaml, startServer, type TestServer } from '../helpers/server.ts';
+import { module, RETURN_0 } from '../helpers/wasm.ts';
 
 /**
  * Replaces the configuration as kubelet updates a mounted ConfigMap, in one step: a truncating
@@ -77,6 +78,24 @@ describe('hot reload', () => {
     const { body } = await t.post('/validate', pod());
     expect(body.response.status.message).toBe('policy "require-labels": missing required label: tier');
   });
+
+  it('a reload asked for while another runs reads the file again after it: the newest edit is never lost', async () => {
+    // The first reload holds for the load deadline (10 s): its new policy's start function never
+    // returns. A reload asked for meanwhile used to share its answer, and the edit made after the
+    // first one read the file was never loaded (the file watcher's reload of one edit answered
+    // the test's reload of the next: flaky in CI).
+    const looping = join(t.dir, 'start-loop.wasm');
+    await writeFile(looping, module({ functions: [RETURN_0], exports: [{ name: 'validate', kind: 'func', index: 0 }], startLoop: true }));
+    await replaceConfig(t.configPath, `${config('team: x')}  - { name: start-loop, module: ${looping}, rules: [{ operations: [CREATE], apiGroups: [""], apiVersions: [v1], resources: [pods] }] }\n`);
+    const first = t.server.reload();
+    await new Promise((r) => setTimeout(r, 500)); // it has read the file and waits on the new policy
+    await replaceConfig(t.configPath, config('team: x, tier: prod'));
+    const second = t.server.reload();
+    expect(await first).toBe(false);
+    expect(await second).toBe(true);
+    const { body } = await t.post('/validate', pod());
+    expect(body.response.status.message).toBe('policy "require-labels": missing required label: tier');
+  }, 30_000);
 
   it('reloads on SIGHUP', async () => {
     await replaceConfig(t.configPath, config('team: x'));
