@@ -387,7 +387,8 @@ async function overload(): Promise<OverloadResult> {
     const rssBefore = await memory(server.pid);
     log(`overload: ${offered} req/s offered (${OVERLOAD_FACTOR}× ${saturation.rps}) for ${SETTINGS.paced.durationSec}s`);
     const connections = 2048;
-    const run = await measured(server.pid, () => load({ ...base, connections, kind: 'paced', rate: offered, warmupSec: 0, durationSec: SETTINGS.paced.durationSec }));
+    const paced = { ...base, connections, kind: 'paced' as const, rate: offered, warmupSec: 0, durationSec: SETTINGS.paced.durationSec };
+    const run = await measured(server.pid, () => load(paced));
     const after = await verdicts(server.origin);
     const sent = Math.round(offered * SETTINGS.paced.durationSec);
     const rssAfter = await memory(server.pid);
@@ -398,7 +399,7 @@ async function overload(): Promise<OverloadResult> {
     try {
       await ready(limit, performance.now());
       await quiet(SETTINGS.quietSec / 2);
-      limitRun = await measured(limit.pid, () => load({ ...base, origin: limit.origin, connections, kind: 'paced', rate: offered, warmupSec: 0, durationSec: SETTINGS.paced.durationSec }));
+      limitRun = await measured(limit.pid, () => load({ ...paced, origin: limit.origin }));
     } finally {
       await limit.stop();
     }

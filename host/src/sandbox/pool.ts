@@ -377,8 +377,8 @@ export class SandboxPool {
    * event loop reads them only between its rounds of sockets: under overload a round runs
    * hundreds of requests (each parsed, most refused), and the workers sat idle with their
    * answers unread while the queue their idleness made refused review after review (the overload
-   * benchmark: workers busy a third of the time, 15% of the saturation rate allowed). The HTTP
-   * layer calls this once per request. A read finding nothing costs a few µs per worker (2-3%
+   * benchmark: workers busy a third of the time, 15% of the saturation rate allowed). Each
+   * review calls this as it starts (server/admission.ts). A read finding nothing costs a few µs per worker (2-3%
    * of the main thread's time per request), so a worker is read only when its progress says it
    * finished its first batch, or while it loads.
    */
@@ -386,8 +386,8 @@ export class SandboxPool {
     for (const slot of this.#slots) {
       const batch = slot.batches[0];
       if (batch ? ((slot.progress.seq() - (batch.first + batch.jobs.length)) | 0) < 0 : slot.loads.size === 0) continue;
-      for (let read = receiveMessageOnPort(slot.replies); read !== undefined; read = receiveMessageOnPort(slot.replies)) {
-        this.#onMessage(slot, read.message as FromWorker);
+      for (const message of unread(slot.replies)) {
+        this.#onMessage(slot, message);
         // An answer can replace the worker (a late call): its successor's answers are for later.
         if (!this.#slots.includes(slot)) break;
       }
@@ -832,9 +832,7 @@ export class SandboxPool {
     // unread on its channel (a timer fires before the loop reads messages; Node drains a worker's
     // parentPort at exit, not this channel). Unread, the calls were run again, and with no call
     // running, the last one answered was blamed for the worker (review of the pump change).
-    for (let read = receiveMessageOnPort(slot.replies); read !== undefined; read = receiveMessageOnPort(slot.replies)) {
-      this.#settle(slot, read.message as FromWorker, false);
-    }
+    for (const message of unread(slot.replies)) this.#settle(slot, message, false);
     this.#restarts++;
     const fresh = this.#spawn(index);
     this.#slots[index] = fresh;
@@ -900,6 +898,11 @@ function refusal({ queuedMs, waitedMs }: Ahead, timeoutMs: number): CallResult |
  */
 function costAfter(before: number | undefined, micros: number): number {
   return before === undefined ? micros : Math.round(before * 0.75 + micros * 0.25);
+}
+
+/** The messages already on `port`, read now rather than when the event loop gets to them. */
+function* unread(port: MessagePort): Generator<FromWorker> {
+  for (let read = receiveMessageOnPort(port); read !== undefined; read = receiveMessageOnPort(port)) yield read.message as FromWorker;
 }
 
 function inflight(slot: Slot): Job[] {

@@ -107,8 +107,7 @@ export class Progress {
   }
 
   read(): { seq: number; since: number } {
-    const seq = Atomics.load(this.#seq, 0);
-    return { seq, since: this.#since[0]! };
+    return { seq: this.seq(), since: this.#since[0]! };
   }
 }
 
