@@ -83,6 +83,16 @@ describe('crashes and garbage', () => {
     expect(await evaluatePolicy(pool, garbage, 'mutate', input({ object: {} }))).toMatchObject({ status: 'failed', failure: 'crash', message: 'returned a patch that is not a list of operations' });
   });
 
+  it('treats a non-zero return code as a failure, whatever the output says (Extism\'s convention)', async () => {
+    const code = await load(pool, 'error-code');
+    expect(await evaluatePolicy(pool, code, 'validate', input())).toMatchObject({
+      status: 'failed', failure: 'crash', message: expect.stringMatching(/^crashed: returned 1 from validate, which says it failed/),
+    });
+    expect(await evaluatePolicy(pool, code, 'mutate', input({ object: {} }))).toMatchObject({
+      status: 'failed', failure: 'crash', message: expect.stringMatching(/^crashed: returned 7 from mutate/),
+    });
+  });
+
   it('refuses output over the limit', async () => {
     const big = await load(pool, 'oversize');
     expect(await evaluatePolicy(pool, big, 'validate', input())).toMatchObject({ status: 'failed', failure: 'temporary', message: 'returned 2097152 bytes, more than its 1048576-byte output limit' });

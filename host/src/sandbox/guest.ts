@@ -230,6 +230,10 @@ async function instantiateCore(spec: SandboxSpec, logs: LogBuffer): Promise<Gues
     throw error;
   }
   const instance = await plugin.getInstance();
+  let returned: unknown;
+  keepReturnValues(plugin, Object.values(CORE_EXPORTS).filter((name) => exported.has(name)), (value) => {
+    returned = value;
+  });
   const memories = Object.values(instance.exports).filter((v): v is WebAssembly.Memory => v instanceof WebAssembly.Memory);
   guest.memory = instance.exports.memory instanceof WebAssembly.Memory ? instance.exports.memory : undefined;
   return {
@@ -242,12 +246,17 @@ async function instantiateCore(spec: SandboxSpec, logs: LogBuffer): Promise<Gues
       if (!exported.has(name)) throw new GuestFault('trap', `the module does not export "${name}"`);
       allocated = 0;
       fault = undefined;
+      returned = undefined;
       if (oneCopy) parts = inputParts(input);
       try {
         const output = await plugin.call(name, oneCopy ? undefined : inputBytes(input));
         // Set by the host functions during the call, which the compiler cannot see from here.
         const caught = fault as GuestFault | undefined;
         if (caught) throw caught;
+        const code = returned as unknown;
+        if ((typeof code === 'number' && code !== 0) || (typeof code === 'bigint' && code !== 0n)) {
+          throw new GuestFault('trap', `returned ${code} from ${name}, which says it failed (Extism's convention: 0 is success), without an error message; its output, if any, is not used`);
+        }
         if (output === null) return '';
         const size = (output as unknown as DataView).byteLength;
         if (size > spec.maxOutputBytes) throw outputTooLarge(spec, size);
@@ -266,6 +275,31 @@ async function instantiateCore(spec: SandboxSpec, logs: LogBuffer): Promise<Gues
     footprintBytes: () => total(memories),
     close: () => void plugin.close(),
   };
+}
+
+/**
+ * Extism's convention is that an export returning non-zero has failed (its Rust runtime reports
+ * it as an error), but this JS SDK drops the value: a module that wrote an allow and returned 1
+ * was allowed (red team). Each of `names` is wrapped, where the SDK looks it up for a call, to
+ * hand its return value to `onReturn`. Relies on the SDK's own lookup (pinned 1.0.x): if it
+ * changes, policies refuse to load here rather than run unchecked.
+ */
+function keepReturnValues(plugin: Plugin, names: string[], onReturn: (value: unknown) => void): void {
+  type Target = { instance: { exports: WebAssembly.Exports } };
+  const lookup = (plugin as unknown as { lookupTarget?: (name: string) => Target | undefined }).lookupTarget;
+  const target = typeof lookup === 'function' ? lookup.call(plugin, '0') : undefined;
+  if (!target?.instance?.exports) throw new Error('this version of @extism/extism does not let the host read a function\'s return value; pin 1.0.x');
+  const exports: WebAssembly.Exports = { ...target.instance.exports };
+  for (const name of names) {
+    const fn = exports[name];
+    if (typeof fn !== 'function') continue;
+    exports[name] = (...args: unknown[]): unknown => {
+      const value: unknown = (fn as (...a: unknown[]) => unknown)(...args);
+      onReturn(value);
+      return value;
+    };
+  }
+  target.instance = { exports };
 }
 
 function largest(memories: WebAssembly.Memory[]): number {
