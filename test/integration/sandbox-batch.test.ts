@@ -152,16 +152,20 @@ it('answers the late calls of a queue as not started and starts the right one am
 }, 20_000);
 
 it('answers a queue of late calls longer than the scheduler looks at once, and runs what waits behind them', async () => {
+  // Held long enough that the calls expire before a relief worker comes (at 10% of its deadline).
+  // Loaded first: loading calls each policy once, and round-robin starts the one served longest ago.
+  const slowSpin = await load(pool, 'spin', { name: 'spin-2s', limits: { ...DEFAULT_LIMITS, timeoutMs: 2000 } });
   const short = await load(pool, 'numbers', { name: 'numbers-100ms-many', limits: { ...DEFAULT_LIMITS, timeoutMs: 100 } });
   const long = await load(pool, 'no-delete', { name: 'no-delete-5s-behind', limits: { ...DEFAULT_LIMITS, timeoutMs: 5000 } });
-  const blocker = evaluatePolicy(pool, spin, 'validate', input({}));
+  const blocker = evaluatePolicy(pool, slowSpin, 'validate', input({}));
   const shared = input({ object: { spec: { numbers: [1] } } });
   // Far more than one window (512) of calls that expire while the worker spins, then one that does not.
   const lates = Array.from({ length: 1200 }, () => evaluatePolicy(pool, short, 'validate', shared));
   const behind = evaluatePolicy(pool, long, 'validate', shared);
   expect((await blocker).status).toBe('failed');
   expect((await behind).status).toBe('allowed');
-  expect((await Promise.all(lates)).every((o) => o.status === 'failed' && o.message.includes('not started'))).toBe(true);
+  const answers = await Promise.all(lates);
+  expect(answers.filter((o) => !(o.status === 'failed' && o.message.includes('not started'))).slice(0, 3)).toEqual([]);
 }, 20_000);
 
 it('places each policy in fewer workers when many are loaded, and answers each from a worker that holds it', async () => {

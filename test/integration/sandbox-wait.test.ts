@@ -14,10 +14,11 @@ afterAll(() => pool.close());
 
 describe('the time left to answer', () => {
   it('a call that could not finish in time is not started; without a caller timeout it waits its deadline', async () => {
-    const spin = await load(pool, 'spin', { limits: { ...DEFAULT_LIMITS, timeoutMs: 1500 } });
+    // Long enough that the relief worker (see below) comes after the late call's wait has run out.
+    const spin = await load(pool, 'spin', { limits: { ...DEFAULT_LIMITS, timeoutMs: 5000 } });
     const numbers = await load(pool, 'numbers', { limits: { ...DEFAULT_LIMITS, timeoutMs: 2000 } });
     const ok = input({ object: { spec: { numbers: [1] } } });
-    // The only worker is held by a loop for 1.5 s.
+    // The only worker is held by a loop for 5 s.
     const held = evaluatePolicy(pool, spin, 'validate', input());
     await new Promise((r) => setTimeout(r, 50));
     // The caller waits 2.3 s in all: a call of a 2 s policy may wait 0.3 s, not 2 s.
@@ -28,6 +29,39 @@ describe('the time left to answer', () => {
     expect(patient.status).toBe('allowed');
     await held;
   });
+});
+
+describe('a relief worker', () => {
+  it('runs other policies\' calls while every worker is held by a long call, and goes once it is not needed', async () => {
+    const two = new SandboxPool(2);
+    try {
+      const long = { limits: { ...DEFAULT_LIMITS, timeoutMs: 6000 } };
+      const [spinA, spinB, numbers] = await Promise.all([
+        load(two, 'spin', { ...long, name: 'spin-a' }), load(two, 'spin', { ...long, name: 'spin-b' }),
+        load(two, 'numbers', { limits: { ...DEFAULT_LIMITS, timeoutMs: 3000 } }),
+      ]);
+      const ok = input({ object: { spec: { numbers: [1] } } });
+      // Each answers a review first, so nothing marks them as likely to loop (red team: a policy
+      // trusted until its first loop, beside one already stopped, held both workers).
+      for (const policy of [spinA, spinB]) expect((await evaluatePolicy(two, policy, 'mutate', input({ object: {} }))).status).toBe('allowed');
+      expect((await evaluatePolicy(two, numbers, 'validate', ok)).status).toBe('allowed');
+      const held = [spinA, spinB].map((policy) => evaluatePolicy(two, policy, 'validate', input()));
+      await new Promise((r) => setTimeout(r, 100));
+      expect(two.stats.busy).toBe(2);
+      // Both workers loop for 6 s; numbers may wait 3 s. Without relief it waited them out and failed.
+      const started = performance.now();
+      const answers = await Promise.all([1, 2, 3].map(() => evaluatePolicy(two, numbers, 'validate', ok)));
+      expect(answers.map((a) => a.status)).toEqual(['allowed', 'allowed', 'allowed']);
+      expect(performance.now() - started).toBeLessThan(3000);
+      expect(two.stats.workers).toBe(3);
+      for (const outcome of await Promise.all(held)) expect(outcome).toMatchObject({ status: 'failed', message: 'exceeded its 6s CPU deadline' });
+      // Nothing holds the workers now: the relief worker goes after RELIEF_IDLE_MS (2 s).
+      await expect.poll(() => two.stats.workers, { timeout: 10_000, interval: 100 }).toBe(2);
+      expect((await evaluatePolicy(two, numbers, 'validate', ok)).status).toBe('allowed');
+    } finally {
+      await two.close();
+    }
+  }, 30_000);
 });
 
 describe('goDurationMs', () => {

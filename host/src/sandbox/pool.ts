@@ -33,6 +33,8 @@
 // then grows as policies × min(workers, max(1, budget / policies)) instances instead of
 // policies × workers. A policy whose only worker a stopped policy shares gets a second one
 // (see #spreadFrom): only a misbehaving neighbour costs that memory. A call goes only to a worker that holds its policy.
+// While every worker is held by a long call and others wait, one relief worker is added for
+// the waiting policies (see #relief), and goes once it is not needed.
 import { availableParallelism } from 'node:os';
 import { extname } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -87,6 +89,10 @@ interface Slot {
   loads: Map<string, { done: (error?: string) => void; timer: NodeJS.Timeout | undefined }>;
   /** Its position in the pool: placements name positions, which a replacement worker inherits. */
   index: number;
+  /** A relief worker (see #relieve): the policies it was given, which are all it holds. */
+  relief?: Set<string>;
+  /** A relief worker: the policies whose calls held every worker, which it does not run. */
+  holding?: Set<string>;
 }
 
 /** How long instantiating a policy (its start function included) may take in one worker. */
@@ -142,11 +148,19 @@ export const QUEUE_SHARE = 0.25;
  * sixth fewer reviews); it is there for what the prediction cannot see.
  */
 export const WAIT_SHARE = 0.5;
+/**
+ * How often, while calls wait, the pool looks whether every worker is held (see #relieve), and
+ * how long a relief worker stays once nothing holds the workers and it has nothing to run.
+ */
+const HELD_CHECK_MS = 50;
+const RELIEF_IDLE_MS = 2_000;
 /** Instances (policies × workers holding each) past which policies are no longer in every worker. */
 export const INSTANCE_BUDGET = 64;
 
 export interface PoolStats {
   size: number;
+  /** Worker threads now: `size`, or one more while a relief worker is there (see #relief). */
+  workers: number;
   busy: number;
   queued: number;
   restarts: number;
@@ -166,6 +180,7 @@ export class SandboxPool {
 
   readonly #loadTimeoutMs: number;
   readonly #probationMs: number;
+  readonly #reliefIdleMs: number;
   /** Round-robin between policies: when each policy last had a call started. */
   #served = new Map<string, number>();
   #turn = 0;
@@ -208,17 +223,34 @@ export class SandboxPool {
   #instances: number;
   #nextHome = 0;
   #dispatchQueued = false;
+  /**
+   * One worker more than `size`, added while every worker is held by a call that has already
+   * run long (a loop to its deadline, a slow policy) and calls of other policies wait: the red
+   * team's two looping policies (one already stopped, one trusted until its first loop) held both
+   * workers for a deadline, and good reviews failed waiting. It runs only calls of policies not
+   * seen to misbehave, and goes once it has been idle for RELIEF_IDLE_MS with the workers free.
+   */
+  #relief: Slot | undefined;
+  #reliefIdleSince = 0;
+  /** When the relief worker's last loads began: one that takes longer than a load may is retired. */
+  #reliefLoading = 0;
+  #heldTimer: NodeJS.Timeout | undefined;
 
-  constructor(size = Math.max(2, availableParallelism()), options: { loadTimeoutMs?: number; probationMs?: number } = {}) {
+  constructor(
+    size = Math.max(2, availableParallelism()),
+    options: { loadTimeoutMs?: number; probationMs?: number; reliefIdleMs?: number } = {},
+  ) {
     this.size = size;
     this.#loadTimeoutMs = options.loadTimeoutMs ?? LOAD_TIMEOUT_MS;
     this.#probationMs = options.probationMs ?? PROBATION_MS;
+    this.#reliefIdleMs = options.reliefIdleMs ?? RELIEF_IDLE_MS;
     this.#instances = size;
     for (let i = 0; i < size; i++) this.#slots.push(this.#spawn(i));
   }
 
   get stats(): PoolStats {
-    return { size: this.size, busy: this.#slots.filter((s) => s.batches.length > 0).length, queued: this.#queue.length, restarts: this.#restarts };
+    const busy = this.#slots.filter((s) => s.batches.length > 0).length;
+    return { size: this.size, workers: this.#slots.length, busy, queued: this.#queue.length, restarts: this.#restarts };
   }
 
   /**
@@ -320,6 +352,7 @@ export class SandboxPool {
 
   /** A policy the pool no longer has may go anywhere: the worker answers that it is not loaded. */
   #holds(slot: Slot, key: string): boolean {
+    if (slot.relief) return slot.relief.has(key);
     return this.#placement.get(key)?.has(slot.index) ?? true;
   }
 
@@ -333,6 +366,7 @@ export class SandboxPool {
     this.#slow.delete(key);
     this.#cost.delete(key);
     if (!this.#specs.delete(key)) return;
+    this.#relief?.relief?.delete(key);
     for (const slot of this.#slots) this.#post(slot, { type: 'unload', key });
   }
 
@@ -419,8 +453,8 @@ export class SandboxPool {
 
   /** A loaded worker holding the policy is idle, and nothing queued (not yet dispatched, or a burst in one turn) could take it first. */
   #startsNow(key: string): boolean {
-    const home = this.#placement.get(key);
-    return this.#slots.some((slot) => slot.batches.length === 0 && slot.loads.size === 0 && (home?.has(slot.index) ?? true) && !this.#queuedFor(slot));
+    return this.#slots.some((slot) => slot.batches.length === 0 && slot.loads.size === 0 && this.#holds(slot, key)
+      && !(slot.relief && !this.#reliefRuns(slot, key)) && !this.#queuedFor(slot));
   }
 
   /** Whether a trusted call in the scheduler's window could go to this worker. */
@@ -434,6 +468,7 @@ export class SandboxPool {
 
   async close(): Promise<void> {
     this.#closed = true;
+    clearTimeout(this.#heldTimer);
     for (const job of this.#queue.splice(0)) job.resolve(fault(job, 'worker', 'the sandbox pool shut down'));
     this.#queuedMicros = 0;
     this.#suspectQueued = 0;
@@ -497,6 +532,11 @@ export class SandboxPool {
   }
 
   #dispatch(): void {
+    this.#handOut();
+    this.#watchHeld();
+  }
+
+  #handOut(): void {
     // A worker still loading policies would make a call wait behind instantiation, on its clock.
     const idle = this.#slots.filter((slot) => slot.batches.length === 0 && slot.loads.size === 0);
     for (const [i, slot] of idle.entries()) {
@@ -524,6 +564,116 @@ export class SandboxPool {
         taken = true;
       }
     }
+  }
+
+  /** While calls wait or a relief worker is there, look again in HELD_CHECK_MS. */
+  #watchHeld(): void {
+    if (this.#heldTimer !== undefined || this.#closed || (this.#queue.length === 0 && !this.#relief)) return;
+    this.#heldTimer = setTimeout(() => {
+      this.#heldTimer = undefined;
+      this.#relieve();
+      this.#watchHeld();
+    }, HELD_CHECK_MS);
+    this.#heldTimer.unref();
+  }
+
+  /** Adds a relief worker when every worker is held and other calls wait; retires it once it is not needed. */
+  #relieve(): void {
+    if (this.#closed) return;
+    const holding = this.#holdingKeys();
+    const held = holding !== undefined;
+    const relief = this.#relief;
+    if (relief) {
+      const now = performance.now();
+      // Its policies loaded elsewhere, so are known to finish loading, but need not do so twice.
+      if (relief.loads.size > 0 && now - this.#reliefLoading > this.#loadTimeoutMs) return this.#retireRelief();
+      if (held) {
+        for (const key of holding) relief.holding!.add(key);
+        // New policies waiting while still held: it gets them too (it takes calls once loaded).
+        this.#giveRelief(relief);
+        this.#reliefIdleSince = 0;
+      } else if (relief.batches.length > 0 || relief.loads.size > 0) {
+        this.#reliefIdleSince = 0;
+      } else if (this.#reliefIdleSince === 0) {
+        this.#reliefIdleSince = now;
+      } else if (now - this.#reliefIdleSince >= this.#reliefIdleMs) {
+        this.#retireRelief();
+      }
+      return;
+    }
+    if (!held || ![...this.#waitingKeys()].some((key) => !holding.has(key))) return;
+    const slot = this.#spawn(this.size);
+    slot.relief = new Set();
+    slot.holding = holding;
+    this.#relief = slot;
+    this.#reliefIdleSince = 0;
+    this.#slots.push(slot);
+    this.#giveRelief(slot);
+  }
+
+  /** Loads into the relief worker the policies of waiting calls it does not have yet. */
+  #giveRelief(slot: Slot): void {
+    const keys = slot.relief!;
+    for (const key of this.#waitingKeys()) {
+      const spec = this.#specs.get(key);
+      if (!spec || keys.has(key) || slot.holding!.has(key) || this.#loading.has(key)) continue;
+      if (slot.loads.size === 0) this.#reliefLoading = performance.now();
+      keys.add(key);
+      void this.#loadInto(slot, spec).then((error) => {
+        if (error !== undefined) keys.delete(key);
+        this.#dispatch();
+      });
+    }
+  }
+
+  /** Policies with calls in the scheduler's window that a relief worker may run (not seen to misbehave). */
+  #waitingKeys(): Set<string> {
+    const keys = new Set<string>();
+    for (let i = 0; i < Math.min(this.#queue.length, WINDOW); i++) {
+      const { key } = this.#queue[i]!;
+      if (!this.#distrusted(key)) keys.add(key);
+    }
+    return keys;
+  }
+
+  /**
+   * When every worker (the relief aside) is running a call that has run past SLOW_SHARE of its
+   * deadline (what would make its policy slow had it answered), those calls' policies; else
+   * undefined. Quick calls never hold a worker that long, so a pool merely overloaded gets no
+   * relief worker (it would only add threads to the same cores); a worker that loads policies
+   * is not held (it will be free soon).
+   */
+  #holdingKeys(): Set<string> | undefined {
+    const now = clock();
+    const keys = new Set<string>();
+    for (const slot of this.#slots) {
+      if (slot.relief) continue;
+      if (slot.batches.length === 0 || slot.loads.size > 0) return undefined;
+      const { seq, since } = slot.progress.read();
+      const running = runningCall(slot, seq);
+      if (!running || now - since < running.job.timeoutMs * SLOW_SHARE) return undefined;
+      keys.add(running.job.key);
+    }
+    return keys;
+  }
+
+  /** A relief worker runs no call of a policy seen to misbehave, nor of one whose calls held the workers. */
+  #reliefRuns(slot: Slot, key: string): boolean {
+    return !slot.holding!.has(key) && !this.#distrusted(key);
+  }
+
+  #retireRelief(): void {
+    const slot = this.#relief;
+    if (!slot) return;
+    this.#relief = undefined;
+    this.#slots.splice(this.#slots.indexOf(slot), 1);
+    for (const { done, timer } of slot.loads.values()) {
+      clearTimeout(timer);
+      done();
+    }
+    slot.loads.clear();
+    slot.replies.close();
+    void slot.worker.terminate();
   }
 
   /** A call that may share a message with other reviews' and have a batch wait behind it: not solo, and its policy's last call was quick. */
@@ -611,7 +761,7 @@ export class SandboxPool {
    * for policies merely new: a new benign policy's first call would wait for a new looping one.
    */
   #spareBesides(slot: Slot): boolean {
-    return this.#slots.some((other) => other !== slot && other.loads.size === 0 && inflight(other).every((job) => !this.#distrusted(job.key)));
+    return this.#slots.some((other) => other !== slot && !other.relief && other.loads.size === 0 && inflight(other).every((job) => !this.#distrusted(job.key)));
   }
 
   /**
@@ -716,7 +866,7 @@ export class SandboxPool {
         late.push(i);
         continue;
       }
-      if (!this.#holds(slot, job.key)) continue;
+      if (!this.#holds(slot, job.key) || (slot.relief && !this.#reliefRuns(slot, job.key))) continue;
       const instances = this.instancesOf(job.key) || this.size;
       // A suspect policy never takes every worker, even when nothing else waits: what arrives
       // while it runs to its deadline again must find a worker free; and not the last one that
@@ -834,8 +984,13 @@ export class SandboxPool {
     // running, the last one answered was blamed for the worker (review of the pump change).
     for (const message of unread(slot.replies)) this.#settle(slot, message, false);
     this.#restarts++;
-    const fresh = this.#spawn(index);
-    this.#slots[index] = fresh;
+    // A relief worker is not replaced: the pool adds another if every worker is still held.
+    const fresh = slot.relief ? undefined : this.#spawn(index);
+    if (fresh) this.#slots[index] = fresh;
+    else {
+      this.#slots.splice(index, 1);
+      this.#relief = undefined;
+    }
     // Loads that were under way in the old worker carry on in the new one; only a policy the pool
     // has dropped (the one whose load expired) is told the reason.
     const pending = new Map(slot.loads);
@@ -854,7 +1009,7 @@ export class SandboxPool {
         this.#solo.add(culprit.key);
         this.#suspect.add(culprit.key);
         this.#strike(culprit.key);
-        this.#spreadFrom(index, culprit.key);
+        if (fresh) this.#spreadFrom(index, culprit.key);
       }
       culprit.resolve(fault(culprit, kind, reason));
       for (const job of jobs.filter((j) => j !== culprit).reverse()) {
@@ -867,13 +1022,13 @@ export class SandboxPool {
         this.#enqueue(job, true);
       }
     }
-    for (const spec of this.#specs.values()) {
-      if (!this.#holds(fresh, spec.key)) continue;
+    for (const spec of fresh ? this.#specs.values() : []) {
+      if (!this.#holds(fresh!, spec.key)) continue;
       const waiting = pending.get(spec.key);
       // A first load that was still under way keeps its deadline in the new worker.
-      void this.#loadInto(fresh, spec, waiting?.timer !== undefined).then((error) => waiting?.done(error));
+      void this.#loadInto(fresh!, spec, waiting?.timer !== undefined).then((error) => waiting?.done(error));
     }
-    for (const [key, { done }] of pending) if (!this.#specs.has(key)) done(reason);
+    for (const [key, { done }] of pending) if (!fresh || !this.#specs.has(key)) done(reason);
     this.#dispatch();
   }
 }

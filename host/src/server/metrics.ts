@@ -42,7 +42,7 @@ export class Metrics {
       help: '1 while this replica leads and its last webhook configuration sync failed, or it waits to be ready before registering; 0 otherwise', registers,
       collect() { this.set(syncFailing() ? 1 : 0); },
     });
-    new Gauge({ name: 'portcullis_sandbox_workers', help: 'Sandbox worker threads', registers, collect() { this.set(pool.stats.size); } });
+    new Gauge({ name: 'portcullis_sandbox_workers', help: 'Sandbox worker threads (one more than configured while a relief worker runs)', registers, collect() { this.set(pool.stats.workers); } });
     new Gauge({ name: 'portcullis_sandbox_busy', help: 'Sandbox workers running a policy now', registers, collect() { this.set(pool.stats.busy); } });
     new Gauge({ name: 'portcullis_sandbox_queued', help: 'Evaluations waiting for a free sandbox worker', registers, collect() { this.set(pool.stats.queued); } });
     new Gauge({ name: 'portcullis_sandbox_restarts', help: 'Sandbox workers replaced after a deadline or crash', registers, collect() { this.set(pool.stats.restarts); } });
