@@ -64,6 +64,80 @@ describe('a relief worker', () => {
   }, 30_000);
 });
 
+describe('a relief worker, with a policy that holds the workers', () => {
+  it('never runs that policy\'s calls, even in the batch of another review\'s', async () => {
+    // Review helper: a policy loaded into the relief before it held a worker rode onto the relief
+    // in a review's batch, and the good call of that review waited for its whole loop.
+    const two = new SandboxPool(2);
+    try {
+      const lim = (ms: number) => ({ limits: { ...DEFAULT_LIMITS, timeoutMs: ms } });
+      const [a, b, h, numbers] = await Promise.all([
+        load(two, 'spin', { ...lim(2000), name: 'spin-a2' }), load(two, 'spin', { ...lim(10_000), name: 'spin-b10' }),
+        load(two, 'spin', { ...lim(4000), name: 'spin-h4' }), load(two, 'numbers', lim(6000)),
+      ]);
+      for (const p of [a, b, h]) expect((await evaluatePolicy(two, p, 'mutate', input({ object: {} }))).status).toBe('allowed');
+      expect((await evaluatePolicy(two, numbers, 'validate', input({ object: { spec: { numbers: [1] } } }))).status).toBe('allowed');
+      // Both workers held: h's call waits, so the relief loads h and answers it there.
+      const held = [evaluatePolicy(two, a, 'validate', input()), evaluatePolicy(two, b, 'validate', input())];
+      await new Promise((r) => setTimeout(r, 100));
+      expect((await evaluatePolicy(two, h, 'mutate', input({ object: {} }))).status).toBe('allowed');
+      expect(two.stats.workers).toBe(3);
+      // a is stopped (2 s) and its worker reloaded: h's loop takes that worker (regular workers
+      // are offered calls first), and h now holds the workers with b.
+      expect(await held[0]).toMatchObject({ status: 'failed' });
+      await new Promise((r) => setTimeout(r, 500));
+      const first = evaluatePolicy(two, h, 'validate', input());
+      await new Promise((r) => setTimeout(r, 700));
+      const shared = input({ object: { spec: { numbers: [1] } } });
+      const [good, second] = [evaluatePolicy(two, numbers, 'validate', shared), evaluatePolicy(two, h, 'validate', shared)];
+      const answer = await good;
+      expect(answer.status).toBe('allowed');
+      // Before, h's call of the review ran on the relief (it held h), and numbers after its 4 s loop.
+      expect(answer.totalMicros).toBeLessThan(2_000_000);
+      for (const outcome of await Promise.all([first, second])) expect(outcome).toMatchObject({ status: 'failed', message: 'exceeded its 4s CPU deadline' });
+      await Promise.all(held);
+    } finally {
+      await two.close();
+    }
+  }, 60_000);
+});
+
+describe('a relief worker that loads while it runs a long call', () => {
+  it('is not retired for a slow load while the call runs: the call is answered', async () => {
+    // Review helper: a load posted behind a long call counted toward the load deadline, and the
+    // relief was retired mid-call, leaving that call with no answer at all.
+    const two = new SandboxPool(2, { loadTimeoutMs: 2500 });
+    try {
+      const lim = (ms: number) => ({ limits: { ...DEFAULT_LIMITS, timeoutMs: ms } });
+      const [a, b, numbers, probe] = await Promise.all([
+        load(two, 'spin', { ...lim(7000), name: 'spin-a7' }), load(two, 'spin', { ...lim(7000), name: 'spin-b7' }),
+        load(two, 'numbers', lim(6000)), load(two, 'spin', { ...lim(20_000), name: 'spin-probe', settings: { iterations: 1e6 } }),
+      ]);
+      // A legal call of about 4.5 s on this machine.
+      await evaluatePolicy(two, probe, 'mutate', input({ object: {} }));
+      const measured = await evaluatePolicy(two, probe, 'mutate', input({ object: {} }));
+      const iterations = Math.round(1e6 * 4_500_000 / Math.max(1000, measured.guestMicros ?? 0));
+      const long = await load(two, 'spin', { ...lim(20_000), name: 'spin-long', settings: { iterations } });
+      // (Not `long`: a 4.5 s call would make it slow, and a slow policy never runs on a relief.)
+      for (const p of [a, b]) expect((await evaluatePolicy(two, p, 'mutate', input({ object: {} }))).status).toBe('allowed');
+      expect((await evaluatePolicy(two, numbers, 'validate', input({ object: { spec: { numbers: [1] } } }))).status).toBe('allowed');
+      const held = [evaluatePolicy(two, a, 'validate', input()), evaluatePolicy(two, b, 'validate', input())];
+      await new Promise((r) => setTimeout(r, 100));
+      // The relief loads `long` and runs it; numbers, queued 1 s later, is loaded behind it.
+      const slow = evaluatePolicy(two, long, 'mutate', input({ object: {} }));
+      await new Promise((r) => setTimeout(r, 1000));
+      const good = evaluatePolicy(two, numbers, 'validate', input({ object: { spec: { numbers: [1] } } }));
+      const answered = await Promise.race([slow, new Promise((r) => setTimeout(() => r('no answer in 12 s'), 12_000))]);
+      expect(answered).toMatchObject({ status: 'allowed' });
+      // Answered either way: on the relief after `long`, or past its deadline while every worker was held.
+      expect(['allowed', 'failed']).toContain((await good).status);
+      await Promise.all(held);
+    } finally {
+      await two.close();
+    }
+  }, 60_000);
+});
+
 describe('goDurationMs', () => {
   it.each([
     ['10s', 10_000], ['2.5s', 2500], ['1m30s', undefined], ['1m0s', 60_000], ['500ms', 500], ['30s', 30_000],

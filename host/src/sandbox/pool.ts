@@ -154,6 +154,7 @@ export const WAIT_SHARE = 0.5;
  */
 const HELD_CHECK_MS = 50;
 const RELIEF_IDLE_MS = 2_000;
+const RELIEF_REFUSED_MS = 60_000;
 /** Instances (policies × workers holding each) past which policies are no longer in every worker. */
 export const INSTANCE_BUDGET = 64;
 
@@ -232,8 +233,14 @@ export class SandboxPool {
    */
   #relief: Slot | undefined;
   #reliefIdleSince = 0;
-  /** When the relief worker's last loads began: one that takes longer than a load may is retired. */
+  /**
+   * Since when the relief worker has loads to do and no calls (it reads a load only after the
+   * calls before it): one whose loads take longer than a load may is retired, and its policies
+   * left out of relief workers for RELIEF_REFUSED_MS, so that no worker is started only to load
+   * them again every deadline.
+   */
   #reliefLoading = 0;
+  #reliefRefused = new Map<string, number>();
   #heldTimer: NodeJS.Timeout | undefined;
 
   constructor(
@@ -352,7 +359,7 @@ export class SandboxPool {
 
   /** A policy the pool no longer has may go anywhere: the worker answers that it is not loaded. */
   #holds(slot: Slot, key: string): boolean {
-    if (slot.relief) return slot.relief.has(key);
+    if (slot.relief) return slot.relief.has(key) && this.#reliefRuns(slot, key);
     return this.#placement.get(key)?.has(slot.index) ?? true;
   }
 
@@ -453,8 +460,7 @@ export class SandboxPool {
 
   /** A loaded worker holding the policy is idle, and nothing queued (not yet dispatched, or a burst in one turn) could take it first. */
   #startsNow(key: string): boolean {
-    return this.#slots.some((slot) => slot.batches.length === 0 && slot.loads.size === 0 && this.#holds(slot, key)
-      && !(slot.relief && !this.#reliefRuns(slot, key)) && !this.#queuedFor(slot));
+    return this.#slots.some((slot) => slot.batches.length === 0 && slot.loads.size === 0 && this.#holds(slot, key) && !this.#queuedFor(slot));
   }
 
   /** Whether a trusted call in the scheduler's window could go to this worker. */
@@ -585,8 +591,12 @@ export class SandboxPool {
     const relief = this.#relief;
     if (relief) {
       const now = performance.now();
+      if (relief.batches.length > 0 || relief.loads.size === 0) this.#reliefLoading = now;
       // Its policies loaded elsewhere, so are known to finish loading, but need not do so twice.
-      if (relief.loads.size > 0 && now - this.#reliefLoading > this.#loadTimeoutMs) return this.#retireRelief();
+      else if (now - this.#reliefLoading > this.#loadTimeoutMs) {
+        for (const key of relief.loads.keys()) this.#reliefRefused.set(key, now + RELIEF_REFUSED_MS);
+        return this.#retireRelief();
+      }
       if (held) {
         for (const key of holding) relief.holding!.add(key);
         // New policies waiting while still held: it gets them too (it takes calls once loaded).
@@ -601,12 +611,13 @@ export class SandboxPool {
       }
       return;
     }
-    if (!held || ![...this.#waitingKeys()].some((key) => !holding.has(key))) return;
+    if (!held || ![...this.#waitingKeys()].some((key) => this.#reliefMayLoad(key, holding))) return;
     const slot = this.#spawn(this.size);
     slot.relief = new Set();
     slot.holding = holding;
     this.#relief = slot;
     this.#reliefIdleSince = 0;
+    this.#reliefLoading = performance.now();
     this.#slots.push(slot);
     this.#giveRelief(slot);
   }
@@ -616,8 +627,7 @@ export class SandboxPool {
     const keys = slot.relief!;
     for (const key of this.#waitingKeys()) {
       const spec = this.#specs.get(key);
-      if (!spec || keys.has(key) || slot.holding!.has(key) || this.#loading.has(key)) continue;
-      if (slot.loads.size === 0) this.#reliefLoading = performance.now();
+      if (!spec || keys.has(key) || !this.#reliefMayLoad(key, slot.holding!)) continue;
       keys.add(key);
       void this.#loadInto(slot, spec).then((error) => {
         if (error !== undefined) keys.delete(key);
@@ -657,6 +667,11 @@ export class SandboxPool {
     return keys;
   }
 
+  /** Not holding the workers, not being loaded by the pool, not left out after a relief's slow load. */
+  #reliefMayLoad(key: string, holding: Set<string>): boolean {
+    return !holding.has(key) && !this.#loading.has(key) && (this.#reliefRefused.get(key) ?? 0) <= performance.now();
+  }
+
   /** A relief worker runs no call of a policy seen to misbehave, nor of one whose calls held the workers. */
   #reliefRuns(slot: Slot, key: string): boolean {
     return !slot.holding!.has(key) && !this.#distrusted(key);
@@ -667,6 +682,10 @@ export class SandboxPool {
     if (!slot) return;
     this.#relief = undefined;
     this.#slots.splice(this.#slots.indexOf(slot), 1);
+    // Not retired while it runs calls (see #relieve); should it be, they go back in line.
+    const jobs = inflight(slot);
+    this.#idle(slot);
+    for (const job of jobs.reverse()) this.#enqueue(job, true);
     for (const { done, timer } of slot.loads.values()) {
       clearTimeout(timer);
       done();
@@ -866,7 +885,7 @@ export class SandboxPool {
         late.push(i);
         continue;
       }
-      if (!this.#holds(slot, job.key) || (slot.relief && !this.#reliefRuns(slot, job.key))) continue;
+      if (!this.#holds(slot, job.key)) continue;
       const instances = this.instancesOf(job.key) || this.size;
       // A suspect policy never takes every worker, even when nothing else waits: what arrives
       // while it runs to its deadline again must find a worker free; and not the last one that
