@@ -136,12 +136,15 @@ it('overloaded, it answers at once the calls that could not start within their d
 }, 20_000);
 
 it('answers the late calls of a queue as not started and starts the right one among them', async () => {
+  // Held long enough that the short calls expire before a relief worker comes (at 10% of its
+  // deadline); loaded first, so that round-robin starts it first (loading calls each policy once).
+  const slowSpin = await load(pool, 'spin', { name: 'spin-2s-first', limits: { ...DEFAULT_LIMITS, timeoutMs: 2000 } });
   const short = await load(pool, 'numbers', { name: 'numbers-100ms', limits: { ...DEFAULT_LIMITS, timeoutMs: 100 } });
   const longA = await load(pool, 'no-delete', { name: 'no-delete-5s-a', limits: { ...DEFAULT_LIMITS, timeoutMs: 5000 } });
   const longB = await load(pool, 'no-delete', { name: 'no-delete-5s-b', limits: { ...DEFAULT_LIMITS, timeoutMs: 5000 } });
   await evaluatePolicy(pool, longA, 'validate', input({})); // served more recently than longB: round-robin then picks longB first
-  // The only worker spins until its 400 ms deadline; meanwhile short calls expire in the queue around the long ones.
-  const blocker = evaluatePolicy(pool, spin, 'validate', input({}));
+  // The only worker spins until its 2 s deadline; meanwhile short calls expire in the queue around the long ones.
+  const blocker = evaluatePolicy(pool, slowSpin, 'validate', input({}));
   const order = [short, longA, short, longB, short];
   const outcomes = await Promise.all(order.map((p) => evaluatePolicy(pool, p, 'validate', input({ object: { spec: { numbers: [1] } } }))));
   expect((await blocker).status).toBe('failed');

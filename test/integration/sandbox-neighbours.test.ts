@@ -189,6 +189,42 @@ it('a policy that is slow but within its deadline never holds every worker, nor 
   expect(Math.min(...done.map((o) => o.guestMicros ?? 0))).toBeGreaterThan(300_000);
 }, 60_000);
 
+it('a costly policy\'s queue gets its own calls refused as overload, not other policies\'', async () => {
+  // Red team: a policy costing ~0.1 s a call (under the slow mark), 50 reviews at once: its
+  // queued work counted against every policy, and reviews it did not even match were refused.
+  const limits = { ...DEFAULT_LIMITS, timeoutMs: 2000 };
+  const prober = await load(pool, 'costly-probe', { file: 'spin', limits, settings: { iterations: 1e6 } });
+  await evaluatePolicy(pool, prober, 'mutate', input()); // the first call also compiles
+  const probe = await evaluatePolicy(pool, prober, 'mutate', input());
+  const iterations = Math.round(1e6 * 100_000 / Math.max(1000, probe.guestMicros ?? 0));
+  const costly = await load(pool, 'costly', { file: 'spin', limits, settings: { iterations } });
+  // A shorter deadline than the costly one's: the queue it keeps (up to a quarter of its 2 s
+  // per worker) is past a quarter of this one's, so counted whole it refused every call.
+  const benign = await load(pool, 'numbers-beside-costly', { file: 'numbers', limits: { ...DEFAULT_LIMITS, timeoutMs: 1500 } });
+  expect(await evaluatePolicy(pool, costly, 'mutate', input())).toMatchObject({ status: 'allowed' });
+  expect(await benignRound(pool, benign, 1)).toEqual(['denied']);
+  let flooding = true;
+  const refusedOwn: string[] = [];
+  // 30 callers that each send again as soon as answered (as the apiserver's connections would).
+  const flood = Array.from({ length: 30 }, async () => {
+    while (flooding) {
+      const outcome = await evaluatePolicy(pool, costly, 'mutate', input());
+      if (outcome.status === 'failed') refusedOwn.push(outcome.message);
+      await new Promise((resolve) => setImmediate(resolve));
+    }
+  });
+  try {
+    await new Promise((resolve) => setTimeout(resolve, 500));
+    expect(await benignRound(pool, benign)).toEqual(Array(10).fill('denied'));
+  } finally {
+    flooding = false;
+    await Promise.all(flood);
+  }
+  // The costly policy's own overload is its own: its calls past its share were refused.
+  expect(refusedOwn.length).toBeGreaterThan(0);
+  expect(refusedOwn[0]).toMatch(/not started: the sandboxes are overloaded/);
+}, 60_000);
+
 it('two looping policies on probation together leave a worker to the others, not one each', async () => {
   const loops = await Promise.all(['a', 'b'].map((n) => load(pool, `loops-together-${n}`, { file: 'spin', limits: { ...DEFAULT_LIMITS, timeoutMs: 1500 } })));
   const benign = await load(pool, 'numbers-together', { file: 'numbers', limits: { ...DEFAULT_LIMITS, timeoutMs: 400 } });

@@ -62,9 +62,9 @@ interface Job {
   started: number;
   /** Calls with the same group (a review's shared envelope) may share a message. */
   group: object | undefined;
-  /** Its policy's last cost (µs) when queued: its part of #queuedMicros. */
+  /** Its policy's last cost (µs) when queued: its part of #queuedBy. */
   cost: number;
-  /** Queued as a call of an untrusted policy (see #untrusted): counted in #suspectQueued, not in #queuedMicros. */
+  /** Queued as a call of an untrusted policy (see #untrusted): counted in #suspectQueued, not in #queuedBy. */
   suspect: boolean;
   resolve: (result: CallResult) => void;
 }
@@ -119,6 +119,13 @@ const WINDOW = 512;
 /** A policy whose last call took longer than this in its worker shares messages only with its own review's calls. */
 const SHARE_MAX_MICROS = 1000;
 /**
+ * A policy whose last call took longer than this is costly: its calls go alone, not even with
+ * their own review's (see #companions), and are judged for overload by their own backlog (see
+ * #queuedAhead, refusals()). Far above what a quick policy takes even on starved workers under
+ * overload (0.1-2 ms), so the calls of reviews of quick policies still travel and are judged together.
+ */
+const COSTLY_MICROS = 10_000;
+/**
  * How long a policy stays untrusted after a call of it was stopped (see #probation), doubled at
  * each stop outside it, up to PROBATION_MAX_MS: one that answers once between bursts of loops
  * would otherwise take every worker again at each burst.
@@ -155,6 +162,8 @@ export const WAIT_SHARE = 0.5;
 const HELD_CHECK_MS = 50;
 const RELIEF_IDLE_MS = 2_000;
 const RELIEF_REFUSED_MS = 60_000;
+/** How long a policy's own last wait stands for what its next call would wait (see #ahead). */
+const OWN_WAIT_FRESH_MS = 2_000;
 /** Instances (policies × workers holding each) past which policies are no longer in every worker. */
 export const INSTANCE_BUDGET = 64;
 
@@ -193,7 +202,7 @@ export class SandboxPool {
    * most all workers but one, even when nothing else waits (their calls wait for each other,
    * and past their deadline fail as usual), and their queued calls are not work that other
    * policies' calls wait behind (round-robin starts those first), so they count neither in
-   * #queuedMicros nor in #waited. Red team: a policy looping to its deadline on three calls at
+   * #queuedBy nor in #waited. Red team: a policy looping to its deadline on three calls at
    * once held both workers, and every other policy's calls waited out their deadlines or were
    * refused as overload.
    */
@@ -212,10 +221,18 @@ export class SandboxPool {
   #suspectQueued = 0;
   /** Each policy's last call, in µs of worker time. */
   #cost = new Map<string, number>();
-  /** The sum of #cost over the queued calls (as counted when each was queued). */
-  #queuedMicros = 0;
+  /**
+   * Per policy, its queued calls (those counted: not an untrusted policy's) and the sum of their
+   * #cost as counted when each was queued.
+   */
+  #queuedBy = new Map<string, { calls: number; micros: number }>();
   /** How long the calls last sent to a worker had waited in the queue (ms); 0 once it is empty. */
   #waited = 0;
+  /**
+   * How long each policy's call last started had waited (ms), and when it started: what #waited
+   * is for a policy with nothing queued, while recent (OWN_WAIT_FRESH_MS).
+   */
+  #waitedBy = new Map<string, { ms: number; at: number }>();
   /** What each review's first call found ahead of it: its other calls are judged the same. */
   #aheadOf = new WeakMap<object, Ahead>();
   /** Which worker positions hold each policy. */
@@ -365,6 +382,7 @@ export class SandboxPool {
 
   unload(key: string): void {
     this.#served.delete(key);
+    this.#waitedBy.delete(key);
     this.#placement.delete(key);
     this.#solo.delete(key);
     this.#suspect.delete(key);
@@ -386,10 +404,12 @@ export class SandboxPool {
     const group = typeof input === 'string' ? undefined : input.envelope;
     // The calls of one review see the work queued ahead of the review, not of each other: a
     // review is taken whole or refused whole, since running half of it is work thrown away.
-    let ahead = group === undefined ? undefined : this.#aheadOf.get(group);
+    // A costly policy's call is judged alone, by its own backlog (see refusals()).
+    const shared = group !== undefined && !this.#costly(key);
+    let ahead = shared ? this.#aheadOf.get(group) : undefined;
     if (ahead === undefined) {
       ahead = this.#ahead(key);
-      if (group !== undefined) this.#aheadOf.set(group, ahead);
+      if (shared) this.#aheadOf.set(group, ahead);
     }
     const refused = refusal(ahead, Math.min(waitMs, timeoutMs));
     if (refused) return Promise.resolve(refused);
@@ -444,6 +464,17 @@ export class SandboxPool {
   }
 
   /**
+   * refusal() for each call of one review: the calls of quick policies are refused together
+   * when any of them is (running half of them is work thrown away); a costly policy's call
+   * alone, by its own backlog, so that its overload fails only it, per its own failurePolicy.
+   */
+  refusals(calls: { key: string; timeoutMs: number }[]): (CallResult | undefined)[] {
+    const answers = calls.map(({ key, timeoutMs }) => refusal(this.#ahead(key), timeoutMs));
+    const quickRefusal = answers.find((answer, i) => answer !== undefined && !this.#costly(calls[i]!.key));
+    return quickRefusal ? answers.map((answer, i) => (this.#costly(calls[i]!.key) ? answer : answer ?? quickRefusal)) : answers;
+  }
+
+  /**
    * What a call queued now would find ahead of it: the queued work, in ms per worker, by each
    * policy's last cost; and how long the calls last started had waited. The first predicts; the
    * second is measured, and catches what the prediction misses: policies whose calls turned
@@ -455,7 +486,46 @@ export class SandboxPool {
     // while one worker was held by a looping policy, calls of policies the other, idle, worker
     // holds were refused as overload, by the waits of calls only the held worker could run.
     if (this.#startsNow(key)) return { queuedMs: 0, waitedMs: 0 };
-    return { queuedMs: this.#queuedMicros / this.size / 1000, waitedMs: this.#queue.length === this.#suspectQueued ? 0 : this.#waited };
+    // The measured wait, too, is the policy's own: how long its last review call waited, if
+    // recent (another policy's backlog may be one it does not queue behind, see #queuedAhead).
+    // A policy with none (new, or idle) is judged by the last waits of any, which catch what
+    // the prediction misses (calls turned slow, workers starved of CPU).
+    const last = this.#waitedBy.get(key);
+    const own = last && performance.now() - last.at < OWN_WAIT_FRESH_MS ? last.ms : this.#waited;
+    const waitedMs = this.#queue.length === this.#suspectQueued ? 0 : own;
+    return { queuedMs: this.#queuedAhead(key) / this.size / 1000, waitedMs };
+  }
+
+  /**
+   * The queued work (µs) that would start before a call of `key` queued now. Quick calls go in
+   * batches of whole reviews, in order, so all of theirs is ahead of a quick call; costly ones
+   * (see #companions) go alone, taking turns with those batches round-robin, so a quick call
+   * finds about one of each costly policy's per batch it waits for, and a costly call all of
+   * its own policy's backlog and as many turns of the others'. Red team: a policy taking ~0.1 s a
+   * call (under the slow mark), 50 reviews at once: its backlog was counted against every
+   * policy, and reviews it did not even match were refused. With quick policies alone (the
+   * overload benchmark) this is the whole queue, as before.
+   */
+  #queuedAhead(key: string): number {
+    let quickMicros = 0;
+    let quickCalls = 0;
+    for (const [other, queued] of this.#queuedBy) {
+      if (!this.#costly(other)) {
+        quickMicros += queued.micros;
+        quickCalls += queued.calls;
+      }
+    }
+    const turns = this.#costly(key) ? (this.#queuedBy.get(key)?.calls ?? 0) + 1 : 1 + Math.floor(quickCalls / MAX_BATCH);
+    let micros = quickMicros;
+    for (const [other, { calls, micros: queued }] of this.#queuedBy) {
+      if (!this.#costly(other)) continue;
+      micros += other === key || calls <= turns ? queued : queued * (turns / calls);
+    }
+    return micros;
+  }
+
+  #costly(key: string): boolean {
+    return (this.#cost.get(key) ?? 0) > COSTLY_MICROS;
   }
 
   /** A loaded worker holding the policy is idle, and nothing queued (not yet dispatched, or a burst in one turn) could take it first. */
@@ -476,7 +546,7 @@ export class SandboxPool {
     this.#closed = true;
     clearTimeout(this.#heldTimer);
     for (const job of this.#queue.splice(0)) job.resolve(fault(job, 'worker', 'the sandbox pool shut down'));
-    this.#queuedMicros = 0;
+    this.#queuedBy.clear();
     this.#suspectQueued = 0;
     await Promise.all(this.#slots.map((slot) => {
       const jobs = inflight(slot);
@@ -703,7 +773,11 @@ export class SandboxPool {
   #start(slot: Slot, jobs: Job[]): void {
     const now = performance.now();
     let waited = 0;
-    for (const job of jobs) waited = Math.max(waited, now - job.started);
+    for (const job of jobs) {
+      waited = Math.max(waited, now - job.started);
+      // Review calls only: a policy's load-time calls say nothing of how its reviews wait.
+      if (job.fn === 'validate' || job.fn === 'mutate') this.#waitedBy.set(job.key, { ms: now - job.started, at: now });
+    }
     // A suspect's call waited for its own calls (its cap), not for the pool: others are not judged by it.
     if (!jobs[0]!.suspect) this.#waited = this.#queue.length === this.#suspectQueued ? 0 : waited;
     const batch: Batch = { id: jobs[0]!.id, first: slot.seq, jobs };
@@ -736,6 +810,11 @@ export class SandboxPool {
     const now = performance.now();
     // (Late ones are #next's to answer.)
     const eligible = (job: Job) => !this.#solo.has(job.key) && !this.#untrusted(job.key) && now - job.started < job.waitMs && this.#holds(slot, job.key);
+    // A costly policy (see COSTLY_MICROS) shares no message, not even with its own review's
+    // calls: they would wait for it, and be as late as its queue. Red team: a policy taking
+    // ~0.1 s a call carried its reviews' good calls in its batches, so a review only good
+    // policies matched waited as long as its backlog, and was refused as overload.
+    if (this.#costly(leader.key)) return [];
     // A slow policy would hold up other reviews' calls: it shares a message with its own review only.
     const quick = (job: Job) => (this.#cost.get(job.key) ?? 0) <= SHARE_MAX_MICROS;
     const own: number[] = [];
@@ -743,7 +822,7 @@ export class SandboxPool {
     if (leader.group !== undefined) {
       for (let i = 0; i < window; i++) {
         const job = this.#queue[i]!;
-        if (job.group === leader.group && eligible(job)) own.push(i);
+        if (job.group === leader.group && eligible(job) && !this.#costly(job.key)) own.push(i);
       }
     }
     // Split a review between idle workers only when nothing else waits: with other reviews
@@ -811,15 +890,22 @@ export class SandboxPool {
   #enqueue(job: Job, front = false): void {
     job.suspect = this.#untrusted(job.key);
     job.cost = job.suspect ? 0 : this.#cost.get(job.key) ?? 0;
-    this.#queuedMicros += job.cost;
     if (job.suspect) this.#suspectQueued++;
+    else {
+      const queued = this.#queuedBy.get(job.key);
+      if (queued) {
+        queued.calls++;
+        queued.micros += job.cost;
+      } else {
+        this.#queuedBy.set(job.key, { calls: 1, micros: job.cost });
+      }
+    }
     if (front) this.#queue.unshift(job);
     else this.#queue.push(job);
   }
 
   #take(index: number): Job {
     const [job] = this.#queue.splice(index, 1);
-    this.#queuedMicros = Math.max(0, this.#queuedMicros - job!.cost);
     this.#dequeued(job!);
     return job!;
   }
@@ -835,16 +921,19 @@ export class SandboxPool {
       if (!taken.has(job)) this.#queue[kept++] = job;
     }
     this.#queue.length = kept;
-    for (const job of jobs) {
-      this.#queuedMicros -= job.cost;
-      this.#dequeued(job);
-    }
-    if (this.#queuedMicros < 0) this.#queuedMicros = 0;
+    for (const job of jobs) this.#dequeued(job);
     return jobs;
   }
 
   #dequeued(job: Job): void {
-    if (job.suspect) this.#suspectQueued--;
+    if (job.suspect) {
+      this.#suspectQueued--;
+      return;
+    }
+    const queued = this.#queuedBy.get(job.key);
+    if (!queued) return;
+    if (--queued.calls <= 0) this.#queuedBy.delete(job.key);
+    else queued.micros = Math.max(0, queued.micros - job.cost);
   }
 
   /** How many workers other than `except` are running (or have in their batches) a call of each policy. */

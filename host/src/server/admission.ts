@@ -9,7 +9,7 @@ import type { PolicyEntry, PolicyRegistry } from '../policy/policy-set.ts';
 import { parseReviewText } from '../review/parse.ts';
 import { requestSpan } from '../review/raw.ts';
 import { respond, type AdmissionResponseReview } from '../review/respond.ts';
-import type { CallResult, SandboxPool } from '../sandbox/pool.ts';
+import type { SandboxPool } from '../sandbox/pool.ts';
 import { policyMatches, type NamespaceLabels } from '../select/match.ts';
 import type { Logger } from '../util/log.ts';
 import type { Metrics } from './metrics.ts';
@@ -61,15 +61,12 @@ export async function review(deps: AdmissionDeps, caller: Caller, body: string |
     };
     // Overload: when none of the review's policies could start within its deadline, the review
     // is answered now (per failurePolicy) without building the input it will not use.
-    // Policies mostly share a deadline: ask the pool (which words each refusal) once per deadline,
-    // for the first policy (as the pool judges a review's calls by its first: taken or refused whole).
-    const byDeadline = new Map<number, CallResult | undefined>();
-    const refused = selected.map((entry) => {
-      if (!entry.loaded) return undefined;
-      const { key, limits: { timeoutMs } } = entry.loaded;
-      if (!byDeadline.has(timeoutMs)) byDeadline.set(timeoutMs, deps.pool.refusal(key, timeoutMs));
-      return byDeadline.get(timeoutMs);
-    });
+    // The calls of quick policies are refused together; a costly policy's alone, by its own
+    // backlog, so its overload fails only it, per its own failurePolicy (see pool.refusals).
+    const loaded = selected.flatMap((entry) => (entry.loaded ? [{ key: entry.loaded.key, timeoutMs: entry.loaded.limits.timeoutMs }] : []));
+    const answers = deps.pool.refusals(loaded);
+    let next = 0;
+    const refused = selected.map((entry) => (entry.loaded ? answers[next++] : undefined));
     const shed = refused.every((r, i) => r !== undefined || !selected[i]!.loaded);
     // Guests get the request's own bytes spliced into their input, unless parsing had to change it.
     if (!shed && typeof body !== 'string' && !parsed.normalized && selected.length > 0) {
@@ -79,7 +76,7 @@ export async function review(deps: AdmissionDeps, caller: Caller, body: string |
     const outcomes = await Promise.all(selected.map((entry, i) => {
       const refusal = refused[i];
       const answerWithinMs = caller.timeoutMs === undefined ? undefined : caller.timeoutMs - (performance.now() - started);
-      return shed && refusal ? Promise.resolve(toOutcome(entry.config.name, refusal)) : evaluateEntry(deps.pool, entry, caller.mode, input, answerWithinMs);
+      return refusal ? Promise.resolve(toOutcome(entry.config.name, refusal)) : evaluateEntry(deps.pool, entry, caller.mode, input, answerWithinMs);
     }));
     const evaluated = selected.map((entry, i) => ({ policy: entry.config, outcome: outcomes[i]! }));
     const { decision, deciding, audited } = merge(evaluated, request.operation, request.object);
