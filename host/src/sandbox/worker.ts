@@ -106,7 +106,12 @@ async function call(spec: SandboxSpec, fn: CallRequest['fn'], input: CallRequest
     if (error instanceof GuestFault && error.fault !== 'trap') {
       return { ok: false, fault: error.fault, message: error.message, logs: logs.take() };
     } else if (hitCap(spec, used, String(error))) {
-      return { ok: false, fault: 'memory', message: memoryCapMessage(spec), logs: logs.take() };
+      // A failed memory.grow is often a bare trap, and so is any other trap of a guest whose
+      // memory is nearly full: the cap is the likely cause, said with what the trap was (red team:
+      // a module that trapped on every call with 60 of its 64 MiB in use read as the cap alone).
+      const oom = /out of memory/i.test(String(error));
+      const detail = `most likely: it failed with ${mebibytes(used)} of its ${mebibytes(spec.memoryCapBytes)} MiB in use (${describe(error)})`;
+      return { ok: false, fault: 'memory', message: oom ? memoryCapMessage(spec) : `${memoryCapMessage(spec)}, ${detail}`, logs: logs.take() };
     } else {
       const entries = logs.take();
       // An AssemblyScript abort logs its message and location just before it traps.
@@ -164,6 +169,10 @@ const NEAR_CAP = 0.9;
 function hitCap(spec: SandboxSpec, used: number, text: string): boolean {
   if (/out of memory/i.test(text) && used >= spec.memoryCapBytes / 2) return true;
   return used >= spec.memoryCapBytes * NEAR_CAP;
+}
+
+function mebibytes(bytes: number): string {
+  return String(Math.round((bytes / 2 ** 20) * 10) / 10);
 }
 
 function memoryCapMessage(spec: SandboxSpec): string {
