@@ -253,7 +253,7 @@ async function instantiateCore(spec: SandboxSpec, logs: LogBuffer): Promise<Gues
         // Set by the host functions during the call, which the compiler cannot see from here.
         const caught = fault as GuestFault | undefined;
         if (caught) throw caught;
-        const code = returned as unknown;
+        const code = returned;
         if ((typeof code === 'number' && code !== 0) || (typeof code === 'bigint' && code !== 0n)) {
           throw new GuestFault('trap', `returned ${code} from ${name}, which says it failed (Extism's convention: 0 is success), without an error message; its output, if any, is not used`);
         }
