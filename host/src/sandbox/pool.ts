@@ -62,9 +62,11 @@ interface Job {
   started: number;
   /** Calls with the same group (a review's shared envelope) may share a message. */
   group: object | undefined;
-  /** Its policy's last cost (µs) when queued: its part of #queuedBy. */
+  /** Its policy's last cost (µs) when queued: its part of #queuedQuick or #queuedCostly. */
   cost: number;
-  /** Queued as a call of an untrusted policy (see #untrusted): counted in #suspectQueued, not in #queuedBy. */
+  /** Queued as a call of a costly policy (see #costly): counted in #queuedCostly, not #queuedQuick. */
+  costly: boolean;
+  /** Queued as a call of an untrusted policy (see #untrusted): counted in #suspectQueued, not in #queuedQuick or #queuedCostly. */
   suspect: boolean;
   resolve: (result: CallResult) => void;
 }
@@ -119,10 +121,11 @@ const WINDOW = 512;
 /** A policy whose last call took longer than this in its worker shares messages only with its own review's calls. */
 const SHARE_MAX_MICROS = 1000;
 /**
- * A policy whose last call took longer than this is costly: its calls go alone, not even with
- * their own review's (see #companions), and are judged for overload by their own backlog (see
- * #queuedAhead, refusals()). Far above what a quick policy takes even on starved workers under
- * overload (0.1-2 ms), so the calls of reviews of quick policies still travel and are judged together.
+ * A policy whose last calls took longer than this is costly (until they take under half of it:
+ * a cost near the mark does not flip): its calls go alone, not even with their own review's
+ * (see #companions), and are judged for overload by their own backlog (see #queuedAhead,
+ * refusals()). Far above what a quick policy takes even on starved workers under overload
+ * (0.1-2 ms), so the calls of reviews of quick policies still travel and are judged together.
  */
 const COSTLY_MICROS = 10_000;
 /**
@@ -162,8 +165,6 @@ export const WAIT_SHARE = 0.5;
 const HELD_CHECK_MS = 50;
 const RELIEF_IDLE_MS = 2_000;
 const RELIEF_REFUSED_MS = 60_000;
-/** How long a policy's own last wait stands for what its next call would wait (see #ahead). */
-const OWN_WAIT_FRESH_MS = 2_000;
 /** Instances (policies × workers holding each) past which policies are no longer in every worker. */
 export const INSTANCE_BUDGET = 64;
 
@@ -202,7 +203,7 @@ export class SandboxPool {
    * most all workers but one, even when nothing else waits (their calls wait for each other,
    * and past their deadline fail as usual), and their queued calls are not work that other
    * policies' calls wait behind (round-robin starts those first), so they count neither in
-   * #queuedBy nor in #waited. Red team: a policy looping to its deadline on three calls at
+   * #queuedQuick / #queuedCostly nor in #waited. Red team: a policy looping to its deadline on three calls at
    * once held both workers, and every other policy's calls waited out their deadlines or were
    * refused as overload.
    */
@@ -222,17 +223,16 @@ export class SandboxPool {
   /** Each policy's last call, in µs of worker time. */
   #cost = new Map<string, number>();
   /**
-   * Per policy, its queued calls (those counted: not an untrusted policy's) and the sum of their
-   * #cost as counted when each was queued.
+   * The queued calls counted as work ahead (not an untrusted policy's), and the sum of their #cost
+   * as counted when each was queued: quick calls together, costly ones per policy, each by its
+   * class when queued (a policy whose class changes does not move its backlog).
    */
-  #queuedBy = new Map<string, { calls: number; micros: number }>();
+  #queuedQuick = { calls: 0, micros: 0 };
+  #queuedCostly = new Map<string, { calls: number; micros: number }>();
+  /** Policies now costly (see COSTLY_MICROS): in above it, out below half of it, so a cost near the mark does not flip. */
+  #costlyKeys = new Set<string>();
   /** How long the calls last sent to a worker had waited in the queue (ms); 0 once it is empty. */
   #waited = 0;
-  /**
-   * How long each policy's call last started had waited (ms), and when it started: what #waited
-   * is for a policy with nothing queued, while recent (OWN_WAIT_FRESH_MS).
-   */
-  #waitedBy = new Map<string, { ms: number; at: number }>();
   /** What each review's first call found ahead of it: its other calls are judged the same. */
   #aheadOf = new WeakMap<object, Ahead>();
   /** Which worker positions hold each policy. */
@@ -382,7 +382,7 @@ export class SandboxPool {
 
   unload(key: string): void {
     this.#served.delete(key);
-    this.#waitedBy.delete(key);
+    this.#costlyKeys.delete(key);
     this.#placement.delete(key);
     this.#solo.delete(key);
     this.#suspect.delete(key);
@@ -416,7 +416,8 @@ export class SandboxPool {
     return new Promise((resolve) => {
       const wait = Math.min(waitMs, timeoutMs);
       this.#enqueue({
-        id: this.#nextId++, requeued: 0, key, fn, input, timeoutMs, waitMs: wait, started: performance.now(), group, cost: 0, suspect: false, resolve,
+        id: this.#nextId++, requeued: 0, key, fn, input, timeoutMs, waitMs: wait, started: performance.now(), group,
+        cost: 0, costly: false, suspect: false, resolve,
       });
       // Dispatch once the code that queued this call has queued the rest of its review's (they
       // are queued in one synchronous loop), so they share a message; not later, at the end of
@@ -469,7 +470,8 @@ export class SandboxPool {
    * alone, by its own backlog, so that its overload fails only it, per its own failurePolicy.
    */
   refusals(calls: { key: string; timeoutMs: number }[]): (CallResult | undefined)[] {
-    const answers = calls.map(({ key, timeoutMs }) => refusal(this.#ahead(key), timeoutMs));
+    const free = this.#freeSlots();
+    const answers = calls.map(({ key, timeoutMs }) => refusal(this.#ahead(key, free), timeoutMs));
     const quickRefusal = answers.find((answer, i) => answer !== undefined && !this.#costly(calls[i]!.key));
     return quickRefusal ? answers.map((answer, i) => (this.#costly(calls[i]!.key) ? answer : answer ?? quickRefusal)) : answers;
   }
@@ -480,20 +482,15 @@ export class SandboxPool {
    * second is measured, and catches what the prediction misses: policies whose calls turned
    * slow, workers that get less than a core each.
    */
-  #ahead(key: string): Ahead {
+  #ahead(key: string, free = this.#freeSlots()): Ahead {
     // Nothing is ahead of a call that a loaded, idle worker holding its policy would start now:
     // whatever is queued waits for other workers (its own policy's cap, placement). Red team:
     // while one worker was held by a looping policy, calls of policies the other, idle, worker
     // holds were refused as overload, by the waits of calls only the held worker could run.
-    if (this.#startsNow(key)) return { queuedMs: 0, waitedMs: 0 };
-    // The measured wait, too, is the policy's own: how long its last review call waited, if
-    // recent (another policy's backlog may be one it does not queue behind, see #queuedAhead).
-    // A policy with none (new, or idle) is judged by the last waits of any, which catch what
-    // the prediction misses (calls turned slow, workers starved of CPU).
-    const last = this.#waitedBy.get(key);
-    const own = last && performance.now() - last.at < OWN_WAIT_FRESH_MS ? last.ms : this.#waited;
-    const waitedMs = this.#queue.length === this.#suspectQueued ? 0 : own;
-    return { queuedMs: this.#queuedAhead(key) / this.size / 1000, waitedMs };
+    if (free.some((slot) => this.#holds(slot, key))) return { queuedMs: 0, waitedMs: 0 };
+    // The measured wait is that of quick calls (see #start): a costly policy's calls wait for its
+    // own backlog, which the prediction counts against it alone.
+    return { queuedMs: this.#queuedAhead(key) / this.size / 1000, waitedMs: this.#queue.length === this.#suspectQueued ? 0 : this.#waited };
   }
 
   /**
@@ -507,30 +504,22 @@ export class SandboxPool {
    * overload benchmark) this is the whole queue, as before.
    */
   #queuedAhead(key: string): number {
-    let quickMicros = 0;
-    let quickCalls = 0;
-    for (const [other, queued] of this.#queuedBy) {
-      if (!this.#costly(other)) {
-        quickMicros += queued.micros;
-        quickCalls += queued.calls;
-      }
-    }
-    const turns = this.#costly(key) ? (this.#queuedBy.get(key)?.calls ?? 0) + 1 : 1 + Math.floor(quickCalls / MAX_BATCH);
-    let micros = quickMicros;
-    for (const [other, { calls, micros: queued }] of this.#queuedBy) {
-      if (!this.#costly(other)) continue;
+    const quick = this.#queuedQuick;
+    const turns = this.#costly(key) ? (this.#queuedCostly.get(key)?.calls ?? 0) + 1 : 1 + Math.floor(quick.calls / MAX_BATCH);
+    let micros = quick.micros;
+    for (const [other, { calls, micros: queued }] of this.#queuedCostly) {
       micros += other === key || calls <= turns ? queued : queued * (turns / calls);
     }
     return micros;
   }
 
   #costly(key: string): boolean {
-    return (this.#cost.get(key) ?? 0) > COSTLY_MICROS;
+    return this.#costlyKeys.has(key);
   }
 
-  /** A loaded worker holding the policy is idle, and nothing queued (not yet dispatched, or a burst in one turn) could take it first. */
-  #startsNow(key: string): boolean {
-    return this.#slots.some((slot) => slot.batches.length === 0 && slot.loads.size === 0 && this.#holds(slot, key) && !this.#queuedFor(slot));
+  /** Loaded, idle workers that nothing queued (not yet dispatched, or a burst in one turn) could take first. */
+  #freeSlots(): Slot[] {
+    return this.#slots.filter((slot) => slot.batches.length === 0 && slot.loads.size === 0 && !this.#queuedFor(slot));
   }
 
   /** Whether a trusted call in the scheduler's window could go to this worker. */
@@ -546,7 +535,8 @@ export class SandboxPool {
     this.#closed = true;
     clearTimeout(this.#heldTimer);
     for (const job of this.#queue.splice(0)) job.resolve(fault(job, 'worker', 'the sandbox pool shut down'));
-    this.#queuedBy.clear();
+    this.#queuedQuick = { calls: 0, micros: 0 };
+    this.#queuedCostly.clear();
     this.#suspectQueued = 0;
     await Promise.all(this.#slots.map((slot) => {
       const jobs = inflight(slot);
@@ -773,13 +763,11 @@ export class SandboxPool {
   #start(slot: Slot, jobs: Job[]): void {
     const now = performance.now();
     let waited = 0;
-    for (const job of jobs) {
-      waited = Math.max(waited, now - job.started);
-      // Review calls only: a policy's load-time calls say nothing of how its reviews wait.
-      if (job.fn === 'validate' || job.fn === 'mutate') this.#waitedBy.set(job.key, { ms: now - job.started, at: now });
-    }
-    // A suspect's call waited for its own calls (its cap), not for the pool: others are not judged by it.
-    if (!jobs[0]!.suspect) this.#waited = this.#queue.length === this.#suspectQueued ? 0 : waited;
+    for (const job of jobs) waited = Math.max(waited, now - job.started);
+    // A suspect's call waited for its own calls (its cap), not for the pool, and a costly one for
+    // its own backlog (see #queuedAhead): others are not judged by them. Review helper: a quick
+    // policy with nothing recent of its own was refused by a costly one's waits.
+    if (!jobs[0]!.suspect && !jobs[0]!.costly) this.#waited = this.#queue.length === this.#suspectQueued ? 0 : waited;
     const batch: Batch = { id: jobs[0]!.id, first: slot.seq, jobs };
     slot.seq = (slot.seq + jobs.length) | 0;
     slot.batches.push(batch);
@@ -890,14 +878,19 @@ export class SandboxPool {
   #enqueue(job: Job, front = false): void {
     job.suspect = this.#untrusted(job.key);
     job.cost = job.suspect ? 0 : this.#cost.get(job.key) ?? 0;
-    if (job.suspect) this.#suspectQueued++;
-    else {
-      const queued = this.#queuedBy.get(job.key);
+    job.costly = !job.suspect && this.#costly(job.key);
+    if (job.suspect) {
+      this.#suspectQueued++;
+    } else if (!job.costly) {
+      this.#queuedQuick.calls++;
+      this.#queuedQuick.micros += job.cost;
+    } else {
+      const queued = this.#queuedCostly.get(job.key);
       if (queued) {
         queued.calls++;
         queued.micros += job.cost;
       } else {
-        this.#queuedBy.set(job.key, { calls: 1, micros: job.cost });
+        this.#queuedCostly.set(job.key, { calls: 1, micros: job.cost });
       }
     }
     if (front) this.#queue.unshift(job);
@@ -930,10 +923,11 @@ export class SandboxPool {
       this.#suspectQueued--;
       return;
     }
-    const queued = this.#queuedBy.get(job.key);
+    const queued = job.costly ? this.#queuedCostly.get(job.key) : this.#queuedQuick;
     if (!queued) return;
-    if (--queued.calls <= 0) this.#queuedBy.delete(job.key);
-    else queued.micros = Math.max(0, queued.micros - job.cost);
+    queued.calls--;
+    queued.micros = queued.calls <= 0 ? 0 : Math.max(0, queued.micros - job.cost);
+    if (job.costly && queued.calls <= 0) this.#queuedCostly.delete(job.key);
   }
 
   /** How many workers other than `except` are running (or have in their batches) a call of each policy. */
@@ -1031,7 +1025,10 @@ export class SandboxPool {
     for (const [i, job] of jobs.entries()) {
       const reply: CallReply = message.replies[i] ?? { ok: false, fault: 'trap', message: 'the sandbox worker gave no answer', logs: [], spentMicros: 0 };
       if (this.#specs.has(job.key)) {
-        this.#cost.set(job.key, costAfter(this.#cost.get(job.key), reply.spentMicros));
+        const cost = costAfter(this.#cost.get(job.key), reply.spentMicros);
+        this.#cost.set(job.key, cost);
+        if (cost > COSTLY_MICROS) this.#costlyKeys.add(job.key);
+        else if (cost < COSTLY_MICROS / 2) this.#costlyKeys.delete(job.key);
         if (reply.spentMicros > job.timeoutMs * 1000 * SLOW_SHARE) this.#slow.set(job.key, now + SLOW_HOLD_MS);
       }
       // The worker has no instance of this policy (it was replaced or reloaded meanwhile): while the

@@ -66,7 +66,12 @@ export async function review(deps: AdmissionDeps, caller: Caller, body: string |
     const loaded = selected.flatMap((entry) => (entry.loaded ? [{ key: entry.loaded.key, timeoutMs: entry.loaded.limits.timeoutMs }] : []));
     const answers = deps.pool.refusals(loaded);
     let next = 0;
-    const refused = selected.map((entry) => (entry.loaded ? answers[next++] : undefined));
+    let refused = selected.map((entry) => (entry.loaded ? answers[next++] : undefined));
+    // One refusal that denies the review (failurePolicy Fail, enforced) makes the rest work for
+    // nothing: they are refused too (review helper: a costly call ran on an overloaded pool for
+    // a review its refused quick policies had already denied).
+    const denying = refused.find((r, i) => r !== undefined && selected[i]!.config.failurePolicy === 'Fail' && selected[i]!.config.enforcement !== 'audit');
+    if (denying) refused = selected.map((entry, i) => (entry.loaded ? refused[i] ?? denying : undefined));
     const shed = refused.every((r, i) => r !== undefined || !selected[i]!.loaded);
     // Guests get the request's own bytes spliced into their input, unless parsing had to change it.
     if (!shed && typeof body !== 'string' && !parsed.normalized && selected.length > 0) {
