@@ -16,13 +16,14 @@ import { decodeOutput, MalformedOutput, type Outcome } from './outcome.ts';
  * one that waited its whole deadline and then ran for it was answered long after the apiserver
  * had given up, and kept a worker busy for nobody (red team: 17.6 s for a 10 s webhook).
  */
+/** `judged`: the caller asked the pool's refusals() for this review in the same turn (see SandboxPool.call). */
 export async function evaluatePolicy(
-  pool: SandboxPool, policy: LoadedPolicy, mode: Mode, input: EvaluationInput | string, answerWithinMs?: number,
+  pool: SandboxPool, policy: LoadedPolicy, mode: Mode, input: EvaluationInput | string, answerWithinMs?: number, judged = false,
 ): Promise<Outcome> {
   const payload = typeof input === 'string' ? input : sharedInput(input, policy);
   const { timeoutMs } = policy.limits;
   const waitMs = answerWithinMs === undefined ? timeoutMs : Math.max(Math.min(timeoutMs, MIN_WAIT_MS), answerWithinMs - timeoutMs);
-  const result = await pool.call(policy.key, mode, payload, timeoutMs, waitMs);
+  const result = await pool.call(policy.key, mode, payload, timeoutMs, waitMs, judged);
   const outcome = toOutcome(policy.name, result);
   // The SDKs patch only from mutate. A validating webhook's answer must not carry a patch, and
   // merging one would run patch code for a validation (red team).
@@ -118,7 +119,9 @@ export function toOutcome(policy: string, result: CallResult): Outcome {
 }
 
 /** A configured policy: evaluated if it loaded; one that did not still answers, as a permanent failure. */
-export function evaluateEntry(pool: SandboxPool, entry: PolicyEntry, mode: Mode, input: EvaluationInput, answerWithinMs?: number): Promise<Outcome> {
+export function evaluateEntry(
+  pool: SandboxPool, entry: PolicyEntry, mode: Mode, input: EvaluationInput, answerWithinMs?: number, judged = false,
+): Promise<Outcome> {
   if (!entry.loaded) {
     // A policy that failed to load still answers, per its failure policy: failing closed is
     // the default, so a broken module never silently stops guarding the cluster.
@@ -128,5 +131,5 @@ export function evaluateEntry(pool: SandboxPool, entry: PolicyEntry, mode: Mode,
     const message = text.startsWith(own) ? text.slice(own.length) : `is not loaded: ${text}`;
     return Promise.resolve({ policy: entry.config.name, status: 'failed', failure: 'permanent', message, warnings: [] });
   }
-  return evaluatePolicy(pool, entry.loaded, mode, input, answerWithinMs);
+  return evaluatePolicy(pool, entry.loaded, mode, input, answerWithinMs, judged);
 }

@@ -398,21 +398,26 @@ export class SandboxPool {
   /**
    * `waitMs`: how long the call may wait for a worker, by default its deadline. A review's caller
    * gives less when the apiserver would have given up before a later start could finish.
+   * `judged`: the caller asked refusals() for this call's review in the same turn, and this call
+   * was not refused there; it is not judged again (by then its review's other calls are queued,
+   * and a costly call judged behind them could be refused alone while they run: review helper).
    */
-  call(key: string, fn: GuestFunction, input: CallInput, timeoutMs: number, waitMs = timeoutMs): Promise<CallResult> {
+  call(key: string, fn: GuestFunction, input: CallInput, timeoutMs: number, waitMs = timeoutMs, judged = false): Promise<CallResult> {
     if (this.#closed) return Promise.reject(new PortcullisError('SANDBOX_CLOSED', 'the sandbox pool is shut down'));
     const group = typeof input === 'string' ? undefined : input.envelope;
-    // The calls of one review see the work queued ahead of the review, not of each other: a
-    // review is taken whole or refused whole, since running half of it is work thrown away.
-    // A costly policy's call is judged alone, by its own backlog (see refusals()).
-    const shared = group !== undefined && !this.#costly(key);
-    let ahead = shared ? this.#aheadOf.get(group) : undefined;
-    if (ahead === undefined) {
-      ahead = this.#ahead(key);
-      if (shared) this.#aheadOf.set(group, ahead);
+    if (!judged) {
+      // The calls of one review see the work queued ahead of the review, not of each other: a
+      // review is taken whole or refused whole, since running half of it is work thrown away.
+      // A costly policy's call is judged alone, by its own backlog (see refusals()).
+      const shared = group !== undefined && !this.#costly(key);
+      let ahead = shared ? this.#aheadOf.get(group) : undefined;
+      if (ahead === undefined) {
+        ahead = this.#ahead(key);
+        if (shared) this.#aheadOf.set(group, ahead);
+      }
+      const refused = refusal(ahead, Math.min(waitMs, timeoutMs));
+      if (refused) return Promise.resolve(refused);
     }
-    const refused = refusal(ahead, Math.min(waitMs, timeoutMs));
-    if (refused) return Promise.resolve(refused);
     return new Promise((resolve) => {
       const wait = Math.min(waitMs, timeoutMs);
       this.#enqueue({

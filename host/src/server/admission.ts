@@ -81,7 +81,8 @@ export async function review(deps: AdmissionDeps, caller: Caller, body: string |
     const outcomes = await Promise.all(selected.map((entry, i) => {
       const refusal = refused[i];
       const answerWithinMs = caller.timeoutMs === undefined ? undefined : caller.timeoutMs - (performance.now() - started);
-      return refusal ? Promise.resolve(toOutcome(entry.config.name, refusal)) : evaluateEntry(deps.pool, entry, caller.mode, input, answerWithinMs);
+      // Judged above, in this same turn: the pool does not judge these calls again.
+      return refusal ? Promise.resolve(toOutcome(entry.config.name, refusal)) : evaluateEntry(deps.pool, entry, caller.mode, input, answerWithinMs, true);
     }));
     const evaluated = selected.map((entry, i) => ({ policy: entry.config, outcome: outcomes[i]! }));
     const { decision, deciding, audited } = merge(evaluated, request.operation, request.object);
