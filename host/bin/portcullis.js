@@ -2,6 +2,9 @@
 // The version check runs before any of the CLI is loaded, so an old Node gets one clear line
 // instead of a syntax or loader error from deep inside.
 import { existsSync } from 'node:fs';
+import module from 'node:module';
+import { homedir } from 'node:os';
+import { join } from 'node:path';
 
 const major = Number(process.versions.node.split('.')[0]);
 if (major < 22) {
@@ -17,6 +20,17 @@ if (process.argv[2] === 'serve' && process.platform === 'linux' && typeof proces
     && process.env.MALLOC_TRIM_THRESHOLD_ === undefined && !(process.env.GLIBC_TUNABLES ?? '').includes('trim_threshold')) {
   process.execve(process.execPath, [process.execPath, ...process.execArgv, ...process.argv.slice(1)],
     { ...process.env, MALLOC_TRIM_THRESHOLD_: String(1 << 20) });
+}
+// Node's on-disk compile cache (V8 code, and in the checkout the sources with their types
+// stripped): `serve` with 10 policies was ready in 1.67 s, 1.18 s with it (bench cold start).
+// In our cache folder, which is the one place Portcullis writes; the environment variable is
+// what worker threads read when they start (the call below covers this thread only). An
+// operator's NODE_COMPILE_CACHE or NODE_DISABLE_COMPILE_CACHE wins; a folder that cannot be
+// written only costs the speed-up.
+if (process.env.NODE_COMPILE_CACHE === undefined && typeof module.enableCompileCache === 'function') {
+  const folder = join(process.env.PORTCULLIS_CACHE ?? join(homedir(), '.cache', 'portcullis'), 'node-compile-cache');
+  const { directory } = module.enableCompileCache(folder);
+  if (directory !== undefined) process.env.NODE_COMPILE_CACHE = directory;
 }
 // In the checkout Node 24 runs the TypeScript sources (type stripping); the installed package
 // carries them compiled to JavaScript instead.

@@ -50,6 +50,41 @@ it('serves with a malloc trim threshold so freed compiler memory goes back to th
   expect(await environOf({ ...clean, MALLOC_TRIM_THRESHOLD_: '4096' })).toContain('MALLOC_TRIM_THRESHOLD_=4096');
 });
 
+it('keeps Node\'s compile cache in its cache folder, for the worker threads too, unless the operator turned it off', async () => {
+  // The cold start: stripping the types and compiling the sources again on every start cost
+  // about a third of it (bench). Worker threads see only what the environment tells them.
+  const { spawn } = await import('node:child_process');
+  const { mkdtemp, readdir, readFile } = await import('node:fs/promises');
+  const { join } = await import('node:path'); // eslint-disable-line @typescript-eslint/unbound-method -- path.join does not use this
+  const { tmpdir } = await import('node:os');
+  const { fileURLToPath } = await import('node:url');
+  const bin = fileURLToPath(new URL('../../host/bin/portcullis.js', import.meta.url));
+  const { NODE_COMPILE_CACHE: _a, NODE_DISABLE_COMPILE_CACHE: _b, ...clean } = process.env;
+  const cachedSources = async (env: NodeJS.ProcessEnv): Promise<string[] | undefined> => {
+    const cache = await mkdtemp(join(tmpdir(), 'portcullis-compile-cache-'));
+    // The built-in examples: TypeScript and AssemblyScript policies, loaded in worker threads.
+    const child = spawn(process.execPath, [bin, 'serve', '--host', '127.0.0.1', '--port', '0', '--tls-self-signed'], { env: { ...env, PORTCULLIS_CACHE: cache }, stdio: ['ignore', 'ignore', 'pipe'] });
+    let stderr = '';
+    await new Promise<void>((resolve, reject) => {
+      child.stderr.on('data', (d: Buffer) => { stderr += d.toString(); if (stderr.includes('"msg":"ready"')) resolve(); });
+      child.on('exit', () => reject(new Error(`serve exited early: ${stderr}`)));
+    });
+    const exited = new Promise((resolve) => child.on('exit', resolve));
+    child.kill('SIGTERM'); // the cache is written as threads and the process end
+    await exited;
+    const folder = join(cache, 'node-compile-cache');
+    const versions = await readdir(folder).catch(() => undefined);
+    if (!versions) return undefined;
+    const entries = await Promise.all(versions.flatMap(async (v) => Promise.all((await readdir(join(folder, v))).map((f) => readFile(join(folder, v, f), 'latin1')))));
+    return entries.flat();
+  };
+  const entries = await cachedSources(clean);
+  expect(entries?.length).toBeGreaterThan(10);
+  // guest.ts is imported only by the sandbox worker threads.
+  expect(entries?.some((e) => e.includes('host/src/sandbox/guest.ts'))).toBe(true);
+  expect(await cachedSources({ ...clean, NODE_DISABLE_COMPILE_CACHE: '1' })).toBeUndefined();
+}, 60_000);
+
 it('refuses to start when policies have context grants or webhooks are managed and no cluster is configured, saying so', async () => {
   // Outside author: client-node makes up http://localhost:8080 when it finds nothing, and the
   // host started, then retried it forever with a message about TLS.

@@ -3,6 +3,7 @@
 // this thread, because a guest stuck in a loop never yields back to JavaScript.
 import './quiet-wasi-warning.ts';
 import { readlinkSync } from 'node:fs';
+import { flushCompileCache } from 'node:module';
 import { setPriority } from 'node:os';
 import { parentPort, workerData, type MessagePort } from 'node:worker_threads';
 import type { Guest } from './guest.ts';
@@ -206,6 +207,9 @@ port.on('message', (message: ToWorker) => {
           // A fresh policy's instance was made only to prove it instantiates.
           if (message.spec.fresh) drop(guest);
           send({ type: 'loaded', key: message.spec.key });
+          // A thread that is terminated never writes Node's compile cache (bin/portcullis.js):
+          // now, with this policy's glue in it. Writes only what is new.
+          flushCompileCache();
         },
         (error: unknown) => send({ type: 'loaded', key: message.spec.key, error: describe(error) }),
       );
