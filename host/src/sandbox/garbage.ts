@@ -23,7 +23,7 @@ export class Garbage {
   /** How many collections this worker ran (tests, and a reason to think when it grows). */
   collections = 0;
 
-  constructor(collect: () => void = fullCollection(), budget = GARBAGE_BUDGET_BYTES) {
+  constructor(collect: () => void = firstNeeded(fullCollection), budget = GARBAGE_BUDGET_BYTES) {
     this.#collect = collect;
     this.#budget = budget;
   }
@@ -43,6 +43,12 @@ export class Garbage {
     this.collections++;
     this.#collect();
   }
+}
+
+/** Made at its first use: a context costs a worker ~20 ms of its start, and most never collect. */
+function firstNeeded(make: () => () => void): () => void {
+  let collect: (() => void) | undefined;
+  return () => (collect ??= make())();
 }
 
 /**
