@@ -4,7 +4,7 @@ import stylistic from '@stylistic/eslint-plugin';
 import tseslint from 'typescript-eslint';
 
 export default tseslint.config(
-  { ignores: ['node_modules/**', '**/assembly/**', '**/*.wasm', '.pack/**', '.scratch/**', 'bench/results*.json', '**/dist/**', 'eslint.config.js', '.dependency-cruiser.cjs'] },
+  { ignores: ['node_modules/**', '**/assembly/**', '**/*.wasm', '.pack/**', '.scratch/**', 'bench/results*.json', '**/*.generated.ts', '**/dist/**', 'eslint.config.js', '.dependency-cruiser.cjs'] },
   {
     files: ['**/*.ts'],
     extends: [tseslint.configs.recommendedTypeChecked],

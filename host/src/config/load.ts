@@ -3,17 +3,15 @@
 import { readFile } from 'node:fs/promises';
 import { dirname, isAbsolute, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { Ajv, type ErrorObject } from 'ajv';
+import type { ErrorObject } from 'ajv';
 import { parse as parseYaml } from 'yaml';
-import { defaultOf, defaultsAt, schema } from './schema.ts';
+import { defaultOf, defaultsAt } from './schema.ts';
+import { validateConfig as validate } from './validators.generated.ts';
 import { ConfigError, errorMessage } from '../errors.ts';
 import { DEFAULT_LIMITS } from './limits.ts';
 import type {
   Config, Grant, RuleWithOperations, PolicyConfig, RawConfig, RawPolicy, RawRegistries, RawServer, RawTls, RawWebhooks, TlsConfig, WebhooksConfig,
 } from './types.ts';
-
-const ajv = new Ajv({ allErrors: false, strict: false });
-const validate = ajv.compile(schema);
 
 export const DEFAULT_PORT: number = defaultOf('server', 'port');
 

@@ -6,6 +6,24 @@ import schemaJson from '../../config.schema.json' with { type: 'json' };
 
 export const schema: JsonSchema = schemaJson;
 
+/**
+ * What a policy module may say about itself (policy/metadata.ts): its name, modes, default
+ * rules (the configuration's rule definition) and the JSON Schema of its settings.
+ */
+export const policyInfoSchema: JsonSchema = {
+  type: 'object',
+  additionalProperties: false,
+  properties: {
+    name: { type: 'string', maxLength: 253 },
+    version: { type: 'string', maxLength: 128 },
+    description: { type: 'string', maxLength: 4096 },
+    modes: { type: 'array', items: { enum: ['validate', 'mutate'] }, uniqueItems: true },
+    rules: { type: 'array', items: { $ref: '#/definitions/rule' } },
+    settingsSchema: { type: 'object' },
+  },
+  definitions: schema.definitions,
+};
+
 export interface JsonSchema {
   type?: string;
   properties?: Record<string, JsonSchema>;

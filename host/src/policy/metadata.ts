@@ -6,8 +6,8 @@
 // input: size-capped, schema-checked, and refused with a message that says which field is wrong.
 import { Ajv, type ErrorObject, type ValidateFunction } from 'ajv';
 import type { Mode } from '@portcullis/sdk';
-import configSchema from '../../config.schema.json' with { type: 'json' };
 import type { RuleWithOperations } from '../config/types.ts';
+import { validatePolicyInfo } from '../config/validators.generated.ts';
 import { PortcullisError } from '../errors.ts';
 import { readLeb as readLebAt, writeLeb } from '../sandbox/memory-cap.ts';
 
@@ -42,20 +42,8 @@ export class MetadataError extends PortcullisError {
   }
 }
 
-const ajv = new Ajv({ allErrors: false, strict: false });
-const validateInfo = ajv.compile<PolicyInfo>({
-  type: 'object',
-  additionalProperties: false,
-  properties: {
-    name: { type: 'string', maxLength: 253 },
-    version: { type: 'string', maxLength: 128 },
-    description: { type: 'string', maxLength: 4096 },
-    modes: { type: 'array', items: { enum: ['validate', 'mutate'] }, uniqueItems: true },
-    rules: { type: 'array', items: { $ref: '#/definitions/rule' } },
-    settingsSchema: { type: 'object' },
-  },
-  definitions: configSchema.definitions,
-});
+// Compiled ahead (scripts/validators.ts), with the configuration's own validator.
+const validateInfo = validatePolicyInfo as ValidateFunction<PolicyInfo>;
 
 /**
  * A module's settings schema is compiled by an Ajv of its own: one shared instance would keep
