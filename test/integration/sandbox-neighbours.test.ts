@@ -3,7 +3,7 @@
 // This is the README's promise ("other policies and later requests are not affected") tested
 // the way an attacker would break it: the workers are being replaced all the time.
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import { evaluatePolicy } from '../../host/src/evaluate/evaluate.ts';
+import { evaluatePolicy, sharedInput } from '../../host/src/evaluate/evaluate.ts';
 import type { LoadedPolicy } from '../../host/src/policy/loaded.ts';
 import { SandboxPool } from '../../host/src/sandbox/pool.ts';
 import { DEFAULT_LIMITS } from '../../host/src/config/limits.ts';
@@ -225,6 +225,40 @@ it('a costly policy\'s queue gets its own calls refused as overload, not other p
   // The costly policy's own overload is its own: its calls past its share were refused.
   expect(refusedOwn.length).toBeGreaterThan(0);
   expect(refusedOwn[0]).toMatch(/not started: the sandboxes are overloaded/);
+}, 60_000);
+
+it('a policy is costly over 10 ms a call and normal again only under 5 ms, so a cost between the marks does not flip it', async () => {
+  // Costly changes how its calls are batched and judged under overload (previous test); one
+  // flipping at a single mark moved its backlog between the classes on every call.
+  const limits = { ...DEFAULT_LIMITS, timeoutMs: 5000 };
+  const policy = await load(pool, 'standing', { file: 'spin', limits, settings: { iterations: 1e6 } });
+  expect(pool.standing(policy.key)).toBe('untried');
+  await evaluatePolicy(pool, policy, 'mutate', input()); // the first call also compiles
+  const probe = await evaluatePolicy(pool, policy, 'mutate', input());
+  const perMs = 1e6 / Math.max(1, (probe.guestMicros ?? 1000) / 1000);
+  /** One call spinning about `ms` of guest time (the iterations given as its settings); the standing after it. */
+  const spend = async (ms: number) => {
+    const { envelope } = sharedInput(input(), policy);
+    const reply = await pool.call(policy.key, 'mutate', { envelope, settings: JSON.stringify({ iterations: Math.round(ms * perMs) }) }, limits.timeoutMs);
+    expect(reply.ok).toBe(true);
+    return pool.standing(policy.key);
+  };
+  const standings = { over: [] as string[], between: [] as string[], under: [] as string[] };
+  for (let i = 0; i < 4; i++) standings.over.push(await spend(40));
+  for (let i = 0; i < 12; i++) standings.between.push(await spend(7.5));
+  for (let i = 0; i < 12; i++) standings.under.push(await spend(0.5));
+  expect(standings.over.at(-1)).toBe('costly');
+  expect(standings.between).toEqual(Array(12).fill('costly'));
+  expect(standings.under.at(-1)).toBe('normal');
+  // Its calls' cost is a moving average: back under 5 ms after a few calls, not the first.
+  expect(standings.under[0]).toBe('costly');
+  // A call stopped at its deadline: distrusted for a while (fewer workers, not waited behind).
+  const looping = await load(pool, 'standing-loops', { file: 'spin', limits: { ...DEFAULT_LIMITS, timeoutMs: 300 } });
+  expect(await evaluatePolicy(pool, looping, 'mutate', input())).toMatchObject({ status: 'allowed' });
+  expect(pool.standing(looping.key)).toBe('normal');
+  const stopped = await evaluatePolicy(pool, looping, 'validate', input());
+  expect(stopped).toMatchObject({ status: 'failed', message: expect.stringMatching(/deadline/) });
+  expect(pool.standing(looping.key)).toBe('distrusted');
 }, 60_000);
 
 it('two looping policies on probation together leave a worker to the others, not one each', async () => {

@@ -57,6 +57,10 @@ ${policyYaml('added-by', `settings: { value: t }\n${rule}`)}  - name: broken
     expect(metrics).toMatch(new RegExp(`^portcullis_policy_info\\{policy="added-by",digest="sha256:[0-9a-f]{64}",source="${POLICIES}/added-by/added-by.wasm",state="loaded",code=""\\} 1$`, 'm'));
     expect(metrics).toMatch(/^portcullis_policy_info\{policy="broken",digest="",source="[^"]*does-not-exist.wasm",state="failed",code="POLICY_LOAD_FAILED"\} 0$/m);
     expect(metrics).toMatch(/^portcullis_leader 0$/m);
+    // No review has reached it yet; the policy that did not load has no standing.
+    expect(metrics).toMatch(/^portcullis_policy_standing\{policy="added-by",standing="untried"\} 1$/m);
+    expect(metrics).toMatch(/^portcullis_policy_standing\{policy="added-by",standing="normal"\} 0$/m);
+    expect(metrics).not.toContain('portcullis_policy_standing{policy="broken"');
     const lines = current.logs.map((l) => JSON.parse(l) as Record<string, unknown>);
     expect(lines.find((l) => l.msg === 'TLS')).toMatchObject({ mode: 'self-signed', source: expect.stringContaining('generated at start') });
     expect(lines.find((l) => l.msg === 'ready')).toMatchObject({ loadMs: expect.any(Number), policies: 2, loaded: 1, failed: ['broken'] });

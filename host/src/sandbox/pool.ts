@@ -177,6 +177,15 @@ export interface PoolStats {
   restarts: number;
 }
 
+/**
+ * How the pool treats a policy now (what an operator sees as portcullis_policy_standing):
+ * `untried` until one of its review calls answers, `distrusted` for a while after a call of
+ * it was stopped or slow (it runs on fewer workers, alone, and is not waited behind),
+ * `costly` while its calls take over COSTLY_MICROS (alone, judged by its own backlog), and
+ * `normal`.
+ */
+export type PolicyStanding = 'normal' | 'costly' | 'distrusted' | 'untried';
+
 export class SandboxPool {
   readonly size: number;
   #slots: Slot[] = [];
@@ -275,6 +284,12 @@ export class SandboxPool {
   get stats(): PoolStats {
     const busy = this.#slots.filter((s) => s.batches.length > 0).length;
     return { size: this.size, workers: this.#slots.length, busy, queued: this.#queue.length, restarts: this.#restarts };
+  }
+
+  standing(key: string): PolicyStanding {
+    if (this.#distrusted(key)) return 'distrusted';
+    if (!this.#answered.has(key)) return 'untried';
+    return this.#costly(key) ? 'costly' : 'normal';
   }
 
   /**

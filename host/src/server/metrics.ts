@@ -4,9 +4,11 @@
 import { collectDefaultMetrics, Counter, Gauge, Registry } from 'prom-client';
 import type { PolicySet } from '../policy/policy-set.ts';
 import type { Outcome } from '../evaluate/outcome.ts';
-import type { SandboxPool } from '../sandbox/pool.ts';
+import type { PolicyStanding, SandboxPool } from '../sandbox/pool.ts';
 import { buildInfo } from '../util/build-info.ts';
 import { Tally, TallyHistogram } from './tallies.ts';
+
+const STANDINGS: readonly PolicyStanding[] = ['normal', 'costly', 'distrusted', 'untried'];
 
 const LATENCY_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5];
 
@@ -23,6 +25,8 @@ export class Metrics {
   readonly reloads = new Counter({ name: 'portcullis_reloads_total', help: 'Configuration reloads, by result', labelNames: ['result'] as const, registers: [this.registry] });
   readonly policyInfo = new Gauge({ name: 'portcullis_policy_info', help: 'One series per policy of the current set: 1 if loaded, 0 if it failed to load', labelNames: ['policy', 'digest', 'source', 'state', 'code'] as const, registers: [this.registry] });
   readonly registryPulls = new Counter({ name: 'portcullis_registry_pulls_total', help: 'oci:// module fetches (cache or registry), by registry and result', labelNames: ['registry', 'result'] as const, registers: [this.registry] });
+  /** The current set's loaded policies, by name, with their pool keys (portcullis_policy_standing). */
+  #standings: (readonly [string, string])[] = [];
   #leader: (() => boolean) | undefined;
   #syncFailing: (() => boolean) | undefined;
 
@@ -45,6 +49,18 @@ export class Metrics {
     new Gauge({ name: 'portcullis_sandbox_workers', help: 'Sandbox worker threads (one more than configured while a relief worker runs)', registers, collect() { this.set(pool.stats.workers); } });
     new Gauge({ name: 'portcullis_sandbox_busy', help: 'Sandbox workers running a policy now', registers, collect() { this.set(pool.stats.busy); } });
     new Gauge({ name: 'portcullis_sandbox_queued', help: 'Evaluations waiting for a free sandbox worker', registers, collect() { this.set(pool.stats.queued); } });
+    const standings = () => this.#standings;
+    new Gauge({
+      name: 'portcullis_policy_standing', labelNames: ['policy', 'standing'] as const, registers,
+      help: 'How the sandbox pool treats each loaded policy now: 1 for its standing (normal; costly: calls over 10 ms, run alone and judged by their own backlog; distrusted: recently stopped or slow, on fewer workers; untried: no review answered yet)',
+      collect() {
+        this.reset();
+        for (const [policy, key] of standings()) {
+          const now = pool.standing(key);
+          for (const standing of STANDINGS) this.set({ policy, standing }, standing === now ? 1 : 0);
+        }
+      },
+    });
     new Gauge({ name: 'portcullis_sandbox_restarts', help: 'Sandbox workers replaced after a deadline or crash', registers, collect() { this.set(pool.stats.restarts); } });
   }
 
@@ -56,6 +72,7 @@ export class Metrics {
 
   recordPolicies(set: PolicySet): void {
     this.policyInfo.reset();
+    this.#standings = set.entries.flatMap((entry) => (entry.loaded ? [[entry.config.name, entry.loaded.key] as const] : []));
     for (const entry of set.entries) {
       const digest = entry.loaded ? `sha256:${entry.loaded.digest}` : '';
       const state = entry.loaded ? 'loaded' : 'failed';
