@@ -21,7 +21,7 @@ COPY host host
 COPY policies policies
 COPY scripts scripts
 COPY tsconfig.json ./
-RUN node scripts/build-policies.ts --force
+RUN node scripts/build-policies.ts --force && node scripts/pack.ts --host-js
 
 # Production dependencies only, minus jco's compiler toolchain and what only it needed.
 FROM ${NODE_IMAGE} AS deps
@@ -60,10 +60,11 @@ COPY --from=deps /app/node_modules node_modules
 COPY package.json ./
 COPY sdk/package.json sdk/
 COPY host/package.json host/config.schema.json host/
-# Node 24 runs the host's TypeScript sources (type stripping). When the host compiles to
-# JavaScript (npm packaging), copy the compiled output from the build stage here instead.
-COPY host/bin host/bin
-COPY host/src host/src
+# The host compiled to JavaScript, as in its npm package: Node 24 could run the TypeScript
+# sources, but stripping their types again in the main thread and in every sandbox worker cost
+# ~0.4 s of each first start (10 policies: 1.53 -> 1.13 s ready, no compile cache yet).
+COPY --from=build /app/.pack/stage/host/bin host/bin
+COPY --from=build /app/.pack/stage/host/src host/src
 COPY --from=build /app/policies/portcullis.yaml policies/
 COPY --from=build /app/policies/added-by/added-by.wasm policies/added-by/
 COPY --from=build /app/policies/no-delete/no-delete.wasm policies/no-delete/

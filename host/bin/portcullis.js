@@ -23,7 +23,7 @@ if (process.argv[2] === 'serve' && process.platform === 'linux' && typeof proces
 }
 // Node's on-disk compile cache (V8 code, and in the checkout the sources with their types
 // stripped): `serve` with 10 policies was ready in 1.67 s, 1.18 s with it (bench cold start).
-// In our cache folder, which is the one place Portcullis writes; the environment variable is
+// In our cache folder (util/files.ts cacheDir), the one place Portcullis writes; the variable is
 // what worker threads read when they start (the call below covers this thread only). An
 // operator's NODE_COMPILE_CACHE or NODE_DISABLE_COMPILE_CACHE wins; a folder that cannot be
 // written only costs the speed-up.
