@@ -5,7 +5,9 @@ import { afterAll, beforeAll, expect, it } from 'vitest';
 import { evaluatePolicy } from '../../host/src/evaluate/evaluate.ts';
 import { SandboxPool } from '../../host/src/sandbox/pool.ts';
 import { DEFAULT_LIMITS } from '../../host/src/config/limits.ts';
-import { input, load } from '../helpers/policies.ts';
+import { input, load, wasm } from '../helpers/policies.ts';
+import { parseConfig } from '../../host/src/config/load.ts';
+import { loadPolicySet, PolicyRegistry } from '../../host/src/policy/policy-set.ts';
 
 let pool: SandboxPool;
 beforeAll(() => { pool = new SandboxPool(1, { loadTimeoutMs: 500 }); });
@@ -37,3 +39,28 @@ it('a policy loaded while its worker runs a long call is not blamed for the wait
   expect(stuck.status === 'failed' && stuck.message).toContain('exceeded its 1.5s CPU deadline');
   expect((await evaluatePolicy(pool, late, 'validate', input())).status).toBe('allowed');
 }, 20_000);
+
+it('a reload back to settings a draining set still serves keeps that sandbox, though the draining set ends while it loads', async () => {
+  // Red team: a settings change and its revert 1.5 s apart, beside a looping policy that kept
+  // the first set held; its drain unloaded the sandbox the revert was loading onto, and every
+  // call of the policy then failed as not loaded (10,892 of 13,947 reviews), until a reload.
+  const configOf = (value: string) => parseConfig(`policies:\n  - { name: tag, module: ${wasm('added-by')}, settings: { value: ${value} } }\n`, '/x/p.yaml');
+  const first = await loadPolicySet(pool, configOf('first'));
+  const registry = new PolicyRegistry(pool, first);
+  first.hold(); // a review still running on the first set
+  const second = await loadPolicySet(pool, configOf('second'));
+  registry.swap(second);
+  const loaded = registry.loading();
+  const third = await loadPolicySet(pool, configOf('first')); // the first set's sandbox
+  const key = third.entries[0]!.loaded!.key;
+  expect(key).toBe(first.entries[0]!.loaded!.key);
+  first.release(); // its review answers while the third set is not yet swapped in
+  await new Promise((resolve) => setImmediate(resolve));
+  registry.swap(third);
+  loaded();
+  await new Promise((resolve) => setImmediate(resolve));
+  expect(pool.instancesOf(key)).toBe(1);
+  expect(await evaluatePolicy(pool, third.entries[0]!.loaded!, 'mutate', input())).toMatchObject({ status: 'allowed' });
+  // What nothing serves any more still goes.
+  expect(pool.instancesOf(second.entries[0]!.loaded!.key)).toBe(0);
+});

@@ -107,6 +107,16 @@ export class PolicyRegistry {
   #current: PolicySet;
   readonly #pool: SandboxPool;
   readonly #retiring = new Map<string, Retiring>();
+  /**
+   * Sets being loaded (see loading()), and the sandboxes left unused meanwhile: they go once
+   * no set is loading. A loading set may share a sandbox with a set that drains meanwhile (a
+   * reload back to settings an older, still-draining set has): red team, a config change and
+   * its revert 1.5 s apart, beside a looping policy that kept the older set held; its drain
+   * unloaded the sandbox the reverted set was about to serve, and every call of that policy
+   * then failed as not loaded, until the next reload.
+   */
+  #loading = 0;
+  readonly #deferred = new Set<string>();
 
   constructor(pool: SandboxPool, initial: PolicySet) {
     this.#pool = pool;
@@ -146,6 +156,23 @@ export class PolicyRegistry {
     void previous.drained().then(() => this.#unloadUnused(previous.keys()));
   }
 
+  /**
+   * Marks a set being loaded until the returned function is called, after the set was swapped
+   * in or discarded: until then no sandbox is unloaded, since the set may share it.
+   */
+  loading(): () => void {
+    this.#loading++;
+    let ended = false;
+    return () => {
+      if (ended) return;
+      ended = true;
+      if (--this.#loading > 0) return;
+      const keys = [...this.#deferred];
+      this.#deferred.clear();
+      this.#unloadUnused(keys);
+    };
+  }
+
   /** Stops answering what reloads removed before `before` (a performance.now() time). */
   retire(before = Infinity): void {
     const gone = new Set<string>();
@@ -163,6 +190,10 @@ export class PolicyRegistry {
   }
 
   #unloadUnused(keys: Iterable<string>): void {
+    if (this.#loading > 0) {
+      for (const key of keys) this.#deferred.add(key);
+      return;
+    }
     const keep = this.#current.keys();
     for (const { entry } of this.#retiring.values()) if (entry.loaded) keep.add(entry.loaded.key);
     for (const key of keys) if (!keep.has(key)) this.#pool.unload(key);

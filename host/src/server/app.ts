@@ -273,18 +273,24 @@ export class PortcullisServer {
       this.log.error('configuration reload refused; the current policies keep serving', { file: source, message: errorMessage(error) });
       return false;
     }
-    const set = await loadPolicySet(this.pool, config, this.#registries(config));
-    if (set.failed.length > 0) {
-      this.registry.discard(set);
-      this.metrics.reloads.inc({ result: 'failed' });
-      for (const entry of set.failed) this.log.error('configuration reload refused; the current policies keep serving', { file: source, policy: entry.config.name, code: entry.error?.code, message: entry.error?.message });
-      return false;
+    const loaded = this.registry.loading();
+    let set: PolicySet;
+    try {
+      set = await loadPolicySet(this.pool, config, this.#registries(config));
+      if (set.failed.length > 0) {
+        this.registry.discard(set);
+        this.metrics.reloads.inc({ result: 'failed' });
+        for (const entry of set.failed) this.log.error('configuration reload refused; the current policies keep serving', { file: source, policy: entry.config.name, code: entry.error?.code, message: entry.error?.message });
+        return false;
+      }
+      if (JSON.stringify(config.server) !== JSON.stringify(this.config.server)) {
+        this.log.warn('server settings changed in the configuration; they take effect on restart', { file: source });
+      }
+      this.config = { ...config, server: this.config.server };
+      this.registry.swap(set);
+    } finally {
+      loaded();
     }
-    if (JSON.stringify(config.server) !== JSON.stringify(this.config.server)) {
-      this.log.warn('server settings changed in the configuration; they take effect on restart', { file: source });
-    }
-    this.config = { ...config, server: this.config.server };
-    this.registry.swap(set);
     this.#retireLater();
     this.metrics.reloads.inc({ result: 'ok' });
     this.#reportSet(set);
