@@ -146,3 +146,36 @@ describe('goDurationMs', () => {
     expect(goDurationMs(text)).toBe(ms);
   });
 });
+
+describe('a relief worker, when the held worker also holds other policies\' calls behind its loop', () => {
+  it('still runs those policies\' waiting calls', async () => {
+    // Red team: a trusted policy looping in a batch with good calls. The good calls stuck behind
+    // it counted as their policy's busy instances, so the relief worker started and ran nothing,
+    // and every good call waited out the loop's deadline.
+    const one = new SandboxPool(1);
+    try {
+      const spin = await load(one, 'spin', { limits: { ...DEFAULT_LIMITS, timeoutMs: 4000 } });
+      const numbers = await load(one, 'numbers', { limits: { ...DEFAULT_LIMITS, timeoutMs: 10_000 } });
+      // Trusted and quick, so its calls share messages: answered reviews, each well under 1 ms.
+      for (let i = 0; i < 20; i++) expect((await evaluatePolicy(one, spin, 'mutate', input({ object: {} }))).status).toBe('allowed');
+      const ok = () => input({ object: { spec: { numbers: [1] } } });
+      expect((await evaluatePolicy(one, numbers, 'validate', ok())).status).toBe('allowed');
+      // One review both policies judge: one message, the loop first.
+      const review = ok();
+      const held = Promise.all([evaluatePolicy(one, spin, 'validate', review), evaluatePolicy(one, numbers, 'validate', review)]);
+      await new Promise((r) => setTimeout(r, 50));
+      expect(one.stats.queued).toBe(0);
+      const started = performance.now();
+      const answers = await Promise.all(Array.from({ length: 3 }, () => evaluatePolicy(one, numbers, 'validate', ok())));
+      expect(answers.map((a) => a.status)).toEqual(['allowed', 'allowed', 'allowed']);
+      // On the relief worker, long before the loop's 4 s deadline (before: after it).
+      expect(performance.now() - started).toBeLessThan(3000);
+      expect(one.stats.workers).toBe(2);
+      const [loop, stuck] = await held;
+      expect(loop).toMatchObject({ status: 'failed', message: 'exceeded its 4s CPU deadline' });
+      expect(stuck.status).toBe('allowed'); // put back in line when its worker was replaced
+    } finally {
+      await one.close();
+    }
+  }, 30_000);
+});

@@ -996,7 +996,11 @@ export class SandboxPool {
       const untrusted = this.#untrusted(job.key);
       if (this.size > 1 && this.#distrusted(job.key) && !(spare ??= this.#spareBesides(slot))) continue;
       const cap = untrusted ? suspectWorkers(instances) : capped && instances > 1 ? instances - 1 : instances;
-      if ((busy.get(job.key) ?? 0) >= cap) continue;
+      // Not on the relief worker: it is there for calls the held workers hold up, and their
+      // batch-mates stuck behind the held call counted as those policies' busy instances. Red
+      // team: a trusted policy looping in batches with good calls got a relief worker that ran
+      // nothing, and the good calls waited out the deadline.
+      if (!slot.relief && (busy.get(job.key) ?? 0) >= cap) continue;
       if (best < 0 || (this.#served.get(job.key) ?? 0) < (this.#served.get(this.#queue[best]!.key) ?? 0)) best = i;
     }
     if (late.length > 0) {
