@@ -31,6 +31,29 @@ describe('the time left to answer', () => {
   });
 });
 
+describe('a call whose wait runs out while no worker asks for work', () => {
+  it('is answered when its wait ends, not when a worker is free again', async () => {
+    // Red team: every worker held or reloading a policy with a slow start function; the late
+    // calls were answered only when a worker asked for work, 6-9 s past their 2 s deadline.
+    const one = new SandboxPool(1);
+    try {
+      const spin = await load(one, 'spin', { limits: { ...DEFAULT_LIMITS, timeoutMs: 6000 } });
+      expect((await evaluatePolicy(one, spin, 'mutate', input({ object: {} }))).status).toBe('allowed');
+      const held = evaluatePolicy(one, spin, 'validate', input());
+      await new Promise((r) => setTimeout(r, 50));
+      // The caller waits 6.5 s in all: the call may wait 0.5 s. No relief worker runs it (its
+      // policy holds the worker), and the only worker is held for 6 s.
+      const started = performance.now();
+      const late = await evaluatePolicy(one, spin, 'validate', input(), 6500);
+      expect(late).toMatchObject({ status: 'failed', failure: 'temporary', message: expect.stringMatching(/could not finish before the apiserver's timeout; not started$/) });
+      expect(performance.now() - started).toBeLessThan(3000); // before: 6 s, when the worker was replaced
+      expect(await held).toMatchObject({ status: 'failed', message: 'exceeded its 6s CPU deadline' });
+    } finally {
+      await one.close();
+    }
+  }, 30_000);
+});
+
 describe('a relief worker', () => {
   it('runs other policies\' calls while every worker is held by a long call, and goes once it is not needed', async () => {
     const two = new SandboxPool(2);

@@ -657,6 +657,7 @@ export class SandboxPool {
     if (this.#heldTimer !== undefined || this.#closed || (this.#queue.length === 0 && !this.#relief)) return;
     this.#heldTimer = setTimeout(() => {
       this.#heldTimer = undefined;
+      this.#answerAllLate();
       this.#relieve();
       this.#watchHeld();
     }, HELD_CHECK_MS);
@@ -935,6 +936,9 @@ export class SandboxPool {
     }
     this.#queue.length = kept;
     for (const job of jobs) this.#dequeued(job);
+    // Emptied without a call started (its late calls answered): what the last calls started had
+    // waited says nothing about the next ones. Left, it refused the first calls of the next burst.
+    if (this.#queue.length === this.#suspectQueued) this.#waited = 0;
     return jobs;
   }
 
@@ -1005,11 +1009,7 @@ export class SandboxPool {
     }
     if (late.length > 0) {
       if (best >= 0) best -= late.filter((i) => i < best).length;
-      for (const job of this.#takeAll(late)) {
-        job.resolve(fault(job, 'deadline', job.waitMs < job.timeoutMs
-          ? `waited ${Math.round(now - job.started)} ms for a sandbox; started now, it could not finish before the apiserver's timeout; not started`
-          : `waited ${Math.round(now - job.started)} ms for a sandbox, past its ${seconds(job.timeoutMs)} deadline; not started`));
-      }
+      this.#answerLate(late, now);
       // A window of late calls only: look again behind them. Giving up here would leave the rest
       // of the queue with idle workers and nothing left to wake the scheduler (found at 4x load).
       if (best < 0) return this.#next(slot, capped);
@@ -1019,6 +1019,28 @@ export class SandboxPool {
     const job = this.#take(best);
     this.#served.set(job.key, ++this.#turn);
     return job;
+  }
+
+  /** Answers the queued calls at `indices`, whose wait has run out, as not started. */
+  #answerLate(indices: number[], now: number): void {
+    for (const job of this.#takeAll(indices)) {
+      job.resolve(fault(job, 'deadline', job.waitMs < job.timeoutMs
+        ? `waited ${Math.round(now - job.started)} ms for a sandbox; started now, it could not finish before the apiserver's timeout; not started`
+        : `waited ${Math.round(now - job.started)} ms for a sandbox, past its ${seconds(job.timeoutMs)} deadline; not started`));
+    }
+  }
+
+  /**
+   * Answers every queued call whose wait has run out. #next does so only when a worker asks for
+   * work: with every worker held or reloading (red team: a policy whose start function spins 5 s,
+   * reloaded into each replaced worker), calls waited 6-9 s past their 2 s deadline, and the
+   * answers came after the apiserver's own timeout.
+   */
+  #answerAllLate(): void {
+    const now = performance.now();
+    const late: number[] = [];
+    for (const [i, job] of this.#queue.entries()) if (now - job.started >= job.waitMs) late.push(i);
+    if (late.length > 0) this.#answerLate(late, now);
   }
 
   #onMessage(slot: Slot, message: FromWorker): void {
