@@ -64,3 +64,25 @@ it('a reload back to settings a draining set still serves keeps that sandbox, th
   // What nothing serves any more still goes.
   expect(pool.instancesOf(second.entries[0]!.loaded!.key)).toBe(0);
 });
+
+it('a set whose reviews still run keeps its sandboxes when a later set that shares them drains first', async () => {
+  // Review: A, then B with the same sandbox, then C without it. B drained before A (A's reviews
+  // were slower) and unloaded the sandbox A's reviews still called; a refused reload sharing it
+  // (discard) did the same.
+  const configOf = (value: string) => parseConfig(`policies:\n  - { name: kept, module: ${wasm('added-by')}, settings: { value: ${value} } }\n`, '/x/p.yaml');
+  const a = await loadPolicySet(pool, configOf('same'));
+  const registry = new PolicyRegistry(pool, a);
+  const key = a.entries[0]!.loaded!.key;
+  a.hold(); // a review still running on A
+  const b = await loadPolicySet(pool, configOf('same'));
+  registry.swap(b);
+  const refused = await loadPolicySet(pool, configOf('same'));
+  registry.discard(refused);
+  registry.swap(await loadPolicySet(pool, configOf('other')));
+  await new Promise((resolve) => setImmediate(resolve));
+  expect(pool.instancesOf(key)).toBe(1);
+  expect(await evaluatePolicy(pool, a.entries[0]!.loaded!, 'mutate', input())).toMatchObject({ status: 'allowed' });
+  a.release();
+  await new Promise((resolve) => setImmediate(resolve));
+  expect(pool.instancesOf(key)).toBe(0); // nothing serves it any more
+});

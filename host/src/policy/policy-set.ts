@@ -117,6 +117,12 @@ export class PolicyRegistry {
    */
   #loading = 0;
   readonly #deferred = new Set<string>();
+  /**
+   * Sets swapped out whose reviews still run: their sandboxes stay until they drain, whatever
+   * another set's drain or a refused reload's discard decides (review: A, then B with the same
+   * sandbox, then C without it; B drained before A and unloaded what A's reviews still called).
+   */
+  readonly #draining = new Set<PolicySet>();
 
   constructor(pool: SandboxPool, initial: PolicySet) {
     this.#pool = pool;
@@ -153,7 +159,11 @@ export class PolicyRegistry {
         else this.#retiring.set(key, { entry, since });
       }
     }
-    void previous.drained().then(() => this.#unloadUnused(previous.keys()));
+    this.#draining.add(previous);
+    void previous.drained().then(() => {
+      this.#draining.delete(previous);
+      this.#unloadUnused(previous.keys());
+    });
   }
 
   /**
@@ -196,6 +206,7 @@ export class PolicyRegistry {
     }
     const keep = this.#current.keys();
     for (const { entry } of this.#retiring.values()) if (entry.loaded) keep.add(entry.loaded.key);
+    for (const set of this.#draining) for (const key of set.keys()) keep.add(key);
     for (const key of keys) if (!keep.has(key)) this.#pool.unload(key);
   }
 }
