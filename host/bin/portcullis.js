@@ -23,14 +23,18 @@ if (process.argv[2] === 'serve' && process.platform === 'linux' && typeof proces
 }
 // Node's on-disk compile cache (V8 code, and in the checkout the sources with their types
 // stripped): `serve` with 10 policies was ready in 1.67 s, 1.18 s with it (bench cold start).
-// In our cache folder (util/files.ts cacheDir), the one place Portcullis writes; the variable is
-// what worker threads read when they start (the call below covers this thread only). An
+// In our cache folder (util/files.ts cacheDir); the variable is what worker threads (and the
+// transpile child) read when they start (the call below covers this thread only). An
 // operator's NODE_COMPILE_CACHE or NODE_DISABLE_COMPILE_CACHE wins; a folder that cannot be
 // written only costs the speed-up.
 if (process.env.NODE_COMPILE_CACHE === undefined && typeof module.enableCompileCache === 'function') {
-  const folder = join(process.env.PORTCULLIS_CACHE ?? join(homedir(), '.cache', 'portcullis'), 'node-compile-cache');
-  const { directory } = module.enableCompileCache(folder);
-  if (directory !== undefined) process.env.NODE_COMPILE_CACHE = directory;
+  try {
+    const folder = join(process.env.PORTCULLIS_CACHE ?? join(homedir(), '.cache', 'portcullis'), 'node-compile-cache');
+    const { directory } = module.enableCompileCache(folder);
+    if (directory !== undefined) process.env.NODE_COMPILE_CACHE = directory;
+  } catch {
+    // No home folder (no HOME, no passwd entry): the commands that need the cache say so.
+  }
 }
 // In the checkout Node 24 runs the TypeScript sources (type stripping); the installed package
 // carries them compiled to JavaScript instead.

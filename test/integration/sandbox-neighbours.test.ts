@@ -234,8 +234,10 @@ it('a policy is costly over 10 ms a call and normal again only under 5 ms, so a 
   const policy = await load(pool, 'standing', { file: 'spin', limits, settings: { iterations: 1e6 } });
   expect(pool.standing(policy.key)).toBe('untried');
   await evaluatePolicy(pool, policy, 'mutate', input()); // the first call also compiles
-  const probe = await evaluatePolicy(pool, policy, 'mutate', input());
-  const perMs = 1e6 / Math.max(1, (probe.guestMicros ?? 1000) / 1000);
+  // The fastest of three probes: one slowed by a busy machine would make the 7.5 ms calls shorter.
+  const probes = [];
+  for (let i = 0; i < 3; i++) probes.push((await evaluatePolicy(pool, policy, 'mutate', input())).guestMicros ?? 1000);
+  const perMs = 1e6 / Math.max(1, Math.min(...probes) / 1000);
   /** One call spinning about `ms` of guest time (the iterations given as its settings); the standing after it. */
   const spend = async (ms: number) => {
     const { envelope } = sharedInput(input(), policy);

@@ -1,7 +1,7 @@
 // `portcullis serve`: run the admission webhook until SIGTERM/SIGINT, then stop gracefully.
 import { fileURLToPath } from 'node:url';
 import { existsSync } from 'node:fs';
-import { flushCompileCache } from 'node:module';
+import module from 'node:module';
 import { parseArgs } from 'node:util';
 import { loadConfigFile } from '../config/load.ts';
 import type { Config, TlsConfig } from '../config/types.ts';
@@ -29,7 +29,7 @@ export default async function serve(args: string[]): Promise<number> {
   const server = await PortcullisServer.start({ config, log, ...(certificate ? { tls: certificate.material, certificateSource: certificate.source } : {}) });
   if (!values.config) server.log.info('serving the built-in example policies', { config: BUILTIN_CONFIG });
   // Node writes its compile cache (bin/portcullis.js) at exit, which a killed Pod never reaches.
-  flushCompileCache();
+  module.flushCompileCache?.(); // Node 22.10+
   let manager: WebhookManager | undefined;
   if (config.webhooks.managed) {
     try {

@@ -3,7 +3,7 @@
 // this thread, because a guest stuck in a loop never yields back to JavaScript.
 import './quiet-wasi-warning.ts';
 import { readlinkSync } from 'node:fs';
-import { flushCompileCache } from 'node:module';
+import module from 'node:module';
 import { setPriority } from 'node:os';
 import { parentPort, workerData, type MessagePort } from 'node:worker_threads';
 import type { Guest } from './guest.ts';
@@ -209,7 +209,7 @@ port.on('message', (message: ToWorker) => {
           send({ type: 'loaded', key: message.spec.key });
           // A thread that is terminated never writes Node's compile cache (bin/portcullis.js):
           // now, with this policy's glue in it. Writes only what is new.
-          flushCompileCache();
+          module.flushCompileCache?.(); // Node 22.10+
         },
         (error: unknown) => send({ type: 'loaded', key: message.spec.key, error: describe(error) }),
       );
