@@ -97,6 +97,30 @@ describe('hot reload', () => {
     expect(body.response.status.message).toBe('policy "require-labels": missing required label: tier');
   }, 30_000);
 
+  it('marks its set as loading until it is swapped in or discarded, so no drain unloads a sandbox the set shares', async () => {
+    // policy-set.ts, PolicyRegistry.loading (red team: a config revert beside a looping policy
+    // left a policy not loaded); the race itself is tested on the registry (sandbox-reload).
+    const registry = t.server.registry;
+    const events: string[] = [];
+    const [loading, swap, discard] = [registry.loading.bind(registry), registry.swap.bind(registry), registry.discard.bind(registry)];
+    registry.loading = () => {
+      events.push('loading');
+      const end = loading();
+      return () => { events.push('loaded'); end(); };
+    };
+    registry.swap = (set) => { events.push('swap'); swap(set); };
+    registry.discard = (set) => { events.push('discard'); discard(set); };
+    try {
+      await replaceConfig(t.configPath, config('team: x, tier: a'));
+      expect(await t.server.reload()).toBe(true);
+      await replaceConfig(t.configPath, config('team: 42'));
+      expect(await t.server.reload()).toBe(false);
+    } finally {
+      for (const name of ['loading', 'swap', 'discard']) Reflect.deleteProperty(registry, name); // the class's own again
+    }
+    expect(events).toEqual(['loading', 'swap', 'loaded', 'loading', 'discard', 'loaded']);
+  });
+
   it('reloads on SIGHUP', async () => {
     await replaceConfig(t.configPath, config('team: x'));
     const before = t.logs.filter((l) => l.includes('configuration reloaded')).length;
