@@ -9,6 +9,7 @@ import { ConfigError } from '../errors.ts';
 import { loadPolicy } from '../policy/load.ts';
 import { SandboxPool } from '../sandbox/pool.ts';
 import { DEFAULT_LIMITS } from '../config/limits.ts';
+import { mib } from '../util/text.ts';
 import { parseSettings, positive, readRequest } from './run.ts';
 import { settingsFrom, UsageError } from './usage.ts';
 
@@ -93,8 +94,4 @@ function summary(values: number[]): { p50: number; p99: number; max: number } {
 
 function round(ms: number): number {
   return Math.round(ms * 10) / 10;
-}
-
-function mib(bytes: number): number {
-  return Math.round((bytes / 2 ** 20) * 10) / 10;
 }

@@ -13,6 +13,7 @@
 // followed by megabytes of zeros (millions of empty custom sections) is refused in
 // microseconds without one object per section.
 import { PortcullisError } from '../errors.ts';
+import { mib } from '../util/text.ts';
 
 const PAGE = 65536;
 const TYPE_SECTION = 1;
@@ -214,10 +215,6 @@ function writeLimitsVector(entries: (Limits & { type?: number })[], maxima: numb
 
 function sum(values: number[]): number {
   return values.reduce((a, b) => a + b, 0);
-}
-
-function mib(bytes: number): string {
-  return String(Math.round((bytes / 2 ** 20) * 10) / 10);
 }
 
 const FUNC_TYPE = 0x60;

@@ -12,7 +12,8 @@ import { moduleKind, type ModuleKind } from './module-kind.ts';
 import { applyPlan, capMemory, planBudget, readLayout } from './memory-cap.ts';
 import { checkCodeSection } from './code-walk.ts';
 import { GLUE_REVISION, tuneGlue } from './glue.ts';
-import { mib, transpileIsolated } from './transpile.ts';
+import { transpileIsolated } from './transpile.ts';
+import { mib } from '../util/text.ts';
 import type { SandboxSpec } from './protocol.ts';
 import { PortcullisError } from '../errors.ts';
 

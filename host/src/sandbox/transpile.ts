@@ -10,6 +10,7 @@ import { writeFile } from 'node:fs/promises';
 import { extname } from 'node:path';
 import type { Readable } from 'node:stream';
 import { fileURLToPath } from 'node:url';
+import { mib } from '../util/text.ts';
 
 export interface TranspileBounds {
   timeoutMs: number;
@@ -131,11 +132,6 @@ function parse(output: Buffer, inputBytes: number): TranspileResult {
   if (cores > inputBytes + CORE_SLACK_BYTES) return { ok: false, reason: `its core modules came to ${mib(cores)} MiB, more than the component itself`, lasting: true };
   if (at !== output.length) return { ok: false, reason: 'the transpiler\'s answer was cut short', lasting: false };
   return { ok: true, imports: header.imports ?? [], files };
-}
-
-/** Bytes as MiB with one decimal, for messages. */
-export function mib(bytes: number): number {
-  return Math.round((bytes / 2 ** 20) * 10) / 10;
 }
 
 function lastLine(text: string): string {

@@ -7,7 +7,7 @@ import module from 'node:module';
 import { setPriority } from 'node:os';
 import { parentPort, workerData, type MessagePort } from 'node:worker_threads';
 import type { Guest } from './guest.ts';
-import { cutMessage, MAX_MESSAGE_LENGTH } from '../util/text.ts';
+import { cutMessage, MAX_MESSAGE_LENGTH, mib } from '../util/text.ts';
 import { clock, Progress, type CallAnswer, type CallReply, type CallRequest, type FromWorker, type SandboxSpec, type ToWorker } from './protocol.ts';
 
 // Imported only now: node:wasi (pulled in by Extism) is linked before any module body runs,
@@ -111,7 +111,7 @@ async function call(spec: SandboxSpec, fn: CallRequest['fn'], input: CallRequest
       // memory is nearly full: the cap is the likely cause, said with what the trap was (red team:
       // a module that trapped on every call with 60 of its 64 MiB in use read as the cap alone).
       const oom = /out of memory/i.test(String(error));
-      const detail = `most likely: it failed with ${mebibytes(used)} of its ${mebibytes(spec.memoryCapBytes)} MiB in use (${describe(error)})`;
+      const detail = `most likely: it failed with ${mib(used)} of its ${mib(spec.memoryCapBytes)} MiB in use (${describe(error)})`;
       return { ok: false, fault: 'memory', message: oom ? memoryCapMessage(spec) : `${memoryCapMessage(spec)}, ${detail}`, logs: logs.take() };
     } else {
       const entries = logs.take();
@@ -170,10 +170,6 @@ const NEAR_CAP = 0.9;
 function hitCap(spec: SandboxSpec, used: number, text: string): boolean {
   if (/out of memory/i.test(text) && used >= spec.memoryCapBytes / 2) return true;
   return used >= spec.memoryCapBytes * NEAR_CAP;
-}
-
-function mebibytes(bytes: number): string {
-  return String(Math.round((bytes / 2 ** 20) * 10) / 10);
 }
 
 function memoryCapMessage(spec: SandboxSpec): string {

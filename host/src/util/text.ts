@@ -1,4 +1,10 @@
-// Text a guest chooses (a denial, an error, a fault) as it goes into responses and log lines.
+// Text as it goes into responses and log lines: what a guest chooses (a denial, an error, a
+// fault), cut to size, and sizes said in MiB.
+
+/** Bytes as MiB with one decimal, for messages. */
+export function mib(bytes: number): number {
+  return Math.round((bytes / 2 ** 20) * 10) / 10;
+}
 
 /** The most characters of a guest's message the host passes on. */
 export const MAX_MESSAGE_LENGTH = 4096;
