@@ -63,3 +63,42 @@ function sleb(value: number): number[] {
 export const growMemory = (index: number, pages: number) => [0x41, ...sleb(pages), 0x40, ...leb(index)];
 /** `drop`: discards the value on top of the stack. */
 export const DROP = [0x1a];
+
+/**
+ * A core module (Extism's ABI) whose start function spins `millions` million loop turns, and
+ * whose `validate` allows at once: a policy slow only to instantiate. Written as text and
+ * assembled by binaryen (jco's own assembler), since it needs imports and a data segment.
+ */
+export async function slowStart(millions: number): Promise<Uint8Array> {
+  const { default: binaryen } = await import('binaryen');
+  const answer = '{"outcome":"allow"}';
+  const text = `(module
+    (import "extism:host/env" "alloc" (func $alloc (param i64) (result i64)))
+    (import "extism:host/env" "store_u8" (func $store_u8 (param i64 i32)))
+    (import "extism:host/env" "output_set" (func $output_set (param i64 i64)))
+    (memory (export "memory") 1)
+    (data (i32.const 16) "${answer.replaceAll('"', '\\"')}")
+    (func $turns (param $n i32) (local $i i32)
+      (loop $l (local.set $i (i32.add (local.get $i) (i32.const 1))) (br_if $l (i32.lt_u (local.get $i) (local.get $n)))))
+    (func $spin (local $j i32)
+      (block $done (loop $l
+        (br_if $done (i32.ge_u (local.get $j) (i32.const ${Math.round(millions)})))
+        (call $turns (i32.const 1000000))
+        (local.set $j (i32.add (local.get $j) (i32.const 1))) (br $l))))
+    (start $spin)
+    (func (export "validate") (result i32) (local $out i64) (local $i i32)
+      (local.set $out (call $alloc (i64.const ${answer.length})))
+      (block $done (loop $l
+        (br_if $done (i32.ge_u (local.get $i) (i32.const ${answer.length})))
+        (call $store_u8 (i64.add (local.get $out) (i64.extend_i32_u (local.get $i))) (i32.load8_u (i32.add (i32.const 16) (local.get $i))))
+        (local.set $i (i32.add (local.get $i) (i32.const 1))) (br $l)))
+      (call $output_set (local.get $out) (i64.const ${answer.length}))
+      (i32.const 0)))`;
+  const parsed = binaryen.parseText(text);
+  try {
+    if (!parsed.validate()) throw new Error('slowStart: invalid module');
+    return parsed.emitBinary();
+  } finally {
+    parsed.dispose();
+  }
+}

@@ -3,10 +3,14 @@
 // answered after the apiserver had left, on a worker nobody was waiting for (red team).
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { evaluatePolicy } from '../../host/src/evaluate/evaluate.ts';
-import { SandboxPool } from '../../host/src/sandbox/pool.ts';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { SandboxPool, SLOW_LOAD_MS } from '../../host/src/sandbox/pool.ts';
 import { goDurationMs } from '../../host/src/server/caller.ts';
 import { DEFAULT_LIMITS } from '../../host/src/config/limits.ts';
 import { input, load } from '../helpers/policies.ts';
+import { slowStart } from '../helpers/wasm.ts';
 
 let pool: SandboxPool;
 beforeAll(() => { pool = new SandboxPool(1); });
@@ -201,4 +205,90 @@ describe('a relief worker, when the held worker also holds other policies\' call
       await one.close();
     }
   }, 30_000);
+});
+
+describe('a policy slow to instantiate', () => {
+  // Red team: a start function of ~5 s beside a looping policy. One worker reloaded it after the
+  // loop was stopped, the other was held by the next loop: no relief came (a loading worker
+  // counted as about to be free), and good calls failed waiting. A relief that loaded the slow
+  // policy too would take calls only after it.
+  let dir: string;
+  /** A module whose start function takes about 3 s on this machine (measured on a small one first). */
+  let slowFile: string;
+  beforeAll(async () => {
+    dir = await mkdtemp(join(tmpdir(), 'portcullis-slow-start-'));
+    const one = new SandboxPool(1);
+    try {
+      await writeFile(join(dir, 'probe.wasm'), await slowStart(100));
+      const probe = await load(one, 'probe', { module: join(dir, 'probe.wasm') });
+      const millions = Math.round(100 * 3000 / Math.max(10, one.loadTimeOf(probe.key)!));
+      slowFile = join(dir, 'slow.wasm');
+      await writeFile(slowFile, await slowStart(millions));
+    } finally {
+      await one.close();
+    }
+  }, 30_000);
+  afterAll(() => rm(dir, { recursive: true, force: true }));
+  const lim = (ms: number) => ({ limits: { ...DEFAULT_LIMITS, timeoutMs: ms } });
+  const ok = () => input({ object: { spec: { numbers: [1] } } });
+
+  it('makes a worker reloading it count as held: the relief worker runs the others\' calls', async () => {
+    const two = new SandboxPool(2);
+    try {
+      const [slow, spinA, spinB, numbers] = await Promise.all([
+        load(two, 'slow', { module: slowFile }),
+        load(two, 'spin', { ...lim(1000), name: 'spin-a1' }), load(two, 'spin', { ...lim(8000), name: 'spin-b8' }),
+        load(two, 'numbers', lim(2000)),
+      ]);
+      expect(two.loadTimeOf(slow.key)).toBeGreaterThan(Math.max(SLOW_LOAD_MS, 1500));
+      for (const policy of [spinA, spinB]) expect((await evaluatePolicy(two, policy, 'mutate', input({ object: {} }))).status).toBe('allowed');
+      expect((await evaluatePolicy(two, numbers, 'validate', ok())).status).toBe('allowed');
+      // spin-a loops in one worker for 1 s and is stopped: its replacement reloads every policy,
+      // slow's start function included. spin-b loops in the other for 8 s.
+      const stopped = evaluatePolicy(two, spinA, 'validate', input());
+      const held = evaluatePolicy(two, spinB, 'validate', input());
+      expect(await stopped).toMatchObject({ status: 'failed', message: 'exceeded its 1s CPU deadline' });
+      await new Promise((r) => setTimeout(r, 100));
+      const started = performance.now();
+      const answers = await Promise.all([1, 2, 3].map(() => evaluatePolicy(two, numbers, 'validate', ok())));
+      expect(answers.map((a) => a.status)).toEqual(['allowed', 'allowed', 'allowed']);
+      // On the relief worker (before: failed at 2 s, waiting for the reload).
+      expect(performance.now() - started).toBeLessThan(1500);
+      expect(two.stats.workers).toBe(3);
+      expect(await held).toMatchObject({ status: 'failed', message: 'exceeded its 8s CPU deadline' });
+      // slow still answers, from a regular worker.
+      expect((await evaluatePolicy(two, slow, 'validate', ok())).status).toBe('allowed');
+    } finally {
+      await two.close();
+    }
+  }, 60_000);
+
+  it('is never loaded into a relief worker, which would take calls only once it had', async () => {
+    const two = new SandboxPool(2);
+    try {
+      const [slow, spinA, spinB, numbers] = await Promise.all([
+        load(two, 'slow', { ...lim(6000), module: slowFile }),
+        load(two, 'spin', { ...lim(6000), name: 'spin-a6' }), load(two, 'spin', { ...lim(6000), name: 'spin-b6' }),
+        load(two, 'numbers', lim(2000)),
+      ]);
+      for (const policy of [spinA, spinB]) expect((await evaluatePolicy(two, policy, 'mutate', input({ object: {} }))).status).toBe('allowed');
+      for (const policy of [numbers, slow]) expect((await evaluatePolicy(two, policy, 'validate', ok())).status).toBe('allowed');
+      // Both workers loop for 6 s; a review that slow and numbers both judge waits.
+      const held = [spinA, spinB].map((policy) => evaluatePolicy(two, policy, 'validate', input()));
+      await new Promise((r) => setTimeout(r, 100));
+      const review = ok();
+      const started = performance.now();
+      const [good, late] = [evaluatePolicy(two, numbers, 'validate', review), evaluatePolicy(two, slow, 'validate', review)];
+      expect((await good).status).toBe('allowed');
+      // Before: the relief loaded slow too (3 s), and numbers waited out its 2 s deadline.
+      expect(performance.now() - started).toBeLessThan(1500);
+      expect(two.stats.workers).toBe(3);
+      // slow waits for a regular worker: both reload it once their loops are stopped, so its
+      // call fails, per its own failurePolicy; only its own calls pay for its start function.
+      expect(await late).toMatchObject({ status: 'failed', failure: 'temporary', message: expect.stringMatching(/past its 6s deadline; not started$/) });
+      for (const outcome of await Promise.all(held)) expect(outcome).toMatchObject({ status: 'failed', message: 'exceeded its 6s CPU deadline' });
+    } finally {
+      await two.close();
+    }
+  }, 60_000);
 });

@@ -165,6 +165,17 @@ export const WAIT_SHARE = 0.5;
 const HELD_CHECK_MS = 50;
 const RELIEF_IDLE_MS = 2_000;
 const RELIEF_REFUSED_MS = 60_000;
+/**
+ * A policy whose instantiation (its start function included) took longer than this in a worker
+ * is a slow loader: a worker loading it counts as held (see #holdingKeys), and relief workers
+ * never load it (see #reliefMayLoad). It loads again in every worker that replaces one, and a
+ * worker takes no call while it loads. Red team: a start function of ~5 s beside a looping
+ * policy; with one worker reloading it and the other held by the loop, no relief came (a
+ * loading worker counted as about to be free), and when one came it loaded the slow policy too
+ * and took calls only once that was done: good reviews failed waiting. Real policies load in
+ * 5-60 ms here (TypeScript ones the slowest), a first load on a busy machine in a few times that.
+ */
+export const SLOW_LOAD_MS = 500;
 /** Instances (policies × workers holding each) past which policies are no longer in every worker. */
 export const INSTANCE_BUDGET = 64;
 
@@ -231,6 +242,8 @@ export class SandboxPool {
   #suspectQueued = 0;
   /** Each policy's last call, in µs of worker time. */
   #cost = new Map<string, number>();
+  /** How long each policy's last load took in its worker (µs), its start function included (see SLOW_LOAD_MS). */
+  #loadMicros = new Map<string, number>();
   /**
    * The queued calls counted as work ahead (not an untrusted policy's), and the sum of their #cost
    * as counted when each was queued: quick calls together, costly ones per policy, each by its
@@ -300,6 +313,12 @@ export class SandboxPool {
     const fit = policies * this.size <= INSTANCE_BUDGET ? this.size : Math.max(1, Math.floor(INSTANCE_BUDGET / Math.max(1, policies)));
     this.#instances = Math.min(this.size, Math.max(1, instances ?? fit));
     return this.#instances;
+  }
+
+  /** How long the policy's last load took in a worker, in ms, its start function included (undefined: none yet). */
+  loadTimeOf(key: string): number | undefined {
+    const micros = this.#loadMicros.get(key);
+    return micros === undefined ? undefined : micros / 1000;
   }
 
   /** How many workers hold the policy (0: not loaded). */
@@ -405,6 +424,7 @@ export class SandboxPool {
     this.#probation.delete(key);
     this.#slow.delete(key);
     this.#cost.delete(key);
+    this.#loadMicros.delete(key);
     if (!this.#specs.delete(key)) return;
     this.#relief?.relief?.delete(key);
     for (const slot of this.#slots) this.#post(slot, { type: 'unload', key });
@@ -729,17 +749,23 @@ export class SandboxPool {
 
   /**
    * When every worker (the relief aside) is running a call that has run past SLOW_SHARE of its
-   * deadline (what would make its policy slow had it answered), those calls' policies; else
-   * undefined. Quick calls never hold a worker that long, so a pool merely overloaded gets no
-   * relief worker (it would only add threads to the same cores); a worker that loads policies
-   * is not held (it will be free soon).
+   * deadline (what would make its policy slow had it answered), or is loading a slow loader
+   * (see SLOW_LOAD_MS), those calls' and loads' policies; else undefined. Quick calls never hold
+   * a worker that long, so a pool merely overloaded gets no relief worker (it would only add
+   * threads to the same cores); a worker loading only quick loaders is not held (it will be
+   * free soon).
    */
   #holdingKeys(): Set<string> | undefined {
     const now = clock();
     const keys = new Set<string>();
     for (const slot of this.#slots) {
       if (slot.relief) continue;
-      if (slot.batches.length === 0 || slot.loads.size > 0) return undefined;
+      if (slot.batches.length === 0) {
+        const slow = [...slot.loads.keys()].filter((key) => this.#slowLoad(key));
+        if (slow.length === 0) return undefined;
+        for (const key of slow) keys.add(key);
+        continue;
+      }
       const { seq, since } = slot.progress.read();
       const running = runningCall(slot, seq);
       if (!running || now - since < running.job.timeoutMs * SLOW_SHARE) return undefined;
@@ -748,9 +774,13 @@ export class SandboxPool {
     return keys;
   }
 
-  /** Not holding the workers, not being loaded by the pool, not left out after a relief's slow load. */
+  /** Not holding the workers, not being loaded by the pool, not a slow loader, not left out after a relief's slow load. */
   #reliefMayLoad(key: string, holding: Set<string>): boolean {
-    return !holding.has(key) && !this.#loading.has(key) && (this.#reliefRefused.get(key) ?? 0) <= performance.now();
+    return !holding.has(key) && !this.#loading.has(key) && !this.#slowLoad(key) && (this.#reliefRefused.get(key) ?? 0) <= performance.now();
+  }
+
+  #slowLoad(key: string): boolean {
+    return (this.#loadMicros.get(key) ?? 0) >= SLOW_LOAD_MS * 1000;
   }
 
   /** A relief worker runs no call of a policy seen to misbehave, nor of one whose calls held the workers. */
@@ -1055,6 +1085,7 @@ export class SandboxPool {
     if (message.type === 'loaded') {
       const pending = slot.loads.get(message.key);
       slot.loads.delete(message.key);
+      if (message.micros !== undefined && this.#specs.has(message.key)) this.#loadMicros.set(message.key, message.micros);
       clearTimeout(pending?.timer);
       pending?.done(message.error);
       return true;

@@ -73,7 +73,8 @@ export type CallAnswer =
 export type CallReply = CallAnswer & { spentMicros: number };
 
 export type FromWorker =
-  | { type: 'loaded'; key: string; error?: string }
+  /** `micros`: how long instantiating it took in this worker, its start function included. */
+  | { type: 'loaded'; key: string; error?: string; micros?: number }
   | { type: 'results'; batch: number; replies: CallReply[] };
 
 /**

@@ -148,6 +148,8 @@ async function run(batch: number, first: number, calls: CallRequest[]): Promise<
 // instantiated) lets the next message in, and two batches must never interleave their calls.
 const batches: Extract<ToWorker, { type: 'call' }>[] = [];
 let running = false;
+/** The loads posted so far, in turn (see the 'load' message). */
+let loads: Promise<void> = Promise.resolve();
 
 async function drain(): Promise<void> {
   running = true;
@@ -195,20 +197,30 @@ function describe(error: unknown): string {
 port.on('message', (message: ToWorker) => {
   switch (message.type) {
     case 'load': {
-      specs.set(message.spec.key, message.spec);
-      discard(message.spec.key);
-      // Instantiate now so the first review does not pay for it.
-      guestFor(message.spec).then(
-        (guest) => {
-          // A fresh policy's instance was made only to prove it instantiates.
-          if (message.spec.fresh) drop(guest);
-          send({ type: 'loaded', key: message.spec.key });
-          // A thread that is terminated never writes Node's compile cache (bin/portcullis.js):
-          // now, with this policy's glue in it. Writes only what is new.
-          module.flushCompileCache?.(); // Node 22.10+
-        },
-        (error: unknown) => send({ type: 'loaded', key: message.spec.key, error: describe(error) }),
-      );
+      const { spec } = message;
+      specs.set(spec.key, spec);
+      discard(spec.key);
+      // One load at a time, each timed alone: the pool keeps a policy whose instantiation (its
+      // start function included) is slow out of relief workers, and counts a worker loading it
+      // as held (see SandboxPool's SLOW_LOAD_MS). Interleaved, a 5 s start function would make
+      // every load behind it look as slow.
+      const turn = loads.then(async () => {
+        // Unloaded or loaded again while it waited its turn: no start function is run for nothing.
+        // The newer load answers for the key; an unloaded one is answered now.
+        if (specs.get(spec.key) !== spec) {
+          if (!specs.has(spec.key)) send({ type: 'loaded', key: spec.key });
+          return;
+        }
+        const started = performance.now();
+        const guest = await guestFor(spec);
+        // A fresh policy's instance was made only to prove it instantiates.
+        if (spec.fresh) drop(guest);
+        send({ type: 'loaded', key: spec.key, micros: Math.round((performance.now() - started) * 1000) });
+        // A thread that is terminated never writes Node's compile cache (bin/portcullis.js):
+        // now, with this policy's glue in it. Writes only what is new.
+        module.flushCompileCache?.(); // Node 22.10+
+      });
+      loads = turn.catch((error: unknown) => send({ type: 'loaded', key: spec.key, error: describe(error) }));
       break;
     }
     case 'unload':
