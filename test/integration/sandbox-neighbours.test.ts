@@ -336,3 +336,33 @@ it('a policy that lived only in the worker where another was stopped gets a seco
     await own.close();
   }
 }, 60_000);
+
+it('a policy whose only worker is held by a long call gets a second worker then, not after a deadline', async () => {
+  // Red team: with instancesPerPolicy 1, a new policy looping on its first call held its only
+  // worker for its deadline; the good policies placed there failed waiting, the other worker idle.
+  const own = new SandboxPool(2);
+  try {
+    own.plan(3, 1);
+    // Placed in turn: workers 0, 1, 0. The looping one has answered nothing yet.
+    const looping = await load(own, 'loops-first', { file: 'spin', limits: { ...DEFAULT_LIMITS, timeoutMs: 3000 } });
+    await load(own, 'numbers-other-worker', { file: 'numbers' });
+    const sharing = await load(own, 'numbers-held-worker', { file: 'numbers', limits: { ...DEFAULT_LIMITS, timeoutMs: 2000 } });
+    const ok = () => input({ object: { spec: { numbers: [1] } } });
+    expect((await evaluatePolicy(own, sharing, 'validate', ok())).status).toBe('allowed');
+    expect([looping, sharing].map((p) => own.instancesOf(p.key))).toEqual([1, 1]);
+    const loop = evaluatePolicy(own, looping, 'validate', input());
+    await new Promise((r) => setTimeout(r, 100));
+    const started = performance.now();
+    const answers = await Promise.all([1, 2, 3].map(() => evaluatePolicy(own, sharing, 'validate', ok())));
+    expect(answers.map((a) => a.status)).toEqual(['allowed', 'allowed', 'allowed']);
+    // Before: failed after 2 s, waiting for the 3 s loop.
+    expect(performance.now() - started).toBeLessThan(1500);
+    expect(own.instancesOf(sharing.key)).toBe(2);
+    expect(own.stats.workers).toBe(2); // another regular worker, not a relief one
+    expect(await loop).toMatchObject({ status: 'failed', message: 'exceeded its 3s CPU deadline' });
+    // The looping policy itself was not spread: it would hold the other worker too.
+    expect(own.instancesOf(looping.key)).toBe(1);
+  } finally {
+    await own.close();
+  }
+}, 60_000);

@@ -678,6 +678,7 @@ export class SandboxPool {
     this.#heldTimer = setTimeout(() => {
       this.#heldTimer = undefined;
       this.#answerAllLate();
+      this.#spreadHeld();
       this.#relieve();
       this.#watchHeld();
     }, HELD_CHECK_MS);
@@ -760,18 +761,55 @@ export class SandboxPool {
     const keys = new Set<string>();
     for (const slot of this.#slots) {
       if (slot.relief) continue;
-      if (slot.batches.length === 0) {
-        const slow = [...slot.loads.keys()].filter((key) => this.#slowLoad(key));
-        if (slow.length === 0) return undefined;
-        for (const key of slow) keys.add(key);
-        continue;
-      }
-      const { seq, since } = slot.progress.read();
-      const running = runningCall(slot, seq);
-      if (!running || now - since < running.job.timeoutMs * SLOW_SHARE) return undefined;
-      keys.add(running.job.key);
+      const holding = this.#heldBy(slot, now);
+      if (!holding) return undefined;
+      for (const key of holding) keys.add(key);
     }
     return keys;
+  }
+
+  /** The policies holding this worker (see #holdingKeys), or undefined when it is not held. */
+  #heldBy(slot: Slot, now: number): string[] | undefined {
+    if (slot.batches.length === 0) {
+      const slow = [...slot.loads.keys()].filter((key) => this.#slowLoad(key));
+      return slow.length > 0 ? slow : undefined;
+    }
+    const { seq, since } = slot.progress.read();
+    const running = runningCall(slot, seq);
+    if (!running || now - since < running.job.timeoutMs * SLOW_SHARE) return undefined;
+    return [running.job.key];
+  }
+
+  /**
+   * A trusted policy in fewer workers than the pool, with calls waiting while every worker
+   * holding it is held, gets a worker that is not (a permanent home, like #spreadFrom's), so
+   * its calls do not wait out another policy's long call while a worker sits idle. Red team:
+   * with instancesPerPolicy 1, a new policy looping on its first call held its only worker for
+   * its deadline, and the good policies placed there failed waiting beside an idle worker.
+   */
+  #spreadHeld(): void {
+    if (this.#queue.length === 0) return;
+    const now = clock();
+    const held = new Map<Slot, string[] | undefined>();
+    const heldBy = (slot: Slot) => {
+      if (!held.has(slot)) held.set(slot, this.#heldBy(slot, now));
+      return held.get(slot);
+    };
+    for (const key of this.#waitingKeys()) {
+      const homes = this.#placement.get(key);
+      const spec = this.#specs.get(key);
+      if (!homes || !spec || homes.size >= this.size || this.#untrusted(key) || this.#slowLoad(key)) continue;
+      const slots = [...homes].map((i) => this.#slots[i]!);
+      // Not a policy holding its own workers: another worker would only be held by it too.
+      if (!slots.every((slot) => heldBy(slot)?.includes(key) === false)) continue;
+      const target = this.#slots.find((slot) => !slot.relief && !homes.has(slot.index) && heldBy(slot) === undefined);
+      if (!target) continue;
+      homes.add(target.index);
+      void this.#loadInto(target, spec).then((error) => {
+        if (error !== undefined && this.#specs.get(key) === spec) this.#placement.get(key)?.delete(target.index);
+        this.#dispatch();
+      });
+    }
   }
 
   /** Not holding the workers, not being loaded by the pool, not a slow loader, not left out after a relief's slow load. */
