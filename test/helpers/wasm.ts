@@ -66,11 +66,11 @@ export const DROP = [0x1a];
 
 /**
  * A core module (Extism's ABI) whose start function spins `millions` million loop turns, and
- * whose `validate` allows at once: a policy slow only to instantiate. Written as text and
- * assembled by binaryen (jco's own assembler), since it needs imports and a data segment.
+ * whose `validate` allows at once: a policy slow only to instantiate. Written as text (it needs
+ * imports and a data segment) and assembled by jco.
  */
 export async function slowStart(millions: number): Promise<Uint8Array> {
-  const { default: binaryen } = await import('binaryen');
+  const { parse } = await import('@bytecodealliance/jco');
   const answer = '{"outcome":"allow"}';
   const text = `(module
     (import "extism:host/env" "alloc" (func $alloc (param i64) (result i64)))
@@ -94,11 +94,5 @@ export async function slowStart(millions: number): Promise<Uint8Array> {
         (local.set $i (i32.add (local.get $i) (i32.const 1))) (br $l)))
       (call $output_set (local.get $out) (i64.const ${answer.length}))
       (i32.const 0)))`;
-  const parsed = binaryen.parseText(text);
-  try {
-    if (!parsed.validate()) throw new Error('slowStart: invalid module');
-    return parsed.emitBinary();
-  } finally {
-    parsed.dispose();
-  }
+  return parse(text);
 }
