@@ -34,7 +34,8 @@ export function isMap(value: JsonValue | undefined): value is JsonMap {
 export function parsePointer(pointer: string): string[] {
   if (pointer === '') return [];
   if (!pointer.startsWith('/')) throw new PatchError(`"${pointer}" is not a JSON pointer`);
-  return pointer.slice(1).split('/').map((s) => s.replace(/~1/g, '/').replace(/~0/g, '~'));
+  const segments = pointer.slice(1).split('/');
+  return pointer.includes('~') ? segments.map((s) => s.replace(/~1/g, '/').replace(/~0/g, '~')) : segments;
 }
 
 export function toPointer(path: readonly string[]): string {
@@ -43,7 +44,7 @@ export function toPointer(path: readonly string[]): string {
 
 /** One key as it ends a pointer: `/` and the key with `~` and `/` escaped. */
 export function pointerSegment(key: string): string {
-  return '/' + key.replace(/~/g, '~0').replace(/\//g, '~1');
+  return key.includes('~') || key.includes('/') ? '/' + key.replace(/~/g, '~0').replace(/\//g, '~1') : '/' + key;
 }
 
 /** The value at a path, or undefined: own properties and canonical indices within the list only. */
@@ -132,7 +133,10 @@ export class Draft {
 
 /** Sets an own property even where plain assignment would not (a key named like an accessor). */
 export function define(node: JsonMap, key: string, value: JsonValue): void {
-  Object.defineProperty(node, key, { value, writable: true, enumerable: true, configurable: true });
+  // Assignment is several times faster on a large map (red team: 17,500 label adds cost half a
+  // second per review); on a plain object only `__proto__` is an accessor it would call instead.
+  if (key === '__proto__') Object.defineProperty(node, key, { value, writable: true, enumerable: true, configurable: true });
+  else node[key] = value;
 }
 
 /** Counts what copies clone (and what the merge reads to follow moves), against MAX_COPIED_BYTES. */
