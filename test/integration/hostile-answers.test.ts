@@ -39,6 +39,8 @@ const ANSWERS = {
   'copy-bomb': { outcome: 'allow', patch: Array.from({ length: 30 }, (_, i) => ({ op: 'copy', from: '/data', path: `/data/a${i}` })) },
   'long-denial': { outcome: 'deny', message: 'x'.repeat(100_000) },
   denier: { outcome: 'deny', code: 403, message: 'denied by denier' },
+  // 16,000 label adds, about 0.8 MB: within the default output cap (red team, 2026-11-27: 17,500).
+  'label-flood': { outcome: 'allow', patch: Array.from({ length: 16_000 }, (_, i) => ({ op: 'add', path: `/metadata/labels/k${i}`, value: 'v' })) },
 };
 
 let t: TestServer;
@@ -87,4 +89,12 @@ it('a 100 KB denial message is cut to 4096 characters in the response', async ()
   const message = res.body.response.status.message as string;
   expect(message.startsWith(`policy "long-denial": ${'x'.repeat(MAX_MESSAGE_LENGTH)}… (`)).toBe(true);
   expect(message.length).toBeLessThan(MAX_MESSAGE_LENGTH + 100);
+});
+
+it('a patch of 16,000 operations fails that policy at once; the host answers on', async () => {
+  // Red team: half a second of the main thread per review, and every other review waited.
+  const res = await t.post('/mutate/label-flood', configMap());
+  expect(res.body.response).toMatchObject({ allowed: false, status: { code: 500, message: 'policy "label-flood": returned a patch of 16,000 operations; a policy may return at most 1,000 (the host checks and merges them on its main thread)' } });
+  const labeled = await t.post('/mutate/labeler', configMap());
+  expect(decodePatch(labeled.body.response)).toEqual([{ op: 'add', path: '/metadata/labels', value: { team: 'x' } }]);
 });

@@ -444,6 +444,18 @@ describe('the merge answers for every policy, and a merged patch does what each 
     }
   });
 
+  it('a patch of more than 1,000 operations is refused at the edge; warnings past the first 512 are not read', () => {
+    const ops = (n: number) => Array.from({ length: n }, (_, i) => ({ op: 'add', path: `/metadata/labels/k${i}`, value: 'v' }));
+    expect(decodeOutput('many', JSON.stringify({ outcome: 'allow', patch: ops(1000) }))).toMatchObject({ status: 'allowed', patch: ops(1000) });
+    expect(() => decodeOutput('flood', JSON.stringify({ outcome: 'allow', patch: ops(17_500) })))
+      .toThrow('returned a patch of 17,500 operations; a policy may return at most 1,000 (the host checks and merges them on its main thread)');
+    const warnings: unknown[] = Array.from({ length: 200_000 }, () => 'w');
+    warnings[600] = 42; // past what is read: not looked at
+    expect(decodeOutput('chatty', JSON.stringify({ outcome: 'allow', warnings })).warnings).toHaveLength(512);
+    warnings[500] = 42;
+    expect(() => decodeOutput('chatty', JSON.stringify({ outcome: 'allow', warnings }))).toThrow('returned warnings that are not a list of strings');
+  });
+
   it('long paths are refused at the edge; the same path written 30,000 times by two policies merges in linear time', () => {
     expect(() => decodeOutput('long', JSON.stringify({ outcome: 'allow', patch: [{ op: 'remove', path: '/x'.repeat(65) }] }))).toThrow(/a patch path of more than 64 segments/);
     const same = (policy: string) => allowed(policy, Array.from({ length: 30_000 }, () => ({ op: 'add' as const, path: '/metadata/labels/a', value: '1' })));

@@ -68,8 +68,10 @@ export function decodeOutput(policy: string, text: string): Outcome {
 
 function decodeWarnings(value: unknown): string[] {
   if (value === undefined) return [];
-  if (!Array.isArray(value) || !value.every((w) => typeof w === 'string')) throw new MalformedOutput('returned warnings that are not a list of strings');
-  return value;
+  if (!Array.isArray(value)) throw new MalformedOutput('returned warnings that are not a list of strings');
+  const read = value.length > MAX_WARNINGS_READ ? value.slice(0, MAX_WARNINGS_READ) : value;
+  if (!read.every((w) => typeof w === 'string')) throw new MalformedOutput('returned warnings that are not a list of strings');
+  return read;
 }
 
 /**
@@ -92,6 +94,20 @@ function decodeMessage(value: unknown): string {
 export const MAX_PATCH_DEPTH = 64;
 /** Most segments in a patch path: the merge's work per write grows with it (red team: 40,000 took 4.7 s). */
 export const MAX_POINTER_SEGMENTS = 64;
+/**
+ * Most operations in one policy's patch. Each is checked and merged on the main thread (about
+ * 2-16 µs each): red team, a policy answering every Pod with 17,500 label adds (1 MB, within its
+ * output cap) took half a second of it per review, and every other review waited. A thousand is
+ * far above what mutating policies write (a sidecar is tens); the apiserver allows 10,000 in a
+ * PATCH request, which it applies off any shared loop.
+ */
+export const MAX_PATCH_OPERATIONS = 1000;
+/**
+ * Warnings read from one answer: the apiserver keeps 4,096 characters of warnings in all, each
+ * one here at least a dozen (the policy's name goes in front), so no more than this can reach
+ * it. The rest are not even type-checked (red team: 200,000 warnings, 70-90 ms an answer).
+ */
+export const MAX_WARNINGS_READ = 512;
 
 /**
  * Patches are applied to plain objects on the main thread: a `__proto__` key or path segment
@@ -122,6 +138,9 @@ function checkPointer(pointer: string): void {
 function decodePatch(value: unknown): PatchOperation[] {
   if (value === undefined) return [];
   if (!Array.isArray(value)) throw new MalformedOutput('returned a patch that is not a list of operations');
+  if (value.length > MAX_PATCH_OPERATIONS) {
+    throw new MalformedOutput(`returned a patch of ${value.length.toLocaleString('en')} operations; a policy may return at most ${MAX_PATCH_OPERATIONS.toLocaleString('en')} (the host checks and merges them on its main thread)`);
+  }
   for (const op of value) {
     if (!isObject(op) || typeof op.op !== 'string' || !OPS.has(op.op) || typeof op.path !== 'string') {
       throw new MalformedOutput(`returned an invalid patch operation ${preview(JSON.stringify(op))}`);
