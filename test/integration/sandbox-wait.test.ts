@@ -215,15 +215,17 @@ describe('a policy slow to instantiate', () => {
   let dir: string;
   /** A module whose start function takes about 3 s on this machine (measured on a small one first). */
   let slowFile: string;
+  /** Millions of loop turns a start function spins in a second here. */
+  let perSecond: number;
   beforeAll(async () => {
     dir = await mkdtemp(join(tmpdir(), 'portcullis-slow-start-'));
     const one = new SandboxPool(1);
     try {
       await writeFile(join(dir, 'probe.wasm'), await slowStart(100));
       const probe = await load(one, 'probe', { module: join(dir, 'probe.wasm') });
-      const millions = Math.round(100 * 3000 / Math.max(10, one.loadTimeOf(probe.key)!));
+      perSecond = 100 * 1000 / Math.max(10, one.loadTimeOf(probe.key)!);
       slowFile = join(dir, 'slow.wasm');
-      await writeFile(slowFile, await slowStart(millions));
+      await writeFile(slowFile, await slowStart(3 * perSecond));
     } finally {
       await one.close();
     }
@@ -231,6 +233,26 @@ describe('a policy slow to instantiate', () => {
   afterAll(() => rm(dir, { recursive: true, force: true }));
   const lim = (ms: number) => ({ limits: { ...DEFAULT_LIMITS, timeoutMs: ms } });
   const ok = () => input({ object: { spec: { numbers: [1] } } });
+
+  it('makes no other first load time out behind it: a load\'s deadline runs from its turn in the worker', async () => {
+    // A worker loads one policy at a time. Timed from when they were posted, the second of two
+    // 2 s start functions (a 3 s load deadline) was dropped as hanging after waiting 2 s for the first.
+    const two = new SandboxPool(2, { loadTimeoutMs: 3000 });
+    try {
+      const files = await Promise.all(['a', 'b'].map(async (name, i) => {
+        const file = join(dir, `two-${name}.wasm`);
+        await writeFile(file, await slowStart(2 * perSecond + i)); // different modules, different sandboxes
+        return file;
+      }));
+      const [a, b] = await Promise.all(files.map((file, i) => load(two, `slow-${i}`, { module: file })));
+      for (const policy of [a!, b!]) {
+        expect(two.loadTimeOf(policy.key)).toBeGreaterThan(1000);
+        expect((await evaluatePolicy(two, policy, 'validate', ok())).status).toBe('allowed');
+      }
+    } finally {
+      await two.close();
+    }
+  }, 60_000);
 
   it('makes a worker reloading it count as held: the relief worker runs the others\' calls', async () => {
     const two = new SandboxPool(2);

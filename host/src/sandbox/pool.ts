@@ -78,6 +78,13 @@ interface Batch {
   jobs: Job[];
 }
 
+interface PendingLoad {
+  done: (error?: string) => void;
+  timer: NodeJS.Timeout | undefined;
+  /** A module's first load anywhere (see #loadInto): timed from its turn, allowing `wait` for the calls posted before it. */
+  probe?: { spec: SandboxSpec; wait: number };
+}
+
 interface Slot {
   worker: Worker;
   /** Where the worker answers (see pump): its own channel, so answers can be read between sockets. */
@@ -88,7 +95,8 @@ interface Slot {
   seq: number;
   timer: NodeJS.Timeout | undefined;
   progress: Progress;
-  loads: Map<string, { done: (error?: string) => void; timer: NodeJS.Timeout | undefined }>;
+  /** Loads posted and not yet answered, in the order posted, which is the order the worker does them in. */
+  loads: Map<string, PendingLoad>;
   /** Its position in the pool: placements name positions, which a replacement worker inherits. */
   index: number;
   /** A relief worker (see #relieve): the policies it was given, which are all it holds. */
@@ -619,11 +627,23 @@ export class SandboxPool {
       // The worker reads the load message only once the batches it has end (each call of them
       // within its deadline, so by two of the longest each at worst): that wait is not the module's fault.
       const jobs = inflight(slot);
-      const batch = jobs.length === 0 ? 0 : 2 * slot.batches.length * Math.max(...jobs.map((job) => job.timeoutMs));
-      const timer = probe ? setTimeout(() => this.#loadExpired(slot, spec), this.#loadTimeoutMs + batch) : undefined;
-      slot.loads.set(spec.key, { done: resolve, timer });
+      const wait = jobs.length === 0 ? 0 : 2 * slot.batches.length * Math.max(...jobs.map((job) => job.timeoutMs));
+      slot.loads.set(spec.key, { done: resolve, timer: undefined, probe: probe ? { spec, wait } : undefined });
       this.#post(slot, { type: 'load', spec });
+      this.#armLoad(slot);
     });
+  }
+
+  /**
+   * Starts the deadline of the load the worker does now, when it is a first load. A worker loads
+   * one policy at a time, in the order posted (worker.ts): timed from the post, a first load
+   * queued behind another policy's slow start function would be blamed for its wait.
+   */
+  #armLoad(slot: Slot): void {
+    const head: PendingLoad | undefined = slot.loads.values().next().value;
+    if (!head?.probe || head.timer !== undefined) return;
+    const { spec, wait } = head.probe;
+    head.timer = setTimeout(() => this.#loadExpired(slot, spec), this.#loadTimeoutMs + wait);
   }
 
   #loadExpired(slot: Slot, spec: SandboxSpec): void {
@@ -1125,6 +1145,7 @@ export class SandboxPool {
       slot.loads.delete(message.key);
       if (message.micros !== undefined && this.#specs.has(message.key)) this.#loadMicros.set(message.key, message.micros);
       clearTimeout(pending?.timer);
+      this.#armLoad(slot);
       pending?.done(message.error);
       return true;
     }
@@ -1246,7 +1267,7 @@ export class SandboxPool {
       if (!this.#holds(fresh!, spec.key)) continue;
       const waiting = pending.get(spec.key);
       // A first load that was still under way keeps its deadline in the new worker.
-      void this.#loadInto(fresh!, spec, waiting?.timer !== undefined).then((error) => waiting?.done(error));
+      void this.#loadInto(fresh!, spec, waiting?.probe !== undefined).then((error) => waiting?.done(error));
     }
     for (const [key, { done }] of pending) if (!fresh || !this.#specs.has(key)) done(reason);
     this.#dispatch();
