@@ -250,7 +250,7 @@ export class SandboxPool {
   #suspectQueued = 0;
   /** Each policy's last call, in µs of worker time. */
   #cost = new Map<string, number>();
-  /** How long each policy's last load took in its worker (µs), its start function included (see SLOW_LOAD_MS). */
+  /** How long each policy's fastest load took in a worker (µs), its start function included (see SLOW_LOAD_MS). */
   #loadMicros = new Map<string, number>();
   /**
    * The queued calls counted as work ahead (not an untrusted policy's), and the sum of their #cost
@@ -270,6 +270,8 @@ export class SandboxPool {
   /** Workers each policy loaded from now on gets (see plan()). */
   #instances: number;
   #nextHome = 0;
+  /** Where #spreadHeld looks first for a worker, in turn. */
+  #nextSpread = 0;
   #dispatchQueued = false;
   /**
    * One worker more than `size`, added while every worker is held by a call that has already
@@ -323,7 +325,7 @@ export class SandboxPool {
     return this.#instances;
   }
 
-  /** How long the policy's last load took in a worker, in ms, its start function included (undefined: none yet). */
+  /** How long the policy's fastest load took in a worker, in ms, its start function included (undefined: none yet). */
   loadTimeOf(key: string): number | undefined {
     const micros = this.#loadMicros.get(key);
     return micros === undefined ? undefined : micros / 1000;
@@ -806,6 +808,8 @@ export class SandboxPool {
    * its calls do not wait out another policy's long call while a worker sits idle. Red team:
    * with instancesPerPolicy 1, a new policy looping on its first call held its only worker for
    * its deadline, and the good policies placed there failed waiting beside an idle worker.
+   * At most one such load per worker per check, round the workers: a worker takes no call while
+   * it loads (review helper: 30 policies moved into one worker at once stalled its own calls).
    */
   #spreadHeld(): void {
     if (this.#queue.length === 0) return;
@@ -815,6 +819,7 @@ export class SandboxPool {
       if (!held.has(slot)) held.set(slot, this.#heldBy(slot, now));
       return held.get(slot);
     };
+    const given = new Set<Slot>();
     for (const key of this.#waitingKeys()) {
       const homes = this.#placement.get(key);
       const spec = this.#specs.get(key);
@@ -822,8 +827,11 @@ export class SandboxPool {
       const slots = [...homes].map((i) => this.#slots[i]!);
       // Not a policy holding its own workers: another worker would only be held by it too.
       if (!slots.every((slot) => heldBy(slot)?.includes(key) === false)) continue;
-      const target = this.#slots.find((slot) => !slot.relief && !homes.has(slot.index) && heldBy(slot) === undefined);
+      const free = (slot: Slot) => !slot.relief && !given.has(slot) && !homes.has(slot.index) && heldBy(slot) === undefined;
+      const start = this.#nextSpread++ % this.size;
+      const target = [...this.#slots.slice(start), ...this.#slots.slice(0, start)].find(free);
       if (!target) continue;
+      given.add(target);
       homes.add(target.index);
       void this.#loadInto(target, spec).then((error) => {
         if (error !== undefined && this.#specs.get(key) === spec) this.#placement.get(key)?.delete(target.index);
@@ -1143,7 +1151,12 @@ export class SandboxPool {
     if (message.type === 'loaded') {
       const pending = slot.loads.get(message.key);
       slot.loads.delete(message.key);
-      if (message.micros !== undefined && this.#specs.has(message.key)) this.#loadMicros.set(message.key, message.micros);
+      // The fastest load seen: a start function runs the same each time (no clock, no settings),
+      // so a slower one was the machine's doing (workers run at a lower priority; review helper:
+      // one busy process made loads 10-14 times slower), and must not make a policy a slow loader.
+      if (message.micros !== undefined && this.#specs.has(message.key)) {
+        this.#loadMicros.set(message.key, Math.min(message.micros, this.#loadMicros.get(message.key) ?? Infinity));
+      }
       clearTimeout(pending?.timer);
       this.#armLoad(slot);
       pending?.done(message.error);
