@@ -61,6 +61,12 @@ ${policyYaml('added-by', `settings: { value: t }\n${rule}`)}  - name: broken
     expect(metrics).toMatch(/^portcullis_policy_standing\{policy="added-by",standing="untried"\} 1$/m);
     expect(metrics).toMatch(/^portcullis_policy_standing\{policy="added-by",standing="normal"\} 0$/m);
     expect(metrics).not.toContain('portcullis_policy_standing{policy="broken"');
+    // How long it took to instantiate (well under the slow-loader mark), and in how many workers.
+    const loadSeconds = Number(/^portcullis_policy_load_seconds\{policy="added-by"\} (\S+)$/m.exec(metrics)?.[1]);
+    expect(loadSeconds).toBeGreaterThan(0);
+    expect(loadSeconds).toBeLessThan(0.5);
+    expect(metrics).toMatch(/^portcullis_policy_instances\{policy="added-by"\} [12]$/m);
+    expect(metrics).not.toContain('portcullis_policy_load_seconds{policy="broken"');
     const lines = current.logs.map((l) => JSON.parse(l) as Record<string, unknown>);
     expect(lines.find((l) => l.msg === 'TLS')).toMatchObject({ mode: 'self-signed', source: expect.stringContaining('generated at start') });
     expect(lines.find((l) => l.msg === 'ready')).toMatchObject({ loadMs: expect.any(Number), policies: 2, loaded: 1, failed: ['broken'] });

@@ -4,7 +4,7 @@
 import { collectDefaultMetrics, Counter, Gauge, Registry } from 'prom-client';
 import type { PolicySet } from '../policy/policy-set.ts';
 import type { Outcome } from '../evaluate/outcome.ts';
-import type { PolicyStanding, SandboxPool } from '../sandbox/pool.ts';
+import { SLOW_LOAD_MS, type PolicyStanding, type SandboxPool } from '../sandbox/pool.ts';
 import { buildInfo } from '../util/build-info.ts';
 import { Tally, TallyHistogram } from './tallies.ts';
 
@@ -59,6 +59,25 @@ export class Metrics {
           const now = pool.standing(key);
           for (const standing of STANDINGS) this.set({ policy, standing }, standing === now ? 1 : 0);
         }
+      },
+    });
+    new Gauge({
+      name: 'portcullis_policy_load_seconds', labelNames: ['policy'] as const, registers,
+      help: `Each loaded policy's fastest instantiation in a sandbox worker, its start function included; over ${SLOW_LOAD_MS / 1000} s it is a slow loader: a worker reloading it counts as held, and relief workers never load it`,
+      collect() {
+        this.reset();
+        for (const [policy, key] of standings()) {
+          const ms = pool.loadTimeOf(key);
+          if (ms !== undefined) this.set({ policy }, ms / 1000);
+        }
+      },
+    });
+    new Gauge({
+      name: 'portcullis_policy_instances', labelNames: ['policy'] as const, registers,
+      help: 'Sandbox workers holding an instance of each loaded policy (placement; it grows for a policy that had to wait behind a held worker)',
+      collect() {
+        this.reset();
+        for (const [policy, key] of standings()) this.set({ policy }, pool.instancesOf(key));
       },
     });
     new Gauge({ name: 'portcullis_sandbox_restarts', help: 'Sandbox workers replaced after a deadline or crash', registers, collect() { this.set(pool.stats.restarts); } });
