@@ -366,3 +366,32 @@ it('a policy whose only worker is held by a long call gets a second worker then,
     await own.close();
   }
 }, 60_000);
+
+it('policies spread from a held worker go one per worker per check, not all at once', async () => {
+  // Review helper: 30 policies placed in a held worker moved into the other at once, and that
+  // worker, taking no call while it loaded them, stalled its own policies' calls.
+  const own = new SandboxPool(2);
+  try {
+    own.plan(12, 1);
+    // Placed in turn: the looping one in worker 0, then numbers-1 in worker 1, numbers-2 in 0...
+    const looping = await load(own, 'loops-beside-many', { file: 'spin', limits: { ...DEFAULT_LIMITS, timeoutMs: 4000 } });
+    const policies = [];
+    for (let i = 1; i <= 10; i++) policies.push(await load(own, `numbers-${i}`, { file: 'numbers', limits: { ...DEFAULT_LIMITS, timeoutMs: 3000 } }));
+    const ok = () => input({ object: { spec: { numbers: [1] } } });
+    for (const policy of policies) expect((await evaluatePolicy(own, policy, 'validate', ok())).status).toBe('allowed');
+    const held = policies.filter((_, i) => i % 2 === 1); // numbers-2, -4, ...: worker 0's
+    expect(held.map((p) => own.instancesOf(p.key))).toEqual([1, 1, 1, 1, 1]);
+    const loop = evaluatePolicy(own, looping, 'validate', input());
+    await new Promise((r) => setTimeout(r, 50));
+    const answers = Promise.all(held.map((policy) => evaluatePolicy(own, policy, 'validate', ok())));
+    const spread = () => held.filter((p) => own.instancesOf(p.key) === 2).length;
+    await expect.poll(spread, { timeout: 3000, interval: 1 }).toBeGreaterThan(0);
+    // The first check gave the free worker one of them (before: all five).
+    expect(spread()).toBe(1);
+    expect((await answers).map((a) => a.status)).toEqual(Array(5).fill('allowed'));
+    expect(spread()).toBe(5);
+    expect(await loop).toMatchObject({ status: 'failed', message: 'exceeded its 4s CPU deadline' });
+  } finally {
+    await own.close();
+  }
+}, 60_000);
