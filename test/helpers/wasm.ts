@@ -65,34 +65,43 @@ export const growMemory = (index: number, pages: number) => [0x41, ...sleb(pages
 export const DROP = [0x1a];
 
 /**
- * A core module (Extism's ABI) whose start function spins `millions` million loop turns, and
- * whose `validate` allows at once: a policy slow only to instantiate. Written as text (it needs
- * imports and a data segment) and assembled by jco.
+ * A core module (Extism's ABI) whose `validate` and `mutate` both answer `output` as JSON; with
+ * `startMillions`, its start function first spins that many million loop turns (a policy slow
+ * only to instantiate). Written as text (it needs imports and a data segment), assembled by jco.
  */
-export async function slowStart(millions: number): Promise<Uint8Array> {
+export async function answering(output: unknown, { startMillions }: { startMillions?: number } = {}): Promise<Uint8Array> {
   const { parse } = await import('@bytecodealliance/jco');
-  const answer = '{"outcome":"allow"}';
-  const text = `(module
-    (import "extism:host/env" "alloc" (func $alloc (param i64) (result i64)))
-    (import "extism:host/env" "store_u8" (func $store_u8 (param i64 i32)))
-    (import "extism:host/env" "output_set" (func $output_set (param i64 i64)))
-    (memory (export "memory") 1)
-    (data (i32.const 16) "${answer.replaceAll('"', '\\"')}")
+  const bytes = new TextEncoder().encode(JSON.stringify(output));
+  const data = [...bytes].map((b) => `\\${b.toString(16).padStart(2, '0')}`).join('');
+  const body = `(local $o i64) (local $i i32)
+    (local.set $o (call $alloc (i64.const ${bytes.length})))
+    (block $done (loop $next
+      (br_if $done (i32.ge_u (local.get $i) (i32.const ${bytes.length})))
+      (call $store (i64.add (local.get $o) (i64.extend_i32_u (local.get $i))) (i32.load8_u (local.get $i)))
+      (local.set $i (i32.add (local.get $i) (i32.const 1)))
+      (br $next)))
+    (call $output (local.get $o) (i64.const ${bytes.length}))
+    (i32.const 0)`;
+  const start = startMillions === undefined ? '' : `
     (func $turns (param $n i32) (local $i i32)
       (loop $l (local.set $i (i32.add (local.get $i) (i32.const 1))) (br_if $l (i32.lt_u (local.get $i) (local.get $n)))))
     (func $spin (local $j i32)
       (block $done (loop $l
-        (br_if $done (i32.ge_u (local.get $j) (i32.const ${Math.round(millions)})))
+        (br_if $done (i32.ge_u (local.get $j) (i32.const ${Math.round(startMillions)})))
         (call $turns (i32.const 1000000))
         (local.set $j (i32.add (local.get $j) (i32.const 1))) (br $l))))
-    (start $spin)
-    (func (export "validate") (result i32) (local $out i64) (local $i i32)
-      (local.set $out (call $alloc (i64.const ${answer.length})))
-      (block $done (loop $l
-        (br_if $done (i32.ge_u (local.get $i) (i32.const ${answer.length})))
-        (call $store_u8 (i64.add (local.get $out) (i64.extend_i32_u (local.get $i))) (i32.load8_u (i32.add (i32.const 16) (local.get $i))))
-        (local.set $i (i32.add (local.get $i) (i32.const 1))) (br $l)))
-      (call $output_set (local.get $out) (i64.const ${answer.length}))
-      (i32.const 0)))`;
-  return parse(text);
+    (start $spin)`;
+  return parse(`(module
+    (import "extism:host/env" "alloc" (func $alloc (param i64) (result i64)))
+    (import "extism:host/env" "store_u8" (func $store (param i64 i32)))
+    (import "extism:host/env" "output_set" (func $output (param i64 i64)))
+    (memory (export "memory") ${Math.ceil((bytes.length + 1) / 65536)})
+    (data (i32.const 0) "${data}")${start}
+    (func (export "validate") (result i32) ${body})
+    (func (export "mutate") (result i32) ${body}))`);
+}
+
+/** A policy slow only to instantiate: its start function spins `millions` million loop turns, then it allows. */
+export function slowStart(millions: number): Promise<Uint8Array> {
+  return answering({ outcome: 'allow' }, { startMillions: millions });
 }

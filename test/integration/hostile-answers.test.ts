@@ -5,33 +5,10 @@
 import { mkdtemp, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { parse } from '@bytecodealliance/jco';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { MAX_MESSAGE_LENGTH } from '../../host/src/evaluate/outcome.ts';
 import { admissionReview, decodePatch, startServer, type TestServer } from '../helpers/server.ts';
-
-/** A core module (Extism ABI) whose validate and mutate both answer `output`. */
-async function answering(output: unknown): Promise<Uint8Array> {
-  const bytes = new TextEncoder().encode(JSON.stringify(output));
-  const data = [...bytes].map((b) => `\\${b.toString(16).padStart(2, '0')}`).join('');
-  const body = `(local $o i64) (local $i i32)
-    (local.set $o (call $alloc (i64.const ${bytes.length})))
-    (block $done (loop $next
-      (br_if $done (i32.ge_u (local.get $i) (i32.const ${bytes.length})))
-      (call $store (i64.add (local.get $o) (i64.extend_i32_u (local.get $i))) (i32.load8_u (local.get $i)))
-      (local.set $i (i32.add (local.get $i) (i32.const 1)))
-      (br $next)))
-    (call $output (local.get $o) (i64.const ${bytes.length}))
-    (i32.const 0)`;
-  return parse(`(module
-    (import "extism:host/env" "alloc" (func $alloc (param i64) (result i64)))
-    (import "extism:host/env" "store_u8" (func $store (param i64 i32)))
-    (import "extism:host/env" "output_set" (func $output (param i64 i64)))
-    (memory (export "memory") ${Math.ceil((bytes.length + 1) / 65536)})
-    (data (i32.const 0) "${data}")
-    (func (export "validate") (result i32) ${body})
-    (func (export "mutate") (result i32) ${body}))`);
-}
+import { answering } from '../helpers/wasm.ts';
 
 const ANSWERS = {
   labeler: { outcome: 'allow', patch: [{ op: 'add', path: '/metadata/labels', value: { team: 'x' } }] },

@@ -273,7 +273,7 @@ export class PortcullisServer {
       this.log.error('configuration reload refused; the current policies keep serving', { file: source, message: errorMessage(error) });
       return false;
     }
-    const loaded = this.registry.loading();
+    const doneLoading = this.registry.loading();
     let set: PolicySet;
     try {
       set = await loadPolicySet(this.pool, config, this.#registries(config));
@@ -289,7 +289,7 @@ export class PortcullisServer {
       this.config = { ...config, server: this.config.server };
       this.registry.swap(set);
     } finally {
-      loaded();
+      doneLoading();
     }
     this.#retireLater();
     this.metrics.reloads.inc({ result: 'ok' });
