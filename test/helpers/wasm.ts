@@ -64,6 +64,9 @@ export const growMemory = (index: number, pages: number) => [0x41, ...sleb(pages
 /** `drop`: discards the value on top of the stack. */
 export const DROP = [0x1a];
 
+/** `text` as a WAT string literal: every UTF-8 byte escaped. */
+const watBytes = (text: string) => [...new TextEncoder().encode(text)].map((b) => `\\${b.toString(16).padStart(2, '0')}`).join('');
+
 /**
  * A core module (Extism's ABI) whose `validate` and `mutate` both answer `output` as JSON; with
  * `startMillions`, its start function first spins that many million loop turns (a policy slow
@@ -72,7 +75,7 @@ export const DROP = [0x1a];
 export async function answering(output: unknown, { startMillions }: { startMillions?: number } = {}): Promise<Uint8Array> {
   const { parse } = await import('@bytecodealliance/jco');
   const bytes = new TextEncoder().encode(JSON.stringify(output));
-  const data = [...bytes].map((b) => `\\${b.toString(16).padStart(2, '0')}`).join('');
+  const data = watBytes(JSON.stringify(output));
   const body = `(local $o i64) (local $i i32)
     (local.set $o (call $alloc (i64.const ${bytes.length})))
     (block $done (loop $next
@@ -104,4 +107,46 @@ export async function answering(output: unknown, { startMillions }: { startMilli
 /** A policy slow only to instantiate: its start function spins `millions` million loop turns, then it allows. */
 export function slowStart(millions: number): Promise<Uint8Array> {
   return answering({ outcome: 'allow' }, { startMillions: millions });
+}
+
+
+/**
+ * A core module whose `validate` makes context reads the way a hand-written module could.
+ * `legacy`: the request copied into Extism kernel memory and read `times` times with
+ * `portcullis_context_read`, the answers never freed. `oneCopy`: one `portcullis_context_call`
+ * naming `length` bytes at `at` (the request sits at 0), then `portcullis_context_answer` into
+ * `answerAt`. Neither writes an output.
+ */
+export async function contextReading(request: string, how:
+  | { legacy: { times: number } }
+  | { oneCopy: { at: number; length: number; answerAt: number } }): Promise<Uint8Array> {
+  const { parse } = await import('@bytecodealliance/jco');
+  const length = new TextEncoder().encode(request).length;
+  const body = 'legacy' in how
+    ? `(local $o i64) (local $i i32)
+      (local.set $o (call $alloc (i64.const ${length})))
+      (block $done (loop $next
+        (br_if $done (i32.ge_u (local.get $i) (i32.const ${length})))
+        (call $store (i64.add (local.get $o) (i64.extend_i32_u (local.get $i))) (i32.load8_u (local.get $i)))
+        (local.set $i (i32.add (local.get $i) (i32.const 1)))
+        (br $next)))
+      (local.set $i (i32.const 0))
+      (block $done (loop $next
+        (br_if $done (i32.ge_u (local.get $i) (i32.const ${how.legacy.times})))
+        (drop (call $read (local.get $o)))
+        (local.set $i (i32.add (local.get $i) (i32.const 1)))
+        (br $next)))
+      (i32.const 0)`
+    : `(drop (call $call (i32.const ${how.oneCopy.at}) (i32.const ${how.oneCopy.length})))
+      (call $answer (i32.const ${how.oneCopy.answerAt}))
+      (i32.const 0)`;
+  return parse(`(module
+    (import "extism:host/env" "alloc" (func $alloc (param i64) (result i64)))
+    (import "extism:host/env" "store_u8" (func $store (param i64 i32)))
+    (import "extism:host/user" "portcullis_context_read" (func $read (param i64) (result i64)))
+    (import "extism:host/user" "portcullis_context_call" (func $call (param i32 i32) (result i32)))
+    (import "extism:host/user" "portcullis_context_answer" (func $answer (param i32)))
+    (memory (export "memory") 1)
+    (data (i32.const 0) "${watBytes(request)}")
+    (func (export "validate") (result i32) ${body}))`);
 }

@@ -1,6 +1,9 @@
 // Context reads from inside real sandboxes: a component guest reads the workers' replicas,
 // sees changes, is refused outside its grants, gets a temporary error before sync, cannot
 // take the host down with a huge list or a read loop, and a replaced worker gets the state.
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import type { JsonObject } from '@portcullis/sdk';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ContextHub } from '../../host/src/context/hub.ts';
@@ -11,6 +14,7 @@ import type { LoadedPolicy } from '../../host/src/policy/loaded.ts';
 import { SandboxPool } from '../../host/src/sandbox/pool.ts';
 import { DEFAULT_LIMITS } from '../../host/src/config/limits.ts';
 import { input, load } from '../helpers/policies.ts';
+import { contextReading } from '../helpers/wasm.ts';
 
 const NS = { apiVersion: 'v1', kind: 'Namespace' };
 const ING = { apiVersion: 'networking.k8s.io/v1', kind: 'Ingress' };
@@ -122,12 +126,50 @@ describe('context reads from an AssemblyScript guest (Extism host function)', ()
     }
   });
 
-  it('answers count against the memory cap: reading a large object in a loop is stopped', async () => {
+  it('answers land in the guest\'s own memory, under its cap: reading a large object in a loop is collected', async () => {
     const as = await load(pool, 'as-context-probe', { context: [NS], limits: { ...DEFAULT_LIMITS, memoryMiB: 16 } });
-    const big = { ...namespace('big'), metadata: { name: 'big', annotations: { blob: 'x'.repeat(512 * 1024) } } };
     hub.apply({ type: 'context', op: 'upsert', kind: 'v1 Namespace', entry: toEntry(big)! });
-    expect(await asReading(as, { get: 'big', times: 2 })).toMatchObject({ status: 'allowed' });
-    const outcome = await asReading(as, { get: 'big', times: 100 });
+    expect(await asReading(as, { get: 'big', times: 100 })).toMatchObject({ status: 'allowed' });
+  });
+});
+
+const big = { ...namespace('big'), metadata: { name: 'big', annotations: { blob: 'x'.repeat(512 * 1024) } } };
+const getBig = JSON.stringify({ verb: 'get', ...NS, namespace: '', name: 'big' });
+
+describe('context reads from hand-written core modules', () => {
+  const handMade = async (name: string, bytes: Uint8Array) => {
+    const file = join(dir, `${name}.wasm`);
+    await writeFile(file, bytes);
+    return load(pool, name, { module: file, context: [NS], limits: { ...DEFAULT_LIMITS, memoryMiB: 16 } });
+  };
+  let dir: string;
+  beforeAll(async () => {
+    dir = await mkdtemp(join(tmpdir(), 'portcullis-context-'));
+    hub.apply({ type: 'context', op: 'upsert', kind: 'v1 Namespace', entry: toEntry(big)! });
+  });
+  afterAll(() => rm(dir, { recursive: true, force: true }));
+
+  it('the older import (answers in Extism kernel memory) still counts them against the cap', async () => {
+    const legacy = await handMade('legacy-reader', await contextReading(getBig, { legacy: { times: 100 } }));
+    const outcome = await evaluatePolicy(pool, legacy, 'validate', input());
     expect(outcome).toMatchObject({ status: 'failed', failure: 'temporary', message: 'exceeded its 16 MiB memory cap (context read answers)' });
+  });
+
+  it('a request or an answer outside the guest\'s memory is the policy\'s crash, and the worker serves on', async () => {
+    const cases = [
+      { at: 0, length: 0x7fffffff, answerAt: 0, says: 'gave a context request at 0 (2147483647 bytes), outside its 65536-byte memory' },
+      { at: 60_000, length: 6000, answerAt: 0, says: 'gave a context request at 60000 (6000 bytes), outside its 65536-byte memory' },
+      // The answer is the 512 KiB object: it does not fit in the module's one page wherever it goes.
+      { at: 0, length: getBig.length, answerAt: 0, says: /^crashed: gave room for a context answer at 0 \(\d{6} bytes\), outside its 65536-byte memory$/ },
+      { at: 0, length: getBig.length, answerAt: -1, says: /^crashed: gave room for a context answer at 4294967295 / },
+    ];
+    for (const [i, { says, ...oneCopy }] of cases.entries()) {
+      const policy = await handMade(`bad-reader-${i}`, await contextReading(getBig, { oneCopy }));
+      const outcome = await evaluatePolicy(pool, policy, 'validate', input());
+      expect(outcome).toMatchObject({ status: 'failed', failure: 'crash' });
+      if (typeof says === 'string') expect(outcome.status === 'failed' && outcome.message).toBe(`crashed: ${says}`);
+      else expect(outcome.status === 'failed' && outcome.message).toMatch(says);
+    }
+    expect(await reading({ reads: [{ verb: 'get', ...NS, name: 'shop' }] })).toMatchObject({ status: 'denied', message: '["shop"]' });
   });
 });

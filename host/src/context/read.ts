@@ -90,7 +90,8 @@ function tooLarge(scope: ReadScope, request: ContextRequest, size: number): Cont
   );
 }
 
-const MAX_REQUEST_BYTES = 16 * 1024;
+/** Longest request text a guest may send (UTF-16 units, as JSON.parse sees it). */
+export const MAX_REQUEST_BYTES = 16 * 1024;
 const REQUEST_FIELDS = new Set(['verb', 'apiVersion', 'kind', 'namespace', 'name', 'labelSelector', 'fieldSelector']);
 
 /** Validates the guest's request: every field typed, nothing unknown, sizes bounded. */

@@ -93,10 +93,13 @@ async function compile(bytes: Uint8Array<ArrayBuffer>): Promise<WebAssembly.Modu
   return pending;
 }
 
+/** portcullis_context_read from SDKs before the one-copy pair (call, then answer); both kept. */
+const CONTEXT_IMPORTS = new Set(['portcullis_context_read', 'portcullis_context_call', 'portcullis_context_answer']);
+
 function checkCoreImports(module: WebAssembly.Module): void {
   for (const { module: namespace, name } of WebAssembly.Module.imports(module)) {
     if (namespace === 'extism:host/env' && EXTISM_IMPORTS.has(name)) continue;
-    if (namespace === 'extism:host/user' && name === 'portcullis_context_read') continue; // issue 15: grant-checked reads
+    if (namespace === 'extism:host/user' && CONTEXT_IMPORTS.has(name)) continue; // issue 15: grant-checked reads
     if (namespace === 'extism:host/user' && (name === 'portcullis_input_length' || name === 'portcullis_input_read')) continue; // issue 14: input in one copy
     throw new PrepareError(
       `it imports ${namespace}.${name}, which Portcullis does not grant to policies ` +
