@@ -22,11 +22,23 @@ function encoderOf(text: string): Encode {
   return new Function('TEXT_ENCODER_UTF8', `${source}; return _utf8AllocateAndEncode;`)(new TextEncoder()) as Encode;
 }
 
-it('applies both rewrites to the glue of the jco in use', () => {
+it('applies every rewrite to the glue of the jco in use', () => {
   const { text, applied } = tuneGlue(glue);
-  expect(applied).toEqual(['utf8-length', 'debug-log']);
+  expect(applied).toEqual(['utf8-length', 'debug-log', 'context-read']);
   expect(text).not.toContain('process?.env?.JCO_DEBUG) { return; }');
   expect(text).toContain("Buffer.byteLength(s, 'utf8')");
+  // The context import is bound to the direct function; jco's own stays defined, unused.
+  const [, fast] = /let trampoline\d+ = (_trampoline\d+Fast);/.exec(text) ?? ['', ''];
+  expect(fast).toMatch(/^_trampoline\d+Fast$/);
+  expect(text).toContain(`const ${fast} = function(arg0, arg1, arg2) {`);
+  expect(text.match(/_lowerImportBackwardsCompat\.bind\(/g)?.length).toBe(glue.match(/_lowerImportBackwardsCompat\.bind\(/g)!.length - 2);
+  expect(text).toContain(`${fast.replace(/Fast$/, '')}.fnName = 'portcullis:policy/context@0.1.0#read'`);
+});
+
+it('skips the context rewrite when jco binds the import some other way', () => {
+  const renamed = glue.replace(/let (trampoline\d+) = (_trampoline\d+)\.manuallyAsync/g, 'let $1 = $2.isManuallyAsync');
+  const { applied } = tuneGlue(renamed);
+  expect(applied).toEqual(['utf8-length', 'debug-log']);
 });
 
 it.each([

@@ -6,20 +6,41 @@
 //   natively, with the same answer for lone surrogates (3 bytes, as encodeInto writes them).
 // - `_debugLog`, called several times per call, reads process.env (a getenv) every time;
 //   JCO_DEBUG is read once, when the glue is instantiated.
+// - Every call of an import goes through jco's task machinery for the component model's async
+//   (a task, a subtask, promise resolvers, several closures: ~8 µs, a third of a context read).
+//   `portcullis:policy/context.read` is synchronous, takes and returns a string and never calls
+//   back into the guest, so it is bound to a function that does only what the canonical ABI
+//   asks: check the instance may be left, decode the request, call the host, write the answer.
 // Each rewrite matches jco's text exactly or is skipped: a jco that generates something else
 // gets its glue unchanged (slower, never wrong). test/unit/glue.test.ts holds the rewrites to
 // the glue of the jco version in package-lock.json.
 
 /** Part of the transpile cache's key: cached glue from an older revision is transpiled again. */
-export const GLUE_REVISION = 2;
+export const GLUE_REVISION = 3;
 
 const UTF8_LENGTH = /(function _utf8AllocateAndEncode\(s, realloc, memory\) \{[^]*?)let len = 0;\s*let codepoints = 0;\s*for \(let i = 0; i < s\.length; i\+\+\) \{[^]*?\n(\s*)const ptr = realloc\(0, 0, 1, len\);/;
+// jco's trampoline for the context import (its name, memory, host function and realloc), and the
+// statement that binds it behind the task machinery (its component index). Neither may reach
+// into another trampoline or binding.
+const CONTEXT_TRAMPOLINE = new RegExp(
+  String.raw`const (_trampoline\d+) = function\(arg0, arg1, arg2\) \{\s*var ptr0 = arg0;\s*var len0 = arg1;\s*` +
+  String.raw`var result0 = TEXT_DECODER_UTF8\.decode\(new Uint8Array\((memory\d+)\.buffer, ptr0, len0\)\);` +
+  String.raw`(?:(?!const _trampoline)[^])*?fn: \(\) => _trackHostOperation\(\(\) => ([\w$]+)\(result0\)\),` +
+  String.raw`(?:(?!const _trampoline)[^])*?var encodeRes = _utf8AllocateAndEncode\(ret, (realloc\d+), \2\);` +
+  String.raw`(?:(?!const _trampoline)[^])*?\n\s*\}\n\s*\1\.fnName = 'portcullis:policy\/context@0\.1\.0#read';`,
+);
+const bindingOf = (trampoline: string) => new RegExp(
+  String.raw`let (trampoline\d+) = ${trampoline}\.manuallyAsync \? (?:(?!\blet trampoline)[^])*?` +
+  String.raw`_lowerImportBackwardsCompat\.bind\(\s*null,\s*\{\s*trampolineIdx: \d+,\s*componentIdx: (\d+),\s*isAsync: false,` +
+  String.raw`(?:(?!\blet trampoline)[^])*?importFn: ${trampoline},\s*\},\s*\);`,
+);
+
 const DEBUG_LOG = /const _debugLog = \(\.\.\.args\) => \{\s*if \(!globalThis\?\.process\?\.env\?\.JCO_DEBUG\) \{ return; \}\s*console\.debug\(\.\.\.args\);\s*\};/;
 
 export interface TunedGlue {
   text: string;
   /** Which rewrites applied. */
-  applied: ('utf8-length' | 'debug-log')[];
+  applied: ('utf8-length' | 'debug-log' | 'context-read')[];
 }
 
 export function tuneGlue(glue: string): TunedGlue {
@@ -38,5 +59,26 @@ export function tuneGlue(glue: string): TunedGlue {
     applied.push('debug-log');
     return 'const _debugLog = globalThis?.process?.env?.JCO_DEBUG ? (...args) => { console.debug(...args); } : () => {};';
   });
+  text = fastContextRead(text, applied);
   return { text, applied };
+}
+
+function fastContextRead(text: string, applied: TunedGlue['applied']): string {
+  const trampoline = CONTEXT_TRAMPOLINE.exec(text);
+  if (!trampoline) return text;
+  const [definition, name, memory, read, realloc] = trampoline as unknown as [string, string, string, string, string];
+  const binding = bindingOf(name).exec(text);
+  if (!binding) return text;
+  const [statement, bound, componentIdx] = binding as unknown as [string, string, string];
+  applied.push('context-read');
+  const fast = `
+    const ${name}Fast = function(arg0, arg1, arg2) {
+      _checkMayLeave(${componentIdx});
+      const ret = ${read}(TEXT_DECODER_UTF8.decode(new Uint8Array(${memory}.buffer, arg0, arg1)));
+      const encoded = _utf8AllocateAndEncode(ret, ${realloc}, ${memory});
+      const view = dataView(${memory});
+      view.setUint32(arg2 + 4, encoded.len, true);
+      view.setUint32(arg2 + 0, encoded.ptr, true);
+    };`;
+  return text.replace(definition, () => definition + fast).replace(statement, () => `let ${bound} = ${name}Fast;`);
 }
