@@ -7,6 +7,7 @@ import { kindsToCache } from '../../host/src/context/needs.ts';
 import { ContextHub } from '../../host/src/context/hub.ts';
 import { parseContextObjects, loadOffline } from '../../host/src/context/offline.ts';
 import { answerRead, parseRequest, readLimit, type ReadScope } from '../../host/src/context/read.ts';
+import type { Grant } from '../../host/src/context/grants.ts';
 import { parseLabelSelector } from '../../host/src/context/selectors.ts';
 import { ContextStore, toEntry } from '../../host/src/context/store.ts';
 import { labelSelectorMatches } from '../../host/src/select/match.ts';
@@ -51,6 +52,18 @@ describe('context grants', () => {
         'add context: [{ apiVersion: networking.k8s.io/v1, kind: Ingress }] to policy "p" in the configuration',
     });
     expect(read(store, { verb: 'get', ...NS, name: 'shop' }, scope([])).error?.message).toContain('it has no context grants');
+  });
+
+  it('a request text seen before is still checked against each reader\'s own grants, and refusals name each policy', () => {
+    const text = JSON.stringify({ verb: 'get', ...NS, name: 'shop' });
+    const answer = (policy: string, grants: Grant[], request = text) =>
+      JSON.parse(answerRead(store, { policy, grants, maxBytes: 1 << 20 }, request)) as { object?: JsonObject; error?: { code: string; message: string } };
+    expect(answer('granted', [NS]).object).toMatchObject({ metadata: { name: 'shop' } });
+    expect(answer('ungranted', []).error).toMatchObject({ code: 'CONTEXT_NOT_GRANTED', message: expect.stringContaining('policy "ungranted"') });
+    expect(answer('granted', [NS]).object).toMatchObject({ metadata: { name: 'shop' } });
+    for (const policy of ['first', 'second']) {
+      expect(answer(policy, [NS], '{"verb":"get"}').error).toMatchObject({ code: 'CONTEXT_BAD_REQUEST', message: expect.stringContaining(`policy "${policy}"`) });
+    }
   });
 
   it('matches grants exactly: another version of the same kind is another grant', () => {

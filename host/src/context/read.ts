@@ -34,11 +34,30 @@ export function readLimit(memoryCapBytes: number): number {
  */
 export function answerRead(store: ContextStore, scope: ReadScope, requestText: string): string {
   try {
-    return read(store, scope, parseRequest(scope.policy, requestText));
+    return read(store, scope, recentRequest(scope.policy, requestText));
   } catch (error) {
     if (!(error instanceof ContextError)) throw error;
     return JSON.stringify({ error: { kind: error.kind, code: error.code, message: error.message } });
   }
+}
+
+// Policies repeat their requests (the review's namespace, the same kinds): a request the worker
+// has parsed lately is not parsed and checked again (~1.5 µs of a 10 µs get). Only valid ones are
+// kept, only short ones, and at most RECENT_REQUESTS: bounded whatever a guest sends.
+const recent = new Map<string, ContextRequest>();
+const RECENT_REQUESTS = 256;
+const RECENT_REQUEST_LENGTH = 512;
+
+function recentRequest(policy: string, text: string): ContextRequest {
+  let request = recent.get(text);
+  if (request === undefined) {
+    request = parseRequest(policy, text);
+    if (text.length <= RECENT_REQUEST_LENGTH) {
+      if (recent.size >= RECENT_REQUESTS) recent.clear();
+      recent.set(text, request);
+    }
+  }
+  return request;
 }
 
 function read(store: ContextStore, scope: ReadScope, request: ContextRequest): string {
