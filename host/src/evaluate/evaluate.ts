@@ -7,6 +7,7 @@ import type { PolicyEntry } from '../policy/policy-set.ts';
 import type { CallResult, SandboxPool } from '../sandbox/pool.ts';
 import type { SharedInput } from '../sandbox/protocol.ts';
 import { ReviewError } from '../errors.ts';
+import { copyBytes } from '../util/bytes.ts';
 import { cutMessage } from '../util/text.ts';
 import { decodeOutput, MalformedOutput, type Outcome } from './outcome.ts';
 
@@ -56,7 +57,7 @@ export function sharedInput(input: EvaluationInput, policy: LoadedPolicy): Share
   if (envelope === undefined) {
     const encoded = encoder.encode(serialized(input));
     envelope = new Uint8Array(new SharedArrayBuffer(encoded.length));
-    envelope.set(encoded);
+    copyBytes(encoded, envelope);
     envelopes.set(input, envelope);
   }
   let settings = settingsJson.get(policy);
@@ -93,7 +94,7 @@ export function rawEnvelope(input: EvaluationInput, body: Uint8Array, span: { st
   const length = span.end - span.start;
   const envelope = new Uint8Array(new SharedArrayBuffer(prefixBytes + length + 1));
   encoder.encodeInto(prefix, envelope);
-  envelope.set(body.subarray(span.start, span.end), prefixBytes);
+  copyBytes(body.subarray(span.start, span.end), envelope, prefixBytes);
   envelope[prefixBytes + length] = 0x7d; // }
   envelopes.set(input, envelope);
 }

@@ -3,6 +3,7 @@
 import createPlugin, { type CallContext, type Plugin } from '@extism/extism';
 import { MAX_REQUEST_BYTES } from '../context/read.ts';
 import { contextReader } from '../context/replica.ts';
+import { copyBytes } from '../util/bytes.ts';
 import { inputBytes, inputParts, inputText } from './input.ts';
 import type { CallInput, FaultKind, GuestFunction, LogEntry, SandboxSpec } from './protocol.ts';
 import { PortcullisError } from '../errors.ts';
@@ -225,8 +226,8 @@ async function instantiateCore(spec: SandboxSpec, logs: LogBuffer): Promise<Gues
   const portcullis_input_read = (_context: CallContext, offset: number | bigint): void => {
     const [head, tail] = parts;
     const view = guestBytes(offset, head.length + tail.length, 'room for its input');
-    view.set(head);
-    view.set(tail, head.length);
+    copyBytes(head, view);
+    copyBytes(tail, view, head.length);
   };
   // Extism's own log functions decode the whole block a guest names, however large; these
   // decode only what is kept.

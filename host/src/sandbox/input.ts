@@ -1,6 +1,7 @@
 // Puts a SharedInput back together as the guest's JSON input: `{"settings":S,` followed by the
 // envelope without its opening brace. Text for components (jco takes a string), bytes for
 // Extism plugins (which take bytes, so nothing is decoded at all).
+import { copyBytes } from '../util/bytes.ts';
 import type { CallInput, SharedInput } from './protocol.ts';
 
 const encoder = new TextEncoder();
@@ -15,8 +16,8 @@ export function joinInput(input: SharedInput): string {
 export function joinInputBytes(input: SharedInput): Uint8Array {
   const [head, tail] = inputParts(input);
   const bytes = new Uint8Array(head.length + tail.length);
-  bytes.set(head);
-  bytes.set(tail, head.length);
+  copyBytes(head, bytes);
+  copyBytes(tail, bytes, head.length);
   return bytes;
 }
 
