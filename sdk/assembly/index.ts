@@ -191,12 +191,17 @@ export class Context {
   headers: JSON.Obj = new JSON.Obj();
   sslpeer: JSON.Obj | null = null;
   operation: string = '';
-  object: JSON.Obj | null = null;
-  oldObject: JSON.Obj | null = null;
   dryRun: bool = false;
   webhook: string = '';
   warnings: string[] = [];
-  patch: Patch = new Patch(null);
+  // The object and oldObject are most of the input. The JSON parser leaves nested values as
+  // unparsed slices until they are read, so a policy that never reads them (say, one that looks
+  // only at the operation or the user) does not pay to parse them (issue 14).
+  private _object: JSON.Obj | null = null;
+  private _objectRead: bool = false;
+  private _oldObject: JSON.Obj | null = null;
+  private _oldObjectRead: bool = false;
+  private _patch: Patch | null = null;
 
   constructor(input: JSON.Obj) {
     this.request = objectAt(input, 'request') || new JSON.Obj();
@@ -204,11 +209,37 @@ export class Context {
     this.headers = objectAt(input, 'headers') || new JSON.Obj();
     this.sslpeer = objectAt(input, 'sslpeer');
     this.operation = stringAt(this.request, 'operation') || '';
-    this.object = objectAt(this.request, 'object');
-    this.oldObject = objectAt(this.request, 'oldObject');
     this.dryRun = input.has('dryRun') && input.getAs<bool>('dryRun');
     this.webhook = stringAt(input, 'webhook') || '';
-    this.patch = new Patch(this.object);
+  }
+
+  /** `request.object`: the object as it will be stored (null for DELETE and CONNECT). */
+  get object(): JSON.Obj | null {
+    if (!this._objectRead) {
+      this._object = objectAt(this.request, 'object');
+      this._objectRead = true;
+    }
+    return this._object;
+  }
+
+  /** `request.oldObject`: the object as it is stored now (UPDATE and DELETE). */
+  get oldObject(): JSON.Obj | null {
+    if (!this._oldObjectRead) {
+      this._oldObject = objectAt(this.request, 'oldObject');
+      this._oldObjectRead = true;
+    }
+    return this._oldObject;
+  }
+
+  /** The changes of a mutating policy; it keeps `object` up to date as it records them. */
+  get patch(): Patch {
+    if (this._patch == null) this._patch = new Patch(this.object);
+    return this._patch!;
+  }
+
+  /** Whether the policy recorded any patch operation. */
+  get patched(): bool {
+    return this._patch != null && this._patch!.ops.length > 0;
   }
 
   warn(message: string): void { this.warnings.push(message); }
@@ -327,7 +358,7 @@ function render(result: Result, ctx: Context, withPatch: bool): string {
   if (result.outcome == 'error') out += ',"kind":"' + result.kind + '"';
   if (result.outcome != 'allow') out += ',"message":' + JSON.stringify<string>(result.message);
   if (ctx.warnings.length > 0) out += ',"warnings":' + JSON.stringify<string[]>(ctx.warnings);
-  if (withPatch && result.outcome == 'allow' && ctx.patch.ops.length > 0) out += ',"patch":[' + ctx.patch.ops.join(',') + ']';
+  if (withPatch && result.outcome == 'allow' && ctx.patched) out += ',"patch":[' + ctx.patch.ops.join(',') + ']';
   return out + '}';
 }
 
