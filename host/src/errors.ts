@@ -28,6 +28,7 @@ export const ERRORS = {
   MODULE_REFUSED: { meaning: 'a module asks for what the sandbox does not give, or is not WebAssembly' },
   MODULE_OVER_BUDGET: { meaning: 'a module declares more memory, tables or sections than its budget allows' },
   GUEST_FAULT: { meaning: 'a policy trapped, ran out of time or memory, or crashed its sandbox' },
+  MERGE_FAILED: { meaning: 'the patches of one review could not be combined in time, or the merge itself failed' },
   MALFORMED_OUTPUT: { meaning: 'a policy answered outside the contract' },
   BAD_SELECTOR: { meaning: 'a policy listed cluster objects with a selector that does not parse' },
   CONTEXT_NOT_GRANTED: { meaning: 'a policy read a kind of cluster object it is not granted' },

@@ -96,12 +96,13 @@ export const MAX_PATCH_DEPTH = 64;
 export const MAX_POINTER_SEGMENTS = 64;
 /**
  * Most operations in one policy's patch: what the apiserver accepts in one JSON patch
- * (maxJSONPatchOperations). Each is checked and merged on the main thread: red team, a policy
- * answering every Pod with 17,500 label adds (1 MB, within its output cap) took half a second
- * of it per review, and every other review waited. Not lower: the SDKs' patch helpers write one
- * operation per element they change, so the count is the reviewed object's to choose (review:
- * the numbers example failed at 1,001 list elements under a cap of 1,000). At the cap, the merge
- * costs about 25 ms of main thread alone and 0.2 s beside another patching policy (merge.test.ts).
+ * (maxJSONPatchOperations). Each is read and checked here, on the main thread: red team, a
+ * policy answering every Pod with 17,500 label adds (1 MB, within its output cap) took half a
+ * second of it per review, and every other review waited. Not lower: the SDKs' patch helpers
+ * write one operation per element they change, so the count is the reviewed object's to choose
+ * (review: the numbers example failed at 1,001 list elements under a cap of 1,000). Combining
+ * such patches (25 ms alone, 0.1-0.15 s beside another patching policy) happens off the main
+ * thread (merge/offload.ts).
  */
 export const MAX_PATCH_OPERATIONS = 10_000;
 /**
@@ -141,7 +142,7 @@ function decodePatch(value: unknown): PatchOperation[] {
   if (value === undefined) return [];
   if (!Array.isArray(value)) throw new MalformedOutput('returned a patch that is not a list of operations');
   if (value.length > MAX_PATCH_OPERATIONS) {
-    throw new MalformedOutput(`returned a patch of ${value.length.toLocaleString('en')} operations; a policy may return at most ${MAX_PATCH_OPERATIONS.toLocaleString('en')} (the host checks and merges them on its main thread)`);
+    throw new MalformedOutput(`returned a patch of ${value.length.toLocaleString('en')} operations; a policy may return at most ${MAX_PATCH_OPERATIONS.toLocaleString('en')}, as the apiserver accepts in one JSON patch`);
   }
   for (const op of value) {
     if (!isObject(op) || typeof op.op !== 'string' || !OPS.has(op.op) || typeof op.path !== 'string') {

@@ -11,7 +11,7 @@ import type { JsonValue, Operation } from '@portcullis/sdk';
 import type { Outcome } from '../evaluate/outcome.ts';
 import type { Enforcement, FailurePolicy } from '../policy/loaded.ts';
 import type { Decision } from '../review/respond.ts';
-import { combinePatches } from './patches.ts';
+import { combinePatches, type CombinedPatch, type PolicyPatch } from './patches.ts';
 import { WarningList } from './warnings.ts';
 
 export interface Evaluated {
@@ -39,11 +39,35 @@ interface Candidate {
   message: string;
 }
 
-export function merge(evaluated: Evaluated[], operation: Operation, object: JsonValue | null | undefined): MergeResult {
+/**
+ * The patches merge combines for these outcomes: those of the allowed, enforced policies, when
+ * the review can still be allowed and its object be patched; otherwise none. A caller may
+ * combine them itself (offload.ts) and hand the result to merge.
+ */
+export function patchesToCombine(evaluated: Evaluated[], operation: Operation, object: JsonValue | null | undefined): PolicyPatch[] {
+  if (!((operation === 'CREATE' || operation === 'UPDATE') && object !== null && object !== undefined)) return [];
+  const patches: PolicyPatch[] = [];
+  for (const { policy, outcome } of evaluated) {
+    if (policy.enforcement === 'audit') continue;
+    if (outcome.status === 'allowed') {
+      if (outcome.patch.length > 0) patches.push({ policy: policy.name, operations: outcome.patch });
+    } else if (outcome.status === 'denied' ? policy.enforcement !== 'warn' : policy.failurePolicy !== 'Ignore') {
+      return []; // Denied whatever the patches say.
+    }
+  }
+  return patches;
+}
+
+/** What a merge the host could not do gives: each patching policy fails, per its failurePolicy. */
+export function unmerged(patches: PolicyPatch[], reason: string): CombinedPatch {
+  return { patch: [], rejected: patches.map(({ policy }) => ({ policy, reason: 'invalid' as const, message: `the host could not merge its patch: ${reason}` })) };
+}
+
+/** `combined`: the patches of patchesToCombine, already combined by the caller; else combined here. */
+export function merge(evaluated: Evaluated[], operation: Operation, object: JsonValue | null | undefined, combined?: CombinedPatch): MergeResult {
   const warnings = new WarningList();
   const audited: Outcome[] = [];
   const candidates: Candidate[] = [];
-  const patches: { policy: string; operations: Extract<Outcome, { status: 'allowed' }>['patch'] }[] = [];
   const byName = new Map(evaluated.map((e, order) => [e.policy.name, { ...e, order }]));
 
   const fail = (order: number, outcome: Outcome, rank: number, code: number, message: string) => {
@@ -63,7 +87,6 @@ export function merge(evaluated: Evaluated[], operation: Operation, object: Json
     for (const warning of outcome.warnings) warnings.add(policy.name, warning);
     switch (outcome.status) {
       case 'allowed':
-        if (outcome.patch.length > 0) patches.push({ policy: policy.name, operations: outcome.patch });
         break;
       case 'denied':
         if (policy.enforcement === 'warn') warnings.add(policy.name, `would deny (enforcement: warn): ${outcome.message}`);
@@ -76,17 +99,17 @@ export function merge(evaluated: Evaluated[], operation: Operation, object: Json
   });
 
   let patch: Decision['patch'] = [];
-  const mutable = (operation === 'CREATE' || operation === 'UPDATE') && object !== null && object !== undefined;
-  if (mutable && patches.length > 0 && candidates.length === 0) {
-    let combined: ReturnType<typeof combinePatches>;
-    try {
-      combined = combinePatches(object, patches);
-    } catch (error) {
-      // Nothing one policy did (those are rejections): the object itself, nested too deep for
-      // the host to copy, or a fault of the merge. Never a 500 for the review: each patching
-      // policy fails, per its failurePolicy.
-      const reason = error instanceof Error ? error.message : String(error);
-      combined = { patch: [], rejected: patches.map(({ policy }) => ({ policy, reason: 'invalid' as const, message: `the host could not merge its patch: ${reason}` })) };
+  const patches = patchesToCombine(evaluated, operation, object);
+  if (patches.length > 0) {
+    if (!combined) {
+      try {
+        combined = combinePatches(object!, patches);
+      } catch (error) {
+        // Nothing one policy did (those are rejections): the object itself, nested too deep for
+        // the host to copy, or a fault of the merge. Never a 500 for the review: each patching
+        // policy fails, per its failurePolicy.
+        combined = unmerged(patches, error instanceof Error ? error.message : String(error));
+      }
     }
     patch = combined.patch;
     for (const rejection of combined.rejected) {

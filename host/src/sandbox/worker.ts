@@ -2,12 +2,11 @@
 // and runs one call at a time; the pool enforces the CPU deadline from outside by terminating
 // this thread, because a guest stuck in a loop never yields back to JavaScript.
 import './quiet-wasi-warning.ts';
-import { readlinkSync } from 'node:fs';
 import module from 'node:module';
-import { setPriority } from 'node:os';
 import { parentPort, workerData, type MessagePort } from 'node:worker_threads';
 import type { Guest } from './guest.ts';
 import { cutMessage, MAX_MESSAGE_LENGTH, mib } from '../util/text.ts';
+import { lowerThisThread } from '../util/thread-priority.ts';
 import { clock, Progress, type CallAnswer, type CallReply, type CallRequest, type FromWorker, type SandboxSpec, type ToWorker } from './protocol.ts';
 
 // Imported only now: node:wasi (pulled in by Extism) is linked before any module body runs,
@@ -19,17 +18,8 @@ const { applyContextChange } = await import('../context/replica.ts');
 
 if (!parentPort) throw new Error('sandbox worker started outside a worker thread');
 
-// Guests run at a lower CPU priority than the main thread (Linux: a thread's nice value; raising
-// it needs no privilege). When the cores are busy, guests running to their deadlines, a load
-// spike or a hostile policy, the thread that answers the apiserver (TLS, parsing, refusals
-// under overload, /healthz) is scheduled first, and guests get what is left. Best effort: where
-// /proc/thread-self is missing this does nothing.
-const WORKER_NICE = 10;
-try {
-  setPriority(Number(readlinkSync('/proc/thread-self').split('/').pop()), WORKER_NICE);
-} catch {
-  // Not Linux, or /proc not mounted: same priority as the main thread.
-}
+// Guests running to their deadlines, a load spike or a hostile policy yield to the main thread.
+lowerThisThread();
 const port = parentPort;
 // Answers go back on their own channel, which the pool can read between sockets (SandboxPool.pump).
 const replies = (workerData as { replies: MessagePort }).replies;

@@ -4,7 +4,9 @@
 import type { EvaluationInput, Mode } from '@portcullis/sdk';
 import { evaluateEntry, rawEnvelope, toOutcome } from '../evaluate/evaluate.ts';
 import { ReviewError, UnknownPolicyError } from '../errors.ts';
-import { merge } from '../merge/merge.ts';
+import { merge, patchesToCombine, unmerged } from '../merge/merge.ts';
+import type { PatchMerger } from '../merge/offload.ts';
+import type { CombinedPatch } from '../merge/patches.ts';
 import type { PolicyEntry, PolicyRegistry } from '../policy/policy-set.ts';
 import { parseReviewText } from '../review/parse.ts';
 import { requestSpan } from '../review/raw.ts';
@@ -21,6 +23,8 @@ export interface AdmissionDeps {
   pool: SandboxPool;
   metrics: Metrics;
   log: Logger;
+  /** Combines large patches off the main thread; without it, every merge happens in place. */
+  merger?: PatchMerger;
   namespaceLabels?: NamespaceLabels;
   /** Log allowed and mutated reviews at info (server.logAllowedReviews), not only at debug. */
   logAllowed?: boolean;
@@ -85,7 +89,13 @@ export async function review(deps: AdmissionDeps, caller: Caller, body: string |
       return refusal ? Promise.resolve(toOutcome(entry.config.name, refusal)) : evaluateEntry(deps.pool, entry, caller.mode, input, answerWithinMs, true);
     }));
     const evaluated = selected.map((entry, i) => ({ policy: entry.config, outcome: outcomes[i]! }));
-    const { decision, deciding, audited } = merge(evaluated, request.operation, request.object);
+    const toCombine = deps.merger ? patchesToCombine(evaluated, request.operation, request.object) : [];
+    let combined: CombinedPatch | undefined;
+    if (toCombine.length > 0) {
+      const withinMs = caller.timeoutMs === undefined ? undefined : caller.timeoutMs - (performance.now() - started);
+      combined = await deps.merger!.combine(request.object!, toCombine, withinMs).catch((error: Error) => unmerged(toCombine, error.message));
+    }
+    const { decision, deciding, audited } = merge(evaluated, request.operation, request.object, combined);
 
     // Beside the pipeline, not in it: metrics and the review's log lines.
     const seconds = (performance.now() - started) / 1000;

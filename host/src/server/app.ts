@@ -14,6 +14,7 @@ import type { Config } from '../config/types.ts';
 import { ConfigError, errorMessage } from '../errors.ts';
 import { loadPolicySet, PolicyRegistry, PolicySet } from '../policy/policy-set.ts';
 import type { RegistryOptions } from '../policy/source.ts';
+import { PatchMerger } from '../merge/offload.ts';
 import { SandboxPool } from '../sandbox/pool.ts';
 import type { NamespaceLabels } from '../select/match.ts';
 import { createServer } from './http.ts';
@@ -64,6 +65,8 @@ const LISTEN_BACKLOG = 4096;
 export class PortcullisServer {
   readonly log: Logger;
   readonly pool: SandboxPool;
+  /** Combines large patches off the main thread. */
+  readonly merger = new PatchMerger();
   readonly registry: PolicyRegistry;
   readonly metrics: Metrics;
   /** Issue 15: the cluster objects policies may read (and namespace labels for the single webhook). */
@@ -93,7 +96,7 @@ export class PortcullisServer {
     this.registry = new PolicyRegistry(this.pool, new PolicySet([]));
     this.metrics = new Metrics(this.pool);
     this.#server = createServer(config.server, tls, {
-      registry: this.registry, pool: this.pool, metrics: this.metrics, log,
+      registry: this.registry, pool: this.pool, metrics: this.metrics, log, merger: this.merger,
       namespaceLabels: namespaceLabels ?? ((namespace) => this.context.namespaceLabels(namespace)),
       ...(config.server.logAllowedReviews ? { logAllowed: true } : {}),
       ...(config.webhooks.managed ? { allowUnknownPolicies: true } : {}),
@@ -129,6 +132,7 @@ export class PortcullisServer {
     } catch (error) {
       // Without this the sandbox workers would keep the process alive after a failed start.
       await server.pool.close();
+      await server.merger.close();
       throw new ConfigError(`cannot listen on ${config.server.host}:${config.server.port}: ${errorMessage(error)}`);
     }
     try {
@@ -369,6 +373,7 @@ export class PortcullisServer {
       this.#ready = false;
       await this.#cluster?.stop();
       await this.pool.close();
+      await this.merger.close();
     })();
     return this.#stopping;
   }

@@ -1,0 +1,99 @@
+// The patch merger combines large patches on its own thread, with the same answer as in place,
+// within a deadline; a merge past it is stopped with its thread and the next one still works.
+import { readdirSync, readFileSync } from 'node:fs';
+import type { JsonObject, PatchOperation } from '@portcullis/sdk';
+import { afterEach, describe, expect, it } from 'vitest';
+import type { Outcome } from '../../host/src/evaluate/outcome.ts';
+import { merge, patchesToCombine, type Evaluated } from '../../host/src/merge/merge.ts';
+import { MergeError, OFFLOAD_FROM_OPERATIONS, PatchMerger } from '../../host/src/merge/offload.ts';
+import { combinePatches, type PolicyPatch } from '../../host/src/merge/patches.ts';
+
+const pod = (): JsonObject => ({ apiVersion: 'v1', kind: 'Pod', metadata: { name: 'p', namespace: 'd', labels: { a: '1' } }, spec: { containers: [{ name: 'c', image: 'x' }] } });
+const labels = (prefix: string, n: number): PatchOperation[] => Array.from({ length: n }, (_, i) => ({ op: 'add', path: `/metadata/labels/${prefix}${i}`, value: 'v' }));
+
+let merger: PatchMerger;
+afterEach(() => merger?.close());
+
+describe('the patch merger', () => {
+  it('gives what combinePatches gives in place, for large patches, conflicts and __proto__ keys alike', async () => {
+    merger = new PatchMerger();
+    const cases: PolicyPatch[][] = [
+      [{ policy: 'a', operations: labels('a', 400) }, { policy: 'b', operations: labels('b', 400) }],
+      // The same label with two values: the second policy is rejected as conflicting.
+      [{ policy: 'a', operations: labels('k', 300) }, { policy: 'b', operations: [...labels('b', 300), { op: 'add', path: '/metadata/labels/k7', value: 'other' }] }],
+      // A key named __proto__ is data, here as there (JSON.parse makes it an own property).
+      [{ policy: 'a', operations: [...labels('a', 300), ...(JSON.parse('[{"op":"add","path":"/metadata/annotations","value":{"__proto__":{"x":1}}}]') as PatchOperation[])] },
+        { policy: 'b', operations: labels('b', 300) }],
+    ];
+    for (const patches of cases) {
+      expect(patches.reduce((n, p) => n + p.operations.length, 0)).toBeGreaterThanOrEqual(OFFLOAD_FROM_OPERATIONS);
+      expect(await merger.combine(pod(), patches)).toEqual(combinePatches(pod(), patches));
+    }
+  });
+
+  it('merges on a thread of its own at nice 10, below the main thread', async () => {
+    const nice = () => new Map(readdirSync('/proc/self/task').map((tid) => {
+      const stat = readFileSync(`/proc/self/task/${tid}/stat`, 'utf8');
+      return [tid, Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[16])] as const;
+    }));
+    const before = nice();
+    merger = new PatchMerger();
+    await merger.combine(pod(), [{ policy: 'a', operations: labels('a', 300) }]);
+    const added = [...nice()].filter(([tid]) => !before.has(tid));
+    expect(added.map(([, n]) => n)).toContain(10);
+    expect(nice().get(readFileSync('/proc/thread-self/stat', 'utf8').split(' ')[0]!)).not.toBe(10);
+  });
+
+  it('stops a merge at its deadline, with its thread; the next merge gets a new thread and its answer', async () => {
+    merger = new PatchMerger();
+    const heavy = [{ policy: 'a', operations: labels('a', 10_000) }, { policy: 'b', operations: labels('b', 10_000) }];
+    await expect(merger.combine(pod(), heavy, 1)).rejects.toThrow(new MergeError('merging the patches took longer than 1 ms'));
+    const light = [{ policy: 'a', operations: labels('a', 200) }, { policy: 'b', operations: labels('b', 200) }];
+    expect(await merger.combine(pod(), light)).toEqual(combinePatches(pod(), light));
+  });
+
+  it('does not start a merge that waited past its deadline behind another review\'s', async () => {
+    merger = new PatchMerger();
+    const heavy = [{ policy: 'a', operations: labels('a', 10_000) }, { policy: 'b', operations: labels('b', 10_000) }];
+    const first = merger.combine(pod(), heavy);
+    const second = merger.combine(pod(), heavy, 5);
+    await expect(second).rejects.toThrow('merging the patches waited 5 ms behind other reviews\' and was not started');
+    expect((await first).rejected).toEqual([]);
+  });
+
+  it('fails merges still waiting when closed, and combines later ones in place', async () => {
+    merger = new PatchMerger();
+    const heavy = [{ policy: 'a', operations: labels('a', 10_000) }, { policy: 'b', operations: labels('b', 10_000) }];
+    const pending = merger.combine(pod(), heavy).catch((error: unknown) => error);
+    await merger.close();
+    expect(await pending).toEqual(new MergeError('the host is shutting down'));
+    const light = [{ policy: 'a', operations: labels('a', 300) }];
+    expect(await merger.combine(pod(), light)).toEqual(combinePatches(pod(), light));
+  });
+});
+
+describe('merge with patches combined by its caller', () => {
+  const ev = (outcome: Outcome, extra: Partial<Evaluated['policy']> = {}): Evaluated => ({ policy: { name: outcome.policy, failurePolicy: 'Fail', enforcement: 'enforce', ...extra }, outcome });
+  const allowed = (name: string, patch: PatchOperation[]): Outcome => ({ policy: name, status: 'allowed', patch, warnings: [] });
+
+  it('hands out exactly the patches it would combine: none once the review is denied, none for DELETE', () => {
+    const two = [ev(allowed('a', labels('a', 2))), ev(allowed('b', labels('b', 2)))];
+    expect(patchesToCombine(two, 'CREATE', pod()).map((p) => p.policy)).toEqual(['a', 'b']);
+    expect(patchesToCombine(two, 'DELETE', pod())).toEqual([]);
+    const denied: Outcome = { policy: 'no', status: 'denied', code: 403, message: 'no', warnings: [] };
+    expect(patchesToCombine([...two, ev(denied)], 'CREATE', pod())).toEqual([]);
+    expect(patchesToCombine([...two, ev(denied, { enforcement: 'warn' })], 'CREATE', pod())).toHaveLength(2);
+    const crashed: Outcome = { policy: 'x', status: 'failed', failure: 'crash', message: 'x', warnings: [] };
+    expect(patchesToCombine([...two, ev(crashed)], 'CREATE', pod())).toEqual([]);
+    expect(patchesToCombine([...two, ev(crashed, { failurePolicy: 'Ignore' })], 'CREATE', pod())).toHaveLength(2);
+    expect(patchesToCombine([...two, ev(allowed('audit', labels('c', 1)), { enforcement: 'audit' })], 'CREATE', pod())).toHaveLength(2);
+  });
+
+  it('uses the combined patch it is given, rejections included, as it would its own', () => {
+    const two = [ev(allowed('a', labels('a', 2))), ev(allowed('b', [{ op: 'add', path: '/metadata/labels/a0', value: 'other' }]))];
+    const own = merge(two, 'CREATE', pod());
+    const given = merge(two, 'CREATE', pod(), combinePatches(pod(), patchesToCombine(two, 'CREATE', pod())));
+    expect(given).toEqual(own);
+    expect(own.decision).toMatchObject({ allowed: false, status: { code: 500, message: 'policy "b": its patch conflicts with policy "a" at /metadata/labels/a0' } });
+  });
+});
