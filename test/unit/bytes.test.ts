@@ -18,6 +18,16 @@ it.each([
   expect(Buffer.compare(actual, expected)).toBe(0);
 });
 
+it('copies overlapping ranges of one buffer as TypedArray#set does', () => {
+  const expected = shared(64);
+  expected.set(counting(64));
+  const actual = shared(64);
+  actual.set(counting(64));
+  expected.set(expected.subarray(0, 20), 5);
+  copyBytes(actual.subarray(0, 20), actual, 5);
+  expect(Buffer.compare(actual, expected)).toBe(0);
+});
+
 it('copies nothing from an empty source, and refuses a target without room', () => {
   const target = new Uint8Array([1, 2, 3]);
   copyBytes(new Uint8Array(0), target, 3);

@@ -5,11 +5,17 @@ import type { JsonObject, PatchOperation } from '@portcullis/sdk';
 import { afterEach, describe, expect, it } from 'vitest';
 import type { Outcome } from '../../host/src/evaluate/outcome.ts';
 import { merge, patchesToCombine, type Evaluated } from '../../host/src/merge/merge.ts';
-import { MergeError, OFFLOAD_FROM_OPERATIONS, PatchMerger } from '../../host/src/merge/offload.ts';
+import { MergeError, OFFLOAD_ALONE_FROM_OPERATIONS, OFFLOAD_FROM_OPERATIONS, PatchMerger } from '../../host/src/merge/offload.ts';
 import { combinePatches, type PolicyPatch } from '../../host/src/merge/patches.ts';
 
 const pod = (): JsonObject => ({ apiVersion: 'v1', kind: 'Pod', metadata: { name: 'p', namespace: 'd', labels: { a: '1' } }, spec: { containers: [{ name: 'c', image: 'x' }] } });
 const labels = (prefix: string, n: number): PatchOperation[] => Array.from({ length: n }, (_, i) => ({ op: 'add', path: `/metadata/labels/${prefix}${i}`, value: 'v' }));
+
+/** Threads of this process at nice 10: the merger's (no sandbox pool runs here). */
+const niceThreads = () => readdirSync('/proc/self/task').filter((tid) => {
+  const stat = readFileSync(`/proc/self/task/${tid}/stat`, 'utf8');
+  return stat.slice(stat.lastIndexOf(')') + 2).split(' ')[16] === '10';
+}).length;
 
 let merger: PatchMerger;
 afterEach(() => merger?.close());
@@ -38,27 +44,59 @@ describe('the patch merger', () => {
     }));
     const before = nice();
     merger = new PatchMerger();
-    await merger.combine(pod(), [{ policy: 'a', operations: labels('a', 300) }]);
+    await merger.combine(pod(), [{ policy: 'a', operations: labels('a', 150) }, { policy: 'b', operations: labels('b', 150) }]);
     const added = [...nice()].filter(([tid]) => !before.has(tid));
     expect(added.map(([, n]) => n)).toContain(10);
     expect(nice().get(readFileSync('/proc/thread-self/stat', 'utf8').split(' ')[0]!)).not.toBe(10);
   });
 
-  it('stops a merge at its deadline, with its thread; the next merge gets a new thread and its answer', async () => {
+  it('answers a review whose deadline passes mid-merge, and lets the merge run on in the same thread', async () => {
     merger = new PatchMerger();
     const heavy = [{ policy: 'a', operations: labels('a', 10_000) }, { policy: 'b', operations: labels('b', 10_000) }];
-    await expect(merger.combine(pod(), heavy, 1)).rejects.toThrow(new MergeError('merging the patches took longer than 1 ms'));
     const light = [{ policy: 'a', operations: labels('a', 200) }, { policy: 'b', operations: labels('b', 200) }];
+    for (let round = 0; round < 2; round++) {
+      await expect(merger.combine(pod(), heavy, 1)).rejects.toThrow(new MergeError('merging the patches took longer than the 1 ms the review had left', true));
+      expect(await merger.combine(pod(), light)).toEqual(combinePatches(pod(), light));
+      // One thread all along: a deadline does not cost a new one.
+      expect(niceThreads()).toBe(1);
+    }
+    await expect(merger.combine(pod(), light, 0)).rejects.toThrow('the review\'s deadline had passed before its patches could be merged');
+  });
+
+  it('stops a merge past its hard cap with its thread; the next merge gets a new thread and its answer', async () => {
+    // The cap counts from when the thread has loaded (not its start-up): 30,000 writes take 0.3 s or more, 300 a few ms.
+    merger = new PatchMerger({ hardCapMs: 80 });
+    const heavy = ['a', 'b', 'c'].map((p) => ({ policy: p, operations: labels(p, 10_000) }));
+    await expect(merger.combine(pod(), heavy)).rejects.toThrow(new MergeError('merging the patches took longer than 80 ms', true));
+    const light = [{ policy: 'a', operations: labels('a', 150) }, { policy: 'b', operations: labels('b', 150) }];
     expect(await merger.combine(pod(), light)).toEqual(combinePatches(pod(), light));
   });
 
-  it('does not start a merge that waited past its deadline behind another review\'s', async () => {
+  it('combines in place an object too deep to hand to the thread, first or behind another merge (review: it crashed the host)', async () => {
     merger = new PatchMerger();
+    let deep: JsonObject = { leaf: 'x' };
+    for (let i = 0; i < 5000; i++) deep = { d: deep };
+    const object = { ...pod(), spec: deep };
+    const patches = [{ policy: 'a', operations: labels('a', 200) }, { policy: 'b', operations: labels('b', 200) }];
+    expect(() => structuredClone(object)).toThrow(RangeError);
+    expect(await merger.combine(object, patches)).toEqual(combinePatches(object, patches));
     const heavy = [{ policy: 'a', operations: labels('a', 10_000) }, { policy: 'b', operations: labels('b', 10_000) }];
-    const first = merger.combine(pod(), heavy);
-    const second = merger.combine(pod(), heavy, 5);
-    await expect(second).rejects.toThrow('merging the patches waited 5 ms behind other reviews\' and was not started');
-    expect((await first).rejected).toEqual([]);
+    const [first, second] = await Promise.all([merger.combine(pod(), heavy), merger.combine(object, patches)]);
+    expect(first.rejected).toEqual([]);
+    expect(second).toEqual(combinePatches(object, patches));
+  });
+
+  it('checks one policy\'s patch in place below OFFLOAD_ALONE_FROM_OPERATIONS, several policies\' from OFFLOAD_FROM_OPERATIONS', async () => {
+    merger = new PatchMerger();
+    const before = niceThreads();
+    const alone = [{ policy: 'a', operations: labels('a', OFFLOAD_ALONE_FROM_OPERATIONS - 1) }];
+    expect(await merger.combine(pod(), alone)).toEqual(combinePatches(pod(), alone));
+    const few = [{ policy: 'a', operations: labels('a', 100) }, { policy: 'b', operations: labels('b', OFFLOAD_FROM_OPERATIONS - 101) }];
+    expect(await merger.combine(pod(), few)).toEqual(combinePatches(pod(), few));
+    expect(niceThreads()).toBe(before);
+    const larger = [{ policy: 'a', operations: labels('a', OFFLOAD_ALONE_FROM_OPERATIONS) }];
+    expect(await merger.combine(pod(), larger)).toEqual(combinePatches(pod(), larger));
+    expect(niceThreads()).toBe(before + 1);
   });
 
   it('fails merges still waiting when closed, and combines later ones in place', async () => {
@@ -66,7 +104,7 @@ describe('the patch merger', () => {
     const heavy = [{ policy: 'a', operations: labels('a', 10_000) }, { policy: 'b', operations: labels('b', 10_000) }];
     const pending = merger.combine(pod(), heavy).catch((error: unknown) => error);
     await merger.close();
-    expect(await pending).toEqual(new MergeError('the host is shutting down'));
+    expect(await pending).toEqual(new MergeError('the host is shutting down', true));
     const light = [{ policy: 'a', operations: labels('a', 300) }];
     expect(await merger.combine(pod(), light)).toEqual(combinePatches(pod(), light));
   });

@@ -20,3 +20,4 @@ port.on('message', ({ id, object, patches }: MergeRequest) => {
   }
   port.postMessage(reply);
 });
+port.postMessage({ ready: true } satisfies MergeReply);

@@ -58,9 +58,13 @@ export function patchesToCombine(evaluated: Evaluated[], operation: Operation, o
   return patches;
 }
 
-/** What a merge the host could not do gives: each patching policy fails, per its failurePolicy. */
-export function unmerged(patches: PolicyPatch[], reason: string): CombinedPatch {
-  return { patch: [], rejected: patches.map(({ policy }) => ({ policy, reason: 'invalid' as const, message: `the host could not merge its patch: ${reason}` })) };
+/**
+ * What a merge the host could not do gives: each patching policy fails, per its failurePolicy;
+ * as a crash when the patches made it fail, temporarily when time did (`temporary`).
+ */
+export function unmerged(patches: PolicyPatch[], reason: string, temporary = false): CombinedPatch {
+  const kind = temporary ? 'unmerged' as const : 'invalid' as const;
+  return { patch: [], rejected: patches.map(({ policy }) => ({ policy, reason: kind, message: `the host could not merge its patch: ${reason}` })) };
 }
 
 /** `combined`: the patches of patchesToCombine, already combined by the caller; else combined here. */
@@ -115,8 +119,9 @@ export function merge(evaluated: Evaluated[], operation: Operation, object: Json
     for (const rejection of combined.rejected) {
       const entry = byName.get(rejection.policy)!;
       // A patch that cannot apply is the policy's own fault; a conflict is a permanent failure:
-      // asking again gives the same two patches.
-      failOrIgnore(entry, rejection.reason === 'invalid' ? PRIORITY.crash : PRIORITY.permanent, rejection.message);
+      // asking again gives the same two patches; a merge the host had no time for is temporary.
+      const rank = rejection.reason === 'invalid' ? PRIORITY.crash : rejection.reason === 'unmerged' ? PRIORITY.temporary : PRIORITY.permanent;
+      failOrIgnore(entry, rank, rejection.message);
     }
   }
 

@@ -2,9 +2,10 @@
 // operations each took the main thread 0.1-0.15 s per review (check each alone, index writes,
 // apply, diff, replay), during which no other review was read or answered. A review whose
 // patches are small is combined in place (a message to a thread costs more than that); a large
-// one waits for the merger, one review at a time, within its deadline: a merge still running
-// at the deadline is stopped with its thread (a new one starts for the next review), and the
-// review's patching policies fail per their failurePolicy, as for any merge the host cannot do.
+// one waits for the merger, one review at a time, within its deadline. A review whose deadline
+// passes gets its answer then (its patching policies fail, temporarily, per their
+// failurePolicy) while its merge runs on: starting a new thread costs ~0.2 s, more than a merge
+// at the cap. Only a merge still running after HARD_CAP_MS is stopped with its thread.
 import { extname } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Worker } from 'node:worker_threads';
@@ -12,17 +13,28 @@ import type { JsonValue } from '@portcullis/sdk';
 import { PortcullisError } from '../errors.ts';
 import { combinePatches, type CombinedPatch, type PolicyPatch } from './patches.ts';
 
-/** From this many operations in all, a review's patches are combined off the main thread (~3 ms in place). */
+/** From this many operations in all, several policies' patches are combined off the main thread (~3 ms in place). */
 export const OFFLOAD_FROM_OPERATIONS = 256;
-/** Longest a merge may take when the caller gives no deadline. */
+/** One policy's patch is only checked, ~3 µs an operation: handing it over pays from about this many. */
+export const OFFLOAD_ALONE_FROM_OPERATIONS = 2048;
+/** Longest a review waits for its merge when the caller gives no deadline. */
 export const MAX_MERGE_MS = 10_000;
+/** A merge running this long is not a merge at the cap (0.1-0.3 s): its thread is stopped. */
+export const HARD_CAP_MS = 3_000;
 
 export interface MergeRequest { id: number; object: JsonValue; patches: PolicyPatch[] }
-export type MergeReply = { id: number; ok: true; combined: CombinedPatch } | { id: number; ok: false; message: string };
+export type MergeReply =
+  | { id: number; ok: true; combined: CombinedPatch }
+  | { id: number; ok: false; message: string }
+  /** Sent once the thread has loaded the merge code: its start-up does not count as merging. */
+  | { ready: true };
 
 export class MergeError extends PortcullisError {
-  constructor(message: string) {
+  /** The host's doing (time, shutdown), not the patches': the policies fail temporarily. */
+  readonly temporary: boolean;
+  constructor(message: string, temporary: boolean) {
     super('MERGE_FAILED', message);
+    this.temporary = temporary;
   }
 }
 
@@ -30,15 +42,26 @@ interface Job {
   request: MergeRequest;
   resolve: (combined: CombinedPatch) => void;
   reject: (error: MergeError) => void;
-  timer: NodeJS.Timeout;
+  /** The review's deadline. */
+  timer: NodeJS.Timeout | undefined;
+  settled: boolean;
 }
 
 export class PatchMerger {
   #worker: Worker | undefined;
   #queue: Job[] = [];
+  /** The job on the thread now: settled already if its review stopped waiting. */
   #running: Job | undefined;
+  #hardCap: NodeJS.Timeout | undefined;
+  /** The thread has loaded the merge code (see MergeReply). */
+  #ready = false;
   #next = 0;
   #closed = false;
+  readonly #hardCapMs: number;
+
+  constructor(options: { hardCapMs?: number } = {}) {
+    this.#hardCapMs = options.hardCapMs ?? HARD_CAP_MS;
+  }
 
   /**
    * The combined patch of `patches` on `object`, as combinePatches gives it. Small ones are
@@ -48,16 +71,13 @@ export class PatchMerger {
   combine(object: JsonValue, patches: PolicyPatch[], withinMs = MAX_MERGE_MS): Promise<CombinedPatch> {
     let operations = 0;
     for (const p of patches) operations += p.operations.length;
-    if (operations < OFFLOAD_FROM_OPERATIONS || this.#closed) {
-      try {
-        return Promise.resolve(combinePatches(object, patches));
-      } catch (error) {
-        return Promise.reject(new MergeError(error instanceof Error ? error.message : String(error)));
-      }
-    }
+    const large = operations >= (patches.length > 1 ? OFFLOAD_FROM_OPERATIONS : OFFLOAD_ALONE_FROM_OPERATIONS);
+    if (!large || this.#closed) return inPlace(object, patches);
+    const ms = Math.min(withinMs, MAX_MERGE_MS);
+    if (!(ms > 0)) return Promise.reject(new MergeError('the review\'s deadline had passed before its patches could be merged', true));
     return new Promise((resolve, reject) => {
-      const ms = Math.max(0, Math.min(withinMs, MAX_MERGE_MS));
-      const job: Job = { request: { id: ++this.#next, object, patches }, resolve, reject, timer: setTimeout(() => this.#late(job, ms), ms) };
+      const job: Job = { request: { id: ++this.#next, object, patches }, resolve, reject, timer: undefined, settled: false };
+      job.timer = setTimeout(() => this.#late(job, ms), ms);
       this.#queue.push(job);
       this.#start();
     });
@@ -66,19 +86,39 @@ export class PatchMerger {
   /** Stops the thread; merges still waiting fail, later ones are combined in place. */
   async close(): Promise<void> {
     this.#closed = true;
-    for (const job of [...this.#queue, ...(this.#running ? [this.#running] : [])]) this.#fail(job, 'the host is shutting down');
+    for (const job of [...this.#queue, ...(this.#running ? [this.#running] : [])]) this.#settle(job, new MergeError('the host is shutting down', true));
     this.#queue = [];
-    this.#running = undefined;
-    const worker = this.#worker;
-    this.#worker = undefined;
-    await worker?.terminate();
+    await this.#stopThread();
   }
 
+  /** Never throws: it runs from timers and the thread's events, where a throw would end the process. */
   #start(): void {
-    if (this.#running || this.#queue.length === 0) return;
-    const job = this.#queue.shift()!;
-    this.#running = job;
-    this.#thread().postMessage(job.request);
+    while (!this.#running && this.#queue.length > 0) {
+      const job = this.#queue.shift()!;
+      if (job.settled) continue;
+      try {
+        this.#thread().postMessage(job.request);
+      } catch (error) {
+        // The object could not be copied to the thread (structured clone recurses: about 3,300
+        // levels of nesting overflow it, where the apiserver allows 10,000). Combined here, as
+        // before the merger existed: combinePatches walks deep objects without recursing.
+        void inPlace(job.request.object, job.request.patches).then((combined) => this.#settle(job, combined), (e: MergeError) => this.#settle(job, e));
+        if (!(error instanceof RangeError) && !(error instanceof Error && error.name === 'DataCloneError')) void this.#stopThread();
+        continue;
+      }
+      this.#running = job;
+      if (this.#ready) this.#armHardCap();
+    }
+  }
+
+  #armHardCap(): void {
+    const job = this.#running;
+    if (!job || this.#hardCap) return;
+    this.#hardCap = setTimeout(() => {
+      this.#settle(job, new MergeError(`merging the patches took longer than ${this.#hardCapMs} ms`, true));
+      void this.#stopThread();
+      this.#start();
+    }, this.#hardCapMs);
   }
 
   #thread(): Worker {
@@ -90,46 +130,71 @@ export class PatchMerger {
     // Not a reason to keep the process alive: a review waiting on it holds its own socket.
     worker.unref();
     worker.on('message', (reply: MergeReply) => {
+      if (this.#worker !== worker) return;
+      if ('ready' in reply) {
+        this.#ready = true;
+        this.#armHardCap();
+        return;
+      }
       const job = this.#running;
-      if (this.#worker !== worker || !job || job.request.id !== reply.id) return;
-      this.#running = undefined;
-      clearTimeout(job.timer);
-      if (reply.ok) job.resolve(reply.combined);
-      else job.reject(new MergeError(reply.message));
+      if (!job || job.request.id !== reply.id) return;
+      this.#done();
+      this.#settle(job, reply.ok ? reply.combined : new MergeError(reply.message, false));
       this.#start();
     });
     const lost = (why: string) => {
       if (this.#worker !== worker) return;
       this.#worker = undefined;
       const job = this.#running;
-      this.#running = undefined;
-      if (job) this.#fail(job, why);
+      this.#done();
+      if (job) this.#settle(job, new MergeError(why, true));
       this.#start();
     };
-    worker.on('error', (error: Error) => lost(`the merge failed: ${error.message}`));
+    worker.on('error', (error: Error) => lost(`the merging thread failed: ${error.message}`));
     worker.on('exit', (code) => lost(`the merging thread stopped (exit code ${code})`));
     this.#worker = worker;
+    this.#ready = false;
     return worker;
   }
 
-  #late(job: Job, ms: number): void {
-    if (this.#running === job) {
-      // Still merging at the deadline: the thread goes with it, and the next review gets a new one.
-      const worker = this.#worker;
-      this.#worker = undefined;
-      this.#running = undefined;
-      void worker?.terminate();
-      this.#fail(job, `merging the patches took longer than ${ms} ms`);
-      this.#start();
-    } else {
-      const at = this.#queue.indexOf(job);
-      if (at >= 0) this.#queue.splice(at, 1);
-      this.#fail(job, `merging the patches waited ${ms} ms behind other reviews' and was not started`);
-    }
+  #done(): void {
+    clearTimeout(this.#hardCap);
+    this.#hardCap = undefined;
+    this.#running = undefined;
   }
 
-  #fail(job: Job, message: string): void {
+  async #stopThread(): Promise<void> {
+    const worker = this.#worker;
+    this.#worker = undefined;
+    this.#done();
+    await worker?.terminate();
+  }
+
+  #late(job: Job, ms: number): void {
+    if (job.settled) return;
+    // Running: the review stops waiting, the merge runs on (the thread is worth more than it).
+    // Waiting: it is never started.
+    const running = this.#running === job;
+    const at = this.#queue.indexOf(job);
+    if (at >= 0) this.#queue.splice(at, 1);
+    this.#settle(job, new MergeError(running
+      ? `merging the patches took longer than the ${ms} ms the review had left`
+      : `merging the patches waited ${ms} ms behind other reviews' and was not started`, true));
+  }
+
+  #settle(job: Job, result: CombinedPatch | MergeError): void {
+    if (job.settled) return;
+    job.settled = true;
     clearTimeout(job.timer);
-    job.reject(new MergeError(message));
+    if (result instanceof MergeError) job.reject(result);
+    else job.resolve(result);
+  }
+}
+
+function inPlace(object: JsonValue, patches: PolicyPatch[]): Promise<CombinedPatch> {
+  try {
+    return Promise.resolve(combinePatches(object, patches));
+  } catch (error) {
+    return Promise.reject(new MergeError(error instanceof Error ? error.message : String(error), false));
   }
 }

@@ -28,6 +28,8 @@ export interface PolicyPatch {
 
 export type PatchRejection =
   | { policy: string; reason: 'invalid'; message: string }
+  /** The host could not merge it in time (merge/offload.ts): not the patch's fault. */
+  | { policy: string; reason: 'unmerged'; message: string }
   | { policy: string; reason: 'conflict'; other: string; path: string; message: string };
 
 export interface CombinedPatch {

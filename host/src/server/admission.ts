@@ -5,7 +5,7 @@ import type { EvaluationInput, Mode } from '@portcullis/sdk';
 import { evaluateEntry, rawEnvelope, toOutcome } from '../evaluate/evaluate.ts';
 import { ReviewError, UnknownPolicyError } from '../errors.ts';
 import { merge, patchesToCombine, unmerged } from '../merge/merge.ts';
-import type { PatchMerger } from '../merge/offload.ts';
+import type { MergeError, PatchMerger } from '../merge/offload.ts';
 import type { CombinedPatch } from '../merge/patches.ts';
 import type { PolicyEntry, PolicyRegistry } from '../policy/policy-set.ts';
 import { parseReviewText } from '../review/parse.ts';
@@ -93,7 +93,8 @@ export async function review(deps: AdmissionDeps, caller: Caller, body: string |
     let combined: CombinedPatch | undefined;
     if (toCombine.length > 0) {
       const withinMs = caller.timeoutMs === undefined ? undefined : caller.timeoutMs - (performance.now() - started);
-      combined = await deps.merger!.combine(request.object!, toCombine, withinMs).catch((error: Error) => unmerged(toCombine, error.message));
+      combined = await deps.merger!.combine(request.object!, toCombine, withinMs)
+        .catch((error: MergeError) => unmerged(toCombine, error.message, error.temporary));
     }
     const { decision, deciding, audited } = merge(evaluated, request.operation, request.object, combined);
 

@@ -8,6 +8,11 @@
 export function copyBytes(source: Uint8Array, target: Uint8Array, at = 0): void {
   if (at + source.length > target.length) throw new RangeError(`${source.length} bytes do not fit at ${at} of ${target.length}`);
   if (source.length === 0) return;
+  // Within one buffer the two ranges may overlap, which the first byte copied apart would spoil.
+  if (source.buffer === target.buffer) {
+    target.set(source, at);
+    return;
+  }
   target[at] = source[0]!;
   Buffer.from(source.buffer, source.byteOffset, source.length).copy(target, at + 1, 1);
 }
