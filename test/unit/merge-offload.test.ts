@@ -5,7 +5,7 @@ import type { JsonObject, PatchOperation } from '@portcullis/sdk';
 import { afterEach, describe, expect, it } from 'vitest';
 import type { Outcome } from '../../host/src/evaluate/outcome.ts';
 import { merge, patchesToCombine, type Evaluated } from '../../host/src/merge/merge.ts';
-import { MergeError, OFFLOAD_ALONE_FROM_OPERATIONS, OFFLOAD_FROM_OPERATIONS, PatchMerger } from '../../host/src/merge/offload.ts';
+import { MAX_WAITING_MERGES, MergeError, OFFLOAD_ALONE_FROM_OPERATIONS, OFFLOAD_FROM_OPERATIONS, PatchMerger } from '../../host/src/merge/offload.ts';
 import { combinePatches, type PolicyPatch } from '../../host/src/merge/patches.ts';
 
 const pod = (): JsonObject => ({ apiVersion: 'v1', kind: 'Pod', metadata: { name: 'p', namespace: 'd', labels: { a: '1' } }, spec: { containers: [{ name: 'c', image: 'x' }] } });
@@ -70,6 +70,17 @@ describe('the patch merger', () => {
     await expect(merger.combine(pod(), heavy)).rejects.toThrow(new MergeError('merging the patches took longer than 80 ms', true));
     const light = [{ policy: 'a', operations: labels('a', 150) }, { policy: 'b', operations: labels('b', 150) }];
     expect(await merger.combine(pod(), light)).toEqual(combinePatches(pod(), light));
+  });
+
+  it('lets at most MAX_WAITING_MERGES reviews wait; one more fails at once, temporarily', async () => {
+    merger = new PatchMerger();
+    const heavy = [{ policy: 'a', operations: labels('a', 10_000) }, { policy: 'b', operations: labels('b', 10_000) }];
+    const light = [{ policy: 'a', operations: labels('a', 150) }, { policy: 'b', operations: labels('b', 150) }];
+    const running = merger.combine(pod(), heavy);
+    const waiting = Array.from({ length: MAX_WAITING_MERGES }, () => merger.combine(pod(), light));
+    await expect(merger.combine(pod(), light)).rejects.toThrow(new MergeError(`${MAX_WAITING_MERGES} other reviews' large patches were waiting to be merged already`, true));
+    expect((await running).rejected).toEqual([]);
+    for (const combined of await Promise.all(waiting)) expect(combined).toEqual(combinePatches(pod(), light));
   });
 
   it('combines in place an object too deep to hand to the thread, first or behind another merge (review: it crashed the host)', async () => {

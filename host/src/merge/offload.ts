@@ -21,6 +21,13 @@ export const OFFLOAD_ALONE_FROM_OPERATIONS = 2048;
 export const MAX_MERGE_MS = 10_000;
 /** A merge running this long is not a merge at the cap (0.1-0.3 s): its thread is stopped. */
 export const HARD_CAP_MS = 3_000;
+/**
+ * Reviews waiting for the merger at most. Each holds its object and decoded patches (about
+ * 1.5 MB at the cap) until its turn or its deadline: unbounded, a pair of policies at the cap
+ * and a burst of matching reviews would pile up hundreds of megabytes. At 0.1-0.3 s a merge,
+ * a review later in the line would mostly wait out its deadline anyway.
+ */
+export const MAX_WAITING_MERGES = 16;
 
 export interface MergeRequest { id: number; object: JsonValue; patches: PolicyPatch[] }
 export type MergeReply =
@@ -75,6 +82,9 @@ export class PatchMerger {
     if (!large || this.#closed) return inPlace(object, patches);
     const ms = Math.min(withinMs, MAX_MERGE_MS);
     if (!(ms > 0)) return Promise.reject(new MergeError('the review\'s deadline had passed before its patches could be merged', true));
+    if (this.#queue.length >= MAX_WAITING_MERGES) {
+      return Promise.reject(new MergeError(`${this.#queue.length} other reviews' large patches were waiting to be merged already`, true));
+    }
     return new Promise((resolve, reject) => {
       const job: Job = { request: { id: ++this.#next, object, patches }, resolve, reject, timer: undefined, settled: false };
       job.timer = setTimeout(() => this.#late(job, ms), ms);
