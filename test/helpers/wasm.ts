@@ -115,13 +115,15 @@ export function slowStart(millions: number): Promise<Uint8Array> {
  * `legacy`: the request copied into Extism kernel memory and read `times` times with
  * `portcullis_context_read`, the answers never freed. `oneCopy`: one `portcullis_context_call`
  * naming `length` bytes at `at` (the request sits at 0), then `portcullis_context_answer` into
- * `answerAt`. Neither writes an output.
+ * `answerAt` (i64 parameters when `wide`). Neither writes an output.
  */
 export async function contextReading(request: string, how:
   | { legacy: { times: number } }
-  | { oneCopy: { at: number; length: number; answerAt: number } }): Promise<Uint8Array> {
+  | { oneCopy: { at: number; length: number; answerAt: number; wide?: boolean } }): Promise<Uint8Array> {
   const { parse } = await import('@bytecodealliance/jco');
   const length = new TextEncoder().encode(request).length;
+  // `wide`: the pair declared with i64 parameters, as a hand-written module could.
+  const int = 'oneCopy' in how && how.oneCopy.wide ? 'i64' : 'i32';
   const body = 'legacy' in how
     ? `(local $o i64) (local $i i32)
       (local.set $o (call $alloc (i64.const ${length})))
@@ -137,15 +139,15 @@ export async function contextReading(request: string, how:
         (local.set $i (i32.add (local.get $i) (i32.const 1)))
         (br $next)))
       (i32.const 0)`
-    : `(drop (call $call (i32.const ${how.oneCopy.at}) (i32.const ${how.oneCopy.length})))
-      (call $answer (i32.const ${how.oneCopy.answerAt}))
+    : `(drop (call $call (${int}.const ${how.oneCopy.at}) (${int}.const ${how.oneCopy.length})))
+      (call $answer (${int}.const ${how.oneCopy.answerAt}))
       (i32.const 0)`;
   return parse(`(module
     (import "extism:host/env" "alloc" (func $alloc (param i64) (result i64)))
     (import "extism:host/env" "store_u8" (func $store (param i64 i32)))
     (import "extism:host/user" "portcullis_context_read" (func $read (param i64) (result i64)))
-    (import "extism:host/user" "portcullis_context_call" (func $call (param i32 i32) (result i32)))
-    (import "extism:host/user" "portcullis_context_answer" (func $answer (param i32)))
+    (import "extism:host/user" "portcullis_context_call" (func $call (param ${int} ${int}) (result i32)))
+    (import "extism:host/user" "portcullis_context_answer" (func $answer (param ${int})))
     (memory (export "memory") 1)
     (data (i32.const 0) "${watBytes(request)}")
     (func (export "validate") (result i32) ${body}))`);

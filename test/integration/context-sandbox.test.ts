@@ -162,6 +162,9 @@ describe('context reads from hand-written core modules', () => {
       // The answer is the 512 KiB object: it does not fit in the module's one page wherever it goes.
       { at: 0, length: getBig.length, answerAt: 0, says: /^crashed: gave room for a context answer at 0 \(\d{6} bytes\), outside its 65536-byte memory$/ },
       { at: 0, length: getBig.length, answerAt: -1, says: /^crashed: gave room for a context answer at 4294967295 / },
+      // Declared i64: past 2^32 is no address, not one wrapped round (red team: this read offset 1024).
+      { at: 0, length: getBig.length, answerAt: 2 ** 32 + 1024, wide: true, says: /^crashed: gave room for a context answer at 4294968320 \(\d{6} bytes\)/ },
+      { at: 2 ** 32, length: getBig.length, answerAt: 0, wide: true, says: `gave a context request at 4294967296 (${getBig.length} bytes), outside its 65536-byte memory` },
     ];
     for (const [i, { says, ...oneCopy }] of cases.entries()) {
       const policy = await handMade(`bad-reader-${i}`, await contextReading(getBig, { oneCopy }));

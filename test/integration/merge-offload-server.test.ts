@@ -44,3 +44,17 @@ it('two large patches are merged into one off the main thread; a third that conf
   expect(labels).toMatchObject({ keep: 'yes', a0: 'a', a7: 'a', a2999: 'a', b0: 'b', b2999: 'b' });
   expect((await t.get('/healthz')).status).toBe(200);
 });
+
+it('an object nested 5,000 levels deep (the apiserver allows 10,000) is merged on the thread too, from the review\'s own bytes', async () => {
+  const depth = 5000;
+  const review = admissionReview({ apiVersion: 'v1', kind: 'ConfigMap', metadata: { name: 'deep', labels: {} }, data: 'DEEP' });
+  // Written as text: JSON.stringify (and structuredClone) recurse, and give up near 4,000 levels.
+  const body = JSON.stringify(review).replace('"data":"DEEP"', `"data":${'{"d":'.repeat(depth)}1${'}'.repeat(depth)}`);
+  const res = await t.post('/mutate', body);
+  expect(res.status).toBe(200);
+  expect(res.body.response.status).toBeUndefined();
+  expect(res.body.response.allowed).toBe(true);
+  const operations = decodePatch(res.body.response) as { op: string; path: string; value: Record<string, string> }[];
+  expect(operations).toEqual([{ op: 'replace', path: '/metadata/labels', value: expect.objectContaining({ a0: 'a', a2999: 'a', b0: 'b', b2999: 'b' }) }]);
+  expect(Object.keys(operations[0]!.value)).toHaveLength(6000);
+});

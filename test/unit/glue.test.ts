@@ -3,6 +3,7 @@
 import { readFileSync } from 'node:fs';
 import { transpile } from '@bytecodealliance/jco';
 import { beforeAll, expect, it } from 'vitest';
+import { MAX_REQUEST_DECODE_BYTES } from '../../host/src/context/read.ts';
 import { tuneGlue } from '../../host/src/sandbox/glue.ts';
 import { wasm } from '../helpers/policies.ts';
 
@@ -31,6 +32,8 @@ it('applies every rewrite to the glue of the jco in use', () => {
   const [, fast] = /let trampoline\d+ = (_trampoline\d+Fast);/.exec(text) ?? ['', ''];
   expect(fast).toMatch(/^_trampoline\d+Fast$/);
   expect(text).toContain(`const ${fast} = function(arg0, arg1, arg2) {`);
+  // A request longer than the reader takes is decoded only as far as needed to refuse it.
+  expect(text).toContain(`Math.min(arg1, ${MAX_REQUEST_DECODE_BYTES})`);
   expect(text.match(/_lowerImportBackwardsCompat\.bind\(/g)?.length).toBe(glue.match(/_lowerImportBackwardsCompat\.bind\(/g)!.length - 2);
   expect(text).toContain(`${fast.replace(/Fast$/, '')}.fnName = 'portcullis:policy/context@0.1.0#read'`);
 });

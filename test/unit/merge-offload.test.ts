@@ -83,18 +83,23 @@ describe('the patch merger', () => {
     for (const combined of await Promise.all(waiting)) expect(combined).toEqual(combinePatches(pod(), light));
   });
 
-  it('combines in place an object too deep to hand to the thread, first or behind another merge (review: it crashed the host)', async () => {
+  it('reads a deep object from the review\'s envelope on the thread; without one, refuses it at once, first or queued (red team, review)', async () => {
     merger = new PatchMerger();
-    let deep: JsonObject = { leaf: 'x' };
-    for (let i = 0; i < 5000; i++) deep = { d: deep };
-    const object = { ...pod(), spec: deep };
+    const depth = 5000;
+    const deepText = `${'{"d":'.repeat(depth)}"leaf"${'}'.repeat(depth)}`;
+    const object = JSON.parse(`{"apiVersion":"v1","kind":"Pod","metadata":{"name":"p","labels":{"a":"1"}},"spec":${deepText}}`) as JsonObject;
+    const envelopeText = `{"webhook":"/mutate","request":{"uid":"u","object":${JSON.stringify({ ...object, spec: null }).replace('"spec":null', `"spec":${deepText}`)}}}`;
+    const envelope = new Uint8Array(new SharedArrayBuffer(Buffer.byteLength(envelopeText)));
+    envelope.set(Buffer.from(envelopeText));
     const patches = [{ policy: 'a', operations: labels('a', 200) }, { policy: 'b', operations: labels('b', 200) }];
     expect(() => structuredClone(object)).toThrow(RangeError);
-    expect(await merger.combine(object, patches)).toEqual(combinePatches(object, patches));
+    expect(await merger.combine(object, patches, undefined, envelope)).toEqual(combinePatches(object, patches));
+    const refused = new MergeError('the object nests too deep to hand to the merging thread', true);
+    await expect(merger.combine(object, patches)).rejects.toThrow(refused);
     const heavy = [{ policy: 'a', operations: labels('a', 10_000) }, { policy: 'b', operations: labels('b', 10_000) }];
-    const [first, second] = await Promise.all([merger.combine(pod(), heavy), merger.combine(object, patches)]);
-    expect(first.rejected).toEqual([]);
-    expect(second).toEqual(combinePatches(object, patches));
+    const [first, second] = await Promise.allSettled([merger.combine(pod(), heavy), merger.combine(object, patches)]);
+    expect(first).toMatchObject({ status: 'fulfilled', value: { rejected: [] } });
+    expect(second).toEqual({ status: 'rejected', reason: refused });
   });
 
   it('checks one policy\'s patch in place below OFFLOAD_ALONE_FROM_OPERATIONS, several policies\' from OFFLOAD_FROM_OPERATIONS', async () => {

@@ -111,6 +111,11 @@ function tooLarge(scope: ReadScope, request: ContextRequest, size: number): Cont
 
 /** Longest request text a guest may send (UTF-16 units, as JSON.parse sees it). */
 export const MAX_REQUEST_BYTES = 16 * 1024;
+/**
+ * Bytes of a guest's request worth decoding: the longest text taken, 3 bytes a character, and one
+ * more. A longer request is still refused, without decoding megabytes first.
+ */
+export const MAX_REQUEST_DECODE_BYTES = 3 * MAX_REQUEST_BYTES + 1;
 const REQUEST_FIELDS = new Set(['verb', 'apiVersion', 'kind', 'namespace', 'name', 'labelSelector', 'fieldSelector']);
 
 /** Validates the guest's request: every field typed, nothing unknown, sizes bounded. */

@@ -52,6 +52,14 @@ const envelopes = new WeakMap<EvaluationInput, Uint8Array>();
 const settingsJson = new WeakMap<LoadedPolicy, string>();
 const encoder = new TextEncoder();
 
+/**
+ * The review's envelope in shared memory, if its policies were given one: JSON text of an object
+ * whose `request` is the review's request. The patch merger reads the object from it (offload.ts).
+ */
+export function envelopeOf(input: EvaluationInput): Uint8Array | undefined {
+  return envelopes.get(input);
+}
+
 export function sharedInput(input: EvaluationInput, policy: LoadedPolicy): SharedInput {
   let envelope = envelopes.get(input);
   if (envelope === undefined) {

@@ -2,6 +2,7 @@
 // main thread. Nothing here is trusted more than on the main thread: combinePatches rejects what
 // a policy's patch does wrong, and anything it throws comes back as a message.
 import { parentPort } from 'node:worker_threads';
+import type { JsonValue } from '@portcullis/sdk';
 import { lowerThisThread } from '../util/thread-priority.ts';
 import { combinePatches } from './patches.ts';
 import type { MergeReply, MergeRequest } from './offload.ts';
@@ -11,9 +12,11 @@ const port = parentPort;
 // The merge a policy's patch costs yields to the main thread, as guests do.
 lowerThisThread();
 
-port.on('message', ({ id, object, patches }: MergeRequest) => {
+port.on('message', (request: MergeRequest) => {
+  const { id, patches } = request;
   let reply: MergeReply;
   try {
+    const object = 'object' in request ? request.object : objectOf(request.envelope);
     reply = { id, ok: true, combined: combinePatches(object, patches) };
   } catch (error) {
     reply = { id, ok: false, message: error instanceof Error ? error.message : String(error) };
@@ -21,3 +24,11 @@ port.on('message', ({ id, object, patches }: MergeRequest) => {
   port.postMessage(reply);
 });
 port.postMessage({ ready: true } satisfies MergeReply);
+
+/** `request.object` of the envelope's JSON text (the host parsed the same bytes already). */
+function objectOf(envelope: Uint8Array): JsonValue {
+  const text = Buffer.from(envelope.buffer, envelope.byteOffset, envelope.byteLength).toString('utf8');
+  const object = (JSON.parse(text) as { request?: { object?: JsonValue } }).request?.object;
+  if (object === undefined || object === null) throw new Error('the review\'s envelope holds no object');
+  return object;
+}

@@ -15,8 +15,10 @@
 // gets its glue unchanged (slower, never wrong). test/unit/glue.test.ts holds the rewrites to
 // the glue of the jco version in package-lock.json.
 
+import { MAX_REQUEST_DECODE_BYTES } from '../context/read.ts';
+
 /** Part of the transpile cache's key: cached glue from an older revision is transpiled again. */
-export const GLUE_REVISION = 3;
+export const GLUE_REVISION = 4;
 
 const UTF8_LENGTH = /(function _utf8AllocateAndEncode\(s, realloc, memory\) \{[^]*?)let len = 0;\s*let codepoints = 0;\s*for \(let i = 0; i < s\.length; i\+\+\) \{[^]*?\n(\s*)const ptr = realloc\(0, 0, 1, len\);/;
 // jco's trampoline for the context import (its name, memory, host function and realloc), and the
@@ -74,7 +76,7 @@ function fastContextRead(text: string, applied: TunedGlue['applied']): string {
   const fast = `
     const ${name}Fast = function(arg0, arg1, arg2) {
       _checkMayLeave(${componentIdx});
-      const ret = ${read}(TEXT_DECODER_UTF8.decode(new Uint8Array(${memory}.buffer, arg0, arg1)));
+      const ret = ${read}(TEXT_DECODER_UTF8.decode(new Uint8Array(${memory}.buffer, arg0, Math.min(arg1, ${MAX_REQUEST_DECODE_BYTES}))));
       const encoded = _utf8AllocateAndEncode(ret, ${realloc}, ${memory});
       const view = dataView(${memory});
       view.setUint32(arg2 + 4, encoded.len, true);

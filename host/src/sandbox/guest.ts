@@ -1,7 +1,7 @@
 // Runs inside a sandbox worker: instantiates one policy and calls its functions. One Guest
 // per policy per worker, each with its own linear memories; nothing is shared between them.
 import createPlugin, { type CallContext, type Plugin } from '@extism/extism';
-import { MAX_REQUEST_BYTES } from '../context/read.ts';
+import { MAX_REQUEST_DECODE_BYTES } from '../context/read.ts';
 import { contextReader } from '../context/replica.ts';
 import { copyBytes } from '../util/bytes.ts';
 import { inputBytes, inputParts, inputText } from './input.ts';
@@ -22,8 +22,6 @@ const noFetch: typeof fetch = () => Promise.reject(new Error('policies have no n
 const LOG_DECODER = new TextDecoder();
 const ANSWER_ENCODER = new TextEncoder();
 const REQUEST_DECODER = new TextDecoder();
-/** Bytes of a context request worth decoding: the longest request the reader takes, 3 bytes a character, and one more. */
-const MAX_REQUEST_DECODE = 3 * MAX_REQUEST_BYTES + 1;
 
 export interface Guest {
   call(fn: GuestFunction, input: CallInput): Promise<string>;
@@ -105,6 +103,16 @@ async function instantiateComponent(spec: SandboxSpec, logs: LogBuffer): Promise
 }
 
 const NO_INPUT: [Uint8Array, Uint8Array] = [new Uint8Array(0), new Uint8Array(0)];
+
+/**
+ * A guest's offset or length: an i32 is read unsigned, as wasm addresses are; an i64 (BigInt) at
+ * or past 2^32 is no address at all (NaN, so it fails every bounds check) rather than wrapping
+ * round to one (red team: 0x100000400 read offset 1024).
+ */
+function u32(value: number | bigint): number {
+  if (typeof value === 'number') return value >>> 0;
+  return value >= 0n && value < 2n ** 32n ? Number(value) : Number.NaN;
+}
 /**
  * What one Extism kernel block costs the worker besides its bytes (its Block, ArrayBuffer and
  * DataView, and its slot): measured at about 500 bytes of RSS per empty block on Node 24.
@@ -200,10 +208,11 @@ async function instantiateCore(spec: SandboxSpec, logs: LogBuffer): Promise<Gues
    * outside it. The SDK declares both i32; a module that declares i64 sends BigInts, read alike.
    */
   const guestBytes = (offset: number | bigint, length: number | bigint, what: string): Uint8Array => {
-    const at = Number(offset) >>> 0;
-    const size = Number(length) >>> 0;
-    if (!guest.memory || at + size > guest.memory.buffer.byteLength) {
-      throw kept(new GuestFault('trap', `gave ${what} at ${at} (${size} bytes), outside its ${guest.memory?.buffer.byteLength ?? 0}-byte memory`));
+    const at = u32(offset);
+    const size = u32(length);
+    if (!guest.memory || !(at + size <= guest.memory.buffer.byteLength)) {
+      const shown = (n: number, given: number | bigint) => (Number.isNaN(n) ? String(given) : n);
+      throw kept(new GuestFault('trap', `gave ${what} at ${shown(at, offset)} (${shown(size, length)} bytes), outside its ${guest.memory?.buffer.byteLength ?? 0}-byte memory`));
     }
     return new Uint8Array(guest.memory.buffer, at, size);
   };
@@ -215,7 +224,7 @@ async function instantiateCore(spec: SandboxSpec, logs: LogBuffer): Promise<Gues
   const portcullis_context_call = (_context: CallContext, offset: number | bigint, length: number | bigint): number => {
     // A request longer than the reader takes is still refused by it, without decoding megabytes first.
     const request = guestBytes(offset, length, 'a context request');
-    pendingAnswer = ANSWER_ENCODER.encode(readContext(REQUEST_DECODER.decode(request.subarray(0, MAX_REQUEST_DECODE))));
+    pendingAnswer = ANSWER_ENCODER.encode(readContext(REQUEST_DECODER.decode(request.subarray(0, MAX_REQUEST_DECODE_BYTES))));
     return pendingAnswer.length;
   };
   const portcullis_context_answer = (_context: CallContext, offset: number | bigint): void => {

@@ -2,7 +2,7 @@
 // evaluate them in parallel in the sandboxes -> merge -> respond. HTTP concerns (routing,
 // bodies, TLS) stay in http.ts; this module only sees text in and a review out.
 import type { EvaluationInput, Mode } from '@portcullis/sdk';
-import { evaluateEntry, rawEnvelope, toOutcome } from '../evaluate/evaluate.ts';
+import { envelopeOf, evaluateEntry, rawEnvelope, toOutcome } from '../evaluate/evaluate.ts';
 import { ReviewError, UnknownPolicyError } from '../errors.ts';
 import { merge, patchesToCombine, unmerged } from '../merge/merge.ts';
 import type { MergeError, PatchMerger } from '../merge/offload.ts';
@@ -93,7 +93,7 @@ export async function review(deps: AdmissionDeps, caller: Caller, body: string |
     let combined: CombinedPatch | undefined;
     if (toCombine.length > 0) {
       const withinMs = caller.timeoutMs === undefined ? undefined : caller.timeoutMs - (performance.now() - started);
-      combined = await deps.merger!.combine(request.object!, toCombine, withinMs)
+      combined = await deps.merger!.combine(request.object!, toCombine, withinMs, envelopeOf(input))
         .catch((error: MergeError) => unmerged(toCombine, error.message, error.temporary));
     }
     const { decision, deciding, audited } = merge(evaluated, request.operation, request.object, combined);
