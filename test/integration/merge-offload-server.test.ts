@@ -1,21 +1,18 @@
 // Two mutating policies whose patches are large (3,000 label adds each) through a real server:
 // their patches are combined on the merger's thread and the response carries the merged patch.
-import { readdirSync, readFileSync } from 'node:fs';
 import { mkdtemp, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { applyPatch } from 'fast-json-patch';
 import { admissionReview, decodePatch, startServer, type TestServer } from '../helpers/server.ts';
+import { threadsAtNice } from '../helpers/threads.ts';
 import { answering } from '../helpers/wasm.ts';
 
 const adds = (prefix: string, n: number) => Array.from({ length: n }, (_, i) => ({ op: 'add', path: `/metadata/labels/${prefix}${i}`, value: prefix }));
 
 /** Threads of this process (the server runs in it) at nice 10. */
-const niceThreads = () => readdirSync('/proc/self/task').filter((tid) => {
-  const stat = readFileSync(`/proc/self/task/${tid}/stat`, 'utf8');
-  return stat.slice(stat.lastIndexOf(')') + 2).split(' ')[16] === '10';
-});
+const niceThreads = () => threadsAtNice(10);
 
 let t: TestServer;
 beforeAll(async () => {

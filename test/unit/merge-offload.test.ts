@@ -1,21 +1,18 @@
 // The patch merger combines large patches on its own thread, with the same answer as in place,
 // within a deadline; a merge past it is stopped with its thread and the next one still works.
-import { readdirSync, readFileSync } from 'node:fs';
 import type { JsonObject, PatchOperation } from '@portcullis/sdk';
 import { afterEach, describe, expect, it } from 'vitest';
 import type { Outcome } from '../../host/src/evaluate/outcome.ts';
 import { merge, patchesToCombine, type Evaluated } from '../../host/src/merge/merge.ts';
 import { MAX_WAITING_MERGES, MergeError, OFFLOAD_ALONE_FROM_OPERATIONS, OFFLOAD_FROM_OPERATIONS, PatchMerger } from '../../host/src/merge/offload.ts';
 import { combinePatches, type PolicyPatch } from '../../host/src/merge/patches.ts';
+import { niceByThread, thisThread, threadsAtNice } from '../helpers/threads.ts';
 
 const pod = (): JsonObject => ({ apiVersion: 'v1', kind: 'Pod', metadata: { name: 'p', namespace: 'd', labels: { a: '1' } }, spec: { containers: [{ name: 'c', image: 'x' }] } });
 const labels = (prefix: string, n: number): PatchOperation[] => Array.from({ length: n }, (_, i) => ({ op: 'add', path: `/metadata/labels/${prefix}${i}`, value: 'v' }));
 
 /** Threads of this process at nice 10: the merger's (no sandbox pool runs here). */
-const niceThreads = () => readdirSync('/proc/self/task').filter((tid) => {
-  const stat = readFileSync(`/proc/self/task/${tid}/stat`, 'utf8');
-  return stat.slice(stat.lastIndexOf(')') + 2).split(' ')[16] === '10';
-}).length;
+const niceThreads = () => threadsAtNice(10).length;
 
 let merger: PatchMerger;
 afterEach(() => merger?.close());
@@ -38,16 +35,12 @@ describe('the patch merger', () => {
   });
 
   it('merges on a thread of its own at nice 10, below the main thread', async () => {
-    const nice = () => new Map(readdirSync('/proc/self/task').map((tid) => {
-      const stat = readFileSync(`/proc/self/task/${tid}/stat`, 'utf8');
-      return [tid, Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[16])] as const;
-    }));
-    const before = nice();
+    const before = niceByThread();
     merger = new PatchMerger();
     await merger.combine(pod(), [{ policy: 'a', operations: labels('a', 150) }, { policy: 'b', operations: labels('b', 150) }]);
-    const added = [...nice()].filter(([tid]) => !before.has(tid));
+    const added = [...niceByThread()].filter(([tid]) => !before.has(tid));
     expect(added.map(([, n]) => n)).toContain(10);
-    expect(nice().get(readFileSync('/proc/thread-self/stat', 'utf8').split(' ')[0]!)).not.toBe(10);
+    expect(niceByThread().get(thisThread())).not.toBe(10);
   });
 
   it('answers a review whose deadline passes mid-merge, and lets the merge run on in the same thread', async () => {

@@ -63,9 +63,10 @@ export function envelopeOf(input: EvaluationInput): Uint8Array | undefined {
 export function sharedInput(input: EvaluationInput, policy: LoadedPolicy): SharedInput {
   let envelope = envelopes.get(input);
   if (envelope === undefined) {
-    const encoded = encoder.encode(serialized(input));
-    envelope = new Uint8Array(new SharedArrayBuffer(encoded.length));
-    copyBytes(encoded, envelope);
+    // Encoded straight into shared memory: no second copy (Buffer.byteLength counts what encodeInto writes).
+    const text = serialized(input);
+    envelope = new Uint8Array(new SharedArrayBuffer(Buffer.byteLength(text)));
+    encoder.encodeInto(text, envelope);
     envelopes.set(input, envelope);
   }
   let settings = settingsJson.get(policy);

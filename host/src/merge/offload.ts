@@ -119,11 +119,11 @@ export class PatchMerger {
       } catch (error) {
         // Not merged here instead: that is the stall the thread exists to remove (red team: deep
         // objects without an envelope, merged in place, held the main thread 0.2-0.4 s each).
-        const why = error instanceof RangeError || (error instanceof Error && error.name === 'DataCloneError')
+        const tooDeep = error instanceof RangeError || (error instanceof Error && error.name === 'DataCloneError');
+        this.#settle(job, new MergeError(tooDeep
           ? 'the object nests too deep to hand to the merging thread'
-          : `the merging thread could not take it (${error instanceof Error ? error.message : String(error)})`;
-        this.#settle(job, new MergeError(why, true));
-        if (why.startsWith('the merging thread')) void this.#stopThread();
+          : `the merging thread could not take it (${error instanceof Error ? error.message : String(error)})`, true));
+        if (!tooDeep) void this.#stopThread();
         continue;
       }
       this.#running = job;

@@ -89,11 +89,12 @@ export async function review(deps: AdmissionDeps, caller: Caller, body: string |
       return refusal ? Promise.resolve(toOutcome(entry.config.name, refusal)) : evaluateEntry(deps.pool, entry, caller.mode, input, answerWithinMs, true);
     }));
     const evaluated = selected.map((entry, i) => ({ policy: entry.config, outcome: outcomes[i]! }));
-    const toCombine = deps.merger ? patchesToCombine(evaluated, request.operation, request.object) : [];
+    const { merger } = deps;
+    const toCombine = merger ? patchesToCombine(evaluated, request.operation, request.object) : [];
     let combined: CombinedPatch | undefined;
-    if (toCombine.length > 0) {
+    if (merger && toCombine.length > 0) {
       const withinMs = caller.timeoutMs === undefined ? undefined : caller.timeoutMs - (performance.now() - started);
-      combined = await deps.merger!.combine(request.object!, toCombine, withinMs, envelopeOf(input))
+      combined = await merger.combine(request.object!, toCombine, withinMs, envelopeOf(input))
         .catch((error: MergeError) => unmerged(toCombine, error.message, error.temporary));
     }
     const { decision, deciding, audited } = merge(evaluated, request.operation, request.object, combined);
