@@ -30,6 +30,9 @@ describe('clear 4xx errors', () => {
     ['JSON that is not an AdmissionReview', '{"kind":"Pod","apiVersion":"v1"}', 400, /^expected kind "AdmissionReview", got "Pod"$/],
     ['a review without request.uid', JSON.stringify({ ...valid(), request: { ...valid().request, uid: undefined } }), 400, /^request\.uid is missing/],
     ['an empty body', '', 400, /^the body is not JSON/],
+    // The object is parsed only when read; the body is still checked whole before any policy runs.
+    ['a body broken only inside the object', JSON.stringify(valid()).replace('"name":"ok"', '"name":ok'), 400, /^the body is not JSON/],
+    ['a raw tab inside a string of the object', JSON.stringify(valid()).replace('"name":"ok"', '"name":"o\tk"'), 400, /^the body is not JSON/],
   ])('%s', async (_, body, status, message) => {
     const res = await raw(body);
     expect(res.status).toBe(status);
@@ -45,9 +48,10 @@ describe('clear 4xx errors', () => {
 
   it('an object nested too deeply to serialize is a 400 naming the request, not a 500 (red team)', async () => {
     // Without userInfo the host serializes the request itself instead of passing its bytes on.
+    // 9,000 levels: within what the API server sends (MAX_BODY_DEPTH), past what JSON.stringify recurses.
     const deep = '{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1","request":{"uid":"deep-1",' +
       '"kind":{"group":"","version":"v1","kind":"ConfigMap"},"resource":{"group":"","version":"v1","resource":"configmaps"},' +
-      `"operation":"CREATE","object":{"kind":"ConfigMap","metadata":{"name":"d"},"data":${'['.repeat(20_000)}${']'.repeat(20_000)}}}}`;
+      `"operation":"CREATE","object":{"kind":"ConfigMap","metadata":{"name":"d"},"data":${'['.repeat(9_000)}${']'.repeat(9_000)}}}}`;
     const res = await raw(deep);
     expect(res.status).toBe(400);
     expect(res.body.error.message).toMatch(/^request deep-1: the object is nested too deeply to evaluate/);

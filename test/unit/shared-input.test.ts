@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { rawEnvelope, sharedInput } from '../../host/src/evaluate/evaluate.ts';
-import { requestSpan } from '../../host/src/review/raw.ts';
+import { requestSpan } from '../../host/src/review/scan.ts';
 import type { LoadedPolicy } from '../../host/src/policy/loaded.ts';
 import { joinInput, joinInputBytes } from '../../host/src/sandbox/input.ts';
 import { request } from '@portcullis/sdk/testing';

@@ -44,8 +44,8 @@ interface Candidate {
  * the review can still be allowed and its object be patched; otherwise none. A caller may
  * combine them itself (offload.ts) and hand the result to merge.
  */
-export function patchesToCombine(evaluated: Evaluated[], operation: Operation, object: JsonValue | null | undefined): PolicyPatch[] {
-  if (!((operation === 'CREATE' || operation === 'UPDATE') && object !== null && object !== undefined)) return [];
+export function patchesToCombine(evaluated: Evaluated[], operation: Operation, object: ObjectSource): PolicyPatch[] {
+  if (!(operation === 'CREATE' || operation === 'UPDATE')) return [];
   const patches: PolicyPatch[] = [];
   for (const { policy, outcome } of evaluated) {
     if (policy.enforcement === 'audit') continue;
@@ -55,7 +55,17 @@ export function patchesToCombine(evaluated: Evaluated[], operation: Operation, o
       return []; // Denied whatever the patches say.
     }
   }
-  return patches;
+  return patches.length > 0 && objectOf(object) != null ? patches : [];
+}
+
+/**
+ * The object patches apply to, or a function that reads it: the host parses a review's object
+ * only when something needs it (parseScannedReview), and most reviews have no patch.
+ */
+export type ObjectSource = JsonValue | null | undefined | (() => JsonValue | null | undefined);
+
+function objectOf(source: ObjectSource): JsonValue | null | undefined {
+  return typeof source === 'function' ? source() : source;
 }
 
 /**
@@ -68,7 +78,7 @@ export function unmerged(patches: PolicyPatch[], reason: string, temporary = fal
 }
 
 /** `combined`: the patches of patchesToCombine, already combined by the caller; else combined here. */
-export function merge(evaluated: Evaluated[], operation: Operation, object: JsonValue | null | undefined, combined?: CombinedPatch): MergeResult {
+export function merge(evaluated: Evaluated[], operation: Operation, object: ObjectSource, combined?: CombinedPatch): MergeResult {
   const warnings = new WarningList();
   const audited: Outcome[] = [];
   const candidates: Candidate[] = [];
@@ -107,7 +117,7 @@ export function merge(evaluated: Evaluated[], operation: Operation, object: Json
   if (patches.length > 0) {
     if (!combined) {
       try {
-        combined = combinePatches(object!, patches);
+        combined = combinePatches(objectOf(object)!, patches);
       } catch (error) {
         // Nothing one policy did (those are rejections): the object itself, nested too deep for
         // the host to copy, or a fault of the merge. Never a 500 for the review: each patching

@@ -2,6 +2,9 @@
 // that says exactly what is wrong. Nothing past this point re-checks the shape.
 import type { AdmissionRequest, JsonObject, Operation } from '@portcullis/sdk';
 import { ReviewError } from '../errors.ts';
+import { MAX_BODY_DEPTH, PARSED_CONTAINER_BYTES, PARSED_ELEMENT_BYTES, type ReviewScan, type Span } from './scan.ts';
+
+export { MAX_BODY_DEPTH };
 
 export type ReviewVersion = 'admission.k8s.io/v1' | 'admission.k8s.io/v1beta1';
 
@@ -15,11 +18,8 @@ export interface AdmissionReview {
 const VERSIONS = new Set<string>(['admission.k8s.io/v1', 'admission.k8s.io/v1beta1']);
 const OPERATIONS = new Set<string>(['CREATE', 'UPDATE', 'DELETE', 'CONNECT']);
 
-/**
- * The API server decodes no object nested deeper than 10,000 levels (Go's encoding/json), so a
- * review it sends is at most a few levels more: the review, its request, the object.
- */
-export const MAX_BODY_DEPTH = 10_010;
+const TOO_DEEP = `the body nests objects or arrays more than ${MAX_BODY_DEPTH} levels deep; the API server sends nothing that deep`;
+
 /** Smaller bodies cannot nest deep enough to cost much: 32,768 levels parse to about 2 MB. */
 const DEPTH_CHECK_FROM = 64 * 1024;
 
@@ -27,7 +27,7 @@ export function parseReviewText(body: string | Uint8Array): AdmissionReview {
   // Checked before JSON.parse: a 2.8 MB body of 1.4 million nested arrays took 260 ms of the
   // main thread and 150 MB to parse, and a dozen at once took the host past 1 GiB (red team).
   if (body.length >= DEPTH_CHECK_FROM && nestedDeeperThan(typeof body === 'string' ? Buffer.from(body) : body, MAX_BODY_DEPTH)) {
-    throw new ReviewError(`the body nests objects or arrays more than ${MAX_BODY_DEPTH} levels deep; the API server sends nothing that deep`);
+    throw new ReviewError(TOO_DEEP);
   }
   const text = typeof body === 'string' ? body : Buffer.from(body.buffer, body.byteOffset, body.length).toString('utf8');
   let value: unknown;
@@ -37,6 +37,53 @@ export function parseReviewText(body: string | Uint8Array): AdmissionReview {
     throw new ReviewError(`the body is not JSON: ${(error as Error).message}`);
   }
   return parseReview(value);
+}
+
+/**
+ * The review from a body scanReview has walked. The request's object and oldObject are parsed
+ * when first read (a getter on the request): the main thread reads them only to merge patches
+ * or match labels, and they are most of a review's bytes. The scan checked their grammar, so
+ * reading them cannot fail; a body the scan found no such spans in is parsed whole, as is one
+ * it calls invalid (JSON.parse then says what is wrong, in its own words).
+ */
+export function parseScannedReview(bytes: Buffer, scan: ReviewScan): AdmissionReview {
+  if (scan.tooDeep) throw new ReviewError(TOO_DEEP);
+  const spans = [scan.object, scan.oldObject].filter((span) => span !== undefined).sort((a, b) => a.start - b.start);
+  if (!scan.valid || spans.length === 0) return parseReviewText(bytes);
+  // The body with each lazily read value replaced by null: the spans lie on ASCII bytes.
+  let text = '';
+  let from = 0;
+  for (const span of spans) {
+    text += `${bytes.toString('utf8', from, span.start)}null`;
+    from = span.end;
+  }
+  text += bytes.toString('utf8', from);
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch {
+    return parseReviewText(bytes); // Never expected (the scan checked the grammar); the whole parse then decides.
+  }
+  const review = parseReview(value);
+  if (scan.object) readLater(review.request, 'object', bytes, scan.object);
+  if (scan.oldObject) readLater(review.request, 'oldObject', bytes, scan.oldObject);
+  return review;
+}
+
+function readLater(request: AdmissionRequest, field: 'object' | 'oldObject', bytes: Buffer, span: Span): void {
+  const settle = (value: JsonObject | null | undefined) => {
+    Object.defineProperty(request, field, { value, writable: true, enumerable: true, configurable: true });
+  };
+  Object.defineProperty(request, field, {
+    enumerable: true,
+    configurable: true,
+    get() {
+      const value = JSON.parse(bytes.toString('utf8', span.start, span.end)) as JsonObject;
+      settle(value);
+      return value;
+    },
+    set: settle,
+  });
 }
 
 export function parseReview(value: unknown): AdmissionReview {
@@ -128,10 +175,6 @@ function nextQuote(bytes: Uint8Array, from: number): number {
   for (let at = from; at < near; at++) if (bytes[at] === 0x22) return at;
   return near === bytes.length ? -1 : bytes.indexOf(0x22, near);
 }
-
-/** Heap that JSON.parse makes of one container, and of one more element, beyond its bytes (Node 24: an empty object ~67 bytes + its slot). */
-const PARSED_CONTAINER_BYTES = 96;
-const PARSED_ELEMENT_BYTES = 16;
 
 /**
  * About what parsing `bytes` will cost the heap beyond the bytes themselves (an estimate; the

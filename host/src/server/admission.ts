@@ -8,8 +8,8 @@ import { merge, patchesToCombine, unmerged } from '../merge/merge.ts';
 import type { MergeError, PatchMerger } from '../merge/offload.ts';
 import type { CombinedPatch } from '../merge/patches.ts';
 import type { PolicyEntry, PolicyRegistry } from '../policy/policy-set.ts';
-import { parseReviewText } from '../review/parse.ts';
-import { requestSpan } from '../review/raw.ts';
+import { parseScannedReview, parseReviewText } from '../review/parse.ts';
+import { rawRequestSpan, scanReview, type ReviewScan } from '../review/scan.ts';
 import { respond, type AdmissionResponseReview } from '../review/respond.ts';
 import type { SandboxPool } from '../sandbox/pool.ts';
 import { policyMatches, type NamespaceLabels } from '../select/match.ts';
@@ -41,12 +41,16 @@ export interface AdmissionDeps {
 
 export type { Caller } from './caller.ts';
 
-/** `body`: the request body, as bytes when the caller has them (guests then get the request's own bytes). */
-export async function review(deps: AdmissionDeps, caller: Caller, body: string | Buffer): Promise<AdmissionResponseReview> {
+/**
+ * `body`: the request body, as bytes when the caller has them (guests then get the request's own
+ * bytes); `scan`: scanReview of those bytes, when the caller made it already.
+ */
+export async function review(deps: AdmissionDeps, caller: Caller, body: string | Buffer, scan?: ReviewScan): Promise<AdmissionResponseReview> {
   const started = performance.now();
   // Workers that finished get their next calls before this review joins the queue (see pump).
   deps.pool.pump();
-  const parsed = parseReviewText(body);
+  if (typeof body !== 'string') scan ??= scanReview(body);
+  const parsed = typeof body === 'string' ? parseReviewText(body) : parseScannedReview(body, scan!);
   const { request } = parsed;
   const set = deps.registry.current;
   set.hold();
@@ -79,7 +83,7 @@ export async function review(deps: AdmissionDeps, caller: Caller, body: string |
     const shed = refused.every((r, i) => r !== undefined || !selected[i]!.loaded);
     // Guests get the request's own bytes spliced into their input, unless parsing had to change it.
     if (!shed && typeof body !== 'string' && !parsed.normalized && selected.length > 0) {
-      const span = requestSpan(body);
+      const span = rawRequestSpan(body, scan!);
       if (span) rawEnvelope(input, body, span);
     }
     const outcomes = await Promise.all(selected.map((entry, i) => {
@@ -90,14 +94,16 @@ export async function review(deps: AdmissionDeps, caller: Caller, body: string |
     }));
     const evaluated = selected.map((entry, i) => ({ policy: entry.config, outcome: outcomes[i]! }));
     const { merger } = deps;
-    const toCombine = merger ? patchesToCombine(evaluated, request.operation, request.object) : [];
+    // Read only when some policy patched: the object is parsed on first read (parseScannedReview).
+    const object = () => request.object;
+    const toCombine = merger ? patchesToCombine(evaluated, request.operation, object) : [];
     let combined: CombinedPatch | undefined;
     if (merger && toCombine.length > 0) {
       const withinMs = caller.timeoutMs === undefined ? undefined : caller.timeoutMs - (performance.now() - started);
       combined = await merger.combine(request.object!, toCombine, withinMs, envelopeOf(input))
         .catch((error: MergeError) => unmerged(toCombine, error.message, error.temporary));
     }
-    const { decision, deciding, audited } = merge(evaluated, request.operation, request.object, combined);
+    const { decision, deciding, audited } = merge(evaluated, request.operation, object, combined);
 
     // Beside the pipeline, not in it: metrics and the review's log lines.
     const seconds = (performance.now() - started) / 1000;

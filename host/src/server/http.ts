@@ -11,6 +11,7 @@ import type { TlsMaterial } from './tls.ts';
 import { goDurationMs, peerCertificate } from './caller.ts';
 import { limitConnections } from './connections.ts';
 import { parsedCostOf } from '../review/parse.ts';
+import { scanReview } from '../review/scan.ts';
 
 /**
  * Below this a body's parsed cost is not estimated (the walk costs ~2.5 µs for a 5 KB review):
@@ -196,8 +197,10 @@ async function handle(config: ServerConfig, deps: HttpDeps, bodies: BodyBudget, 
     return;
   }
   if (body === null) return; // the client went away mid-body
+  const scan = scanReview(body);
   // What JSON.parse will make of it: a large body of tiny containers costs many times its bytes.
-  if (body.length >= PARSE_COST_FROM && !account.grow(parsedCostOf(body) + BODY_COPIES * body.length)) return busy();
+  // A body the scan stopped early in is counted whole: JSON.parse is the judge of it.
+  if (body.length >= PARSE_COST_FROM && !account.grow((scan.valid ? scan.parsedCost : parsedCostOf(body)) + BODY_COPIES * body.length)) return busy();
   try {
     const query = req.url?.includes('?') ? req.url.slice(req.url.indexOf('?') + 1) : undefined;
     const timeoutMs = query === undefined ? undefined : goDurationMs(new URLSearchParams(query).get('timeout'));
@@ -205,7 +208,7 @@ async function handle(config: ServerConfig, deps: HttpDeps, bodies: BodyBudget, 
       endpoint: path.replace(/\/$/, ''), mode, ...(policy !== undefined ? { policy } : {}), headers: headersOf(req), sslpeer: peerOf(req),
       ...(timeoutMs !== undefined ? { timeoutMs } : {}),
     };
-    const answer = await review(deps, caller, body);
+    const answer = await review(deps, caller, body, scan);
     sendJson(res, 200, answer);
   } catch (error) {
     if (error instanceof ReviewError || error instanceof UnknownPolicyError) return refuse(deps, res, error);
