@@ -34,6 +34,21 @@ describe('the patch merger', () => {
     }
   });
 
+  it('with the review\'s envelope, never calls the object\'s reader on the main thread for a large merge (red team)', async () => {
+    merger = new PatchMerger();
+    const patches = [{ policy: 'a', operations: labels('a', 200) }, { policy: 'b', operations: labels('b', 200) }];
+    const text = JSON.stringify({ request: { object: pod() } });
+    const envelope = new Uint8Array(new SharedArrayBuffer(Buffer.byteLength(text)));
+    envelope.set(Buffer.from(text));
+    let reads = 0;
+    const reader = () => (reads++, pod());
+    expect(await merger.combine(reader, patches, undefined, envelope)).toEqual(combinePatches(pod(), patches));
+    expect(reads).toBe(0);
+    // Small patches are merged in place: read once.
+    await merger.combine(reader, [{ policy: 'a', operations: labels('a', 2) }]);
+    expect(reads).toBe(1);
+  });
+
   it('merges on a thread of its own at nice 10, below the main thread', async () => {
     const before = niceByThread();
     merger = new PatchMerger();
@@ -134,6 +149,24 @@ describe('merge with patches combined by its caller', () => {
     expect(patchesToCombine([...two, ev(crashed)], 'CREATE', pod())).toEqual([]);
     expect(patchesToCombine([...two, ev(crashed, { failurePolicy: 'Ignore' })], 'CREATE', pod())).toHaveLength(2);
     expect(patchesToCombine([...two, ev(allowed('audit', labels('c', 1)), { enforcement: 'audit' })], 'CREATE', pod())).toHaveLength(2);
+  });
+
+  it('reads the object through a reader only to merge in place; whether there is one comes from the reader (red team)', () => {
+    const two = [ev(allowed('a', labels('a', 2))), ev(allowed('b', labels('b', 2)))];
+    const unread = (present: boolean) => Object.assign(() => {
+      throw new Error('the object was read');
+    }, { present });
+    expect(patchesToCombine(two, 'CREATE', unread(true))).toHaveLength(2);
+    expect(patchesToCombine(two, 'CREATE', unread(false))).toEqual([]);
+    // Combined by the caller (the merger's thread): the object is never read here.
+    const given = combinePatches(pod(), patchesToCombine(two, 'CREATE', pod()));
+    expect(merge(two, 'CREATE', unread(true), given).decision.patch).toEqual(given.patch);
+    // No patch: not read either.
+    expect(merge([ev(allowed('a', []))], 'CREATE', unread(true)).decision.allowed).toBe(true);
+    const reads: number[] = [];
+    const reader = Object.assign(() => (reads.push(1), pod()), { present: true });
+    expect(merge(two, 'CREATE', reader).decision.patch).toEqual(given.patch);
+    expect(reads).toHaveLength(1);
   });
 
   it('uses the combined patch it is given, rejections included, as it would its own', () => {

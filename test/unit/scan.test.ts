@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { ReviewError } from '../../host/src/errors.ts';
-import { MAX_BODY_DEPTH, parsedCostOf, parseReviewText, parseScannedReview } from '../../host/src/review/parse.ts';
+import { hasObject, MAX_BODY_DEPTH, PARSED_WHOLE_BELOW, parsedCostOf, parseReviewText, parseScannedReview } from '../../host/src/review/parse.ts';
 import { scanReview } from '../../host/src/review/scan.ts';
 import { reviewBody } from '../../bench/review.ts';
 
@@ -151,6 +151,28 @@ describe('parseScannedReview: the object parsed when first read', () => {
     expect(() => parseScannedReview(controls, scanReview(controls))).toThrow(ReviewError);
     const deep = Buffer.from(`{"kind":"AdmissionReview","request":{"object":{"a":${'['.repeat(MAX_BODY_DEPTH)}${']'.repeat(MAX_BODY_DEPTH)}}}}`);
     expect(() => parseScannedReview(deep, scanReview(deep))).toThrow(`the body nests objects or arrays more than ${MAX_BODY_DEPTH} levels deep; the API server sends nothing that deep`);
+  });
+
+  it('refuses a large body the scan found broken with where it stopped, without parsing it (red team)', () => {
+    const pad = 'x'.repeat(70_000);
+    const broken = Buffer.from(reviewBody().replace('"restartPolicy":"Always"', `"pad":"${pad}","restartPolicy":Always`));
+    expect(broken.length).toBeGreaterThanOrEqual(PARSED_WHOLE_BELOW);
+    const at = broken.indexOf(':Always') + 1;
+    expect(() => parseScannedReview(broken, scanReview(broken))).toThrow(`the body is not JSON: what starts at byte ${at} is not valid there ("Always,\\"termination`);
+    const whole = Buffer.from(reviewBody().replace('"restartPolicy":"Always"', `"pad":"${pad}","restartPolicy":"Always"`));
+    expect(parseScannedReview(whole, scanReview(whole)).request.uid).toBeTruthy();
+    const cut = whole.subarray(0, whole.length - 3);
+    expect(() => parseScannedReview(cut, scanReview(cut))).toThrow(`the body is not JSON: it ends at byte ${cut.length} before its value does`);
+  });
+
+  it('says whether the request has an object without reading it', () => {
+    const lazy = parseScannedReview(body, scanReview(body));
+    expect(hasObject(lazy.request)).toBe(true);
+    expect(typeof Object.getOwnPropertyDescriptor(lazy.request, 'object')?.get).toBe('function');
+    lazy.request.object = null;
+    expect(hasObject(lazy.request)).toBe(false);
+    const deleting = Buffer.from(reviewBody().replace('"operation":"CREATE"', '"operation":"DELETE"').replace('"object":{', '"object":null,"x":{').replace('"oldObject":null', '"oldObject":{}'));
+    expect(hasObject(parseScannedReview(deleting, scanReview(deleting)).request)).toBe(false);
   });
 
   it('checks the request\'s own fields as the whole parse does', () => {

@@ -55,14 +55,20 @@ export function patchesToCombine(evaluated: Evaluated[], operation: Operation, o
       return []; // Denied whatever the patches say.
     }
   }
-  return patches.length > 0 && objectOf(object) != null ? patches : [];
+  return patches.length > 0 && (typeof object === 'function' ? object.present : object != null) ? patches : [];
 }
 
 /**
- * The object patches apply to, or a function that reads it: the host parses a review's object
- * only when something needs it (parseScannedReview), and most reviews have no patch.
+ * The object patches apply to, or a reader of it: the host parses a review's object only when
+ * something needs it (parseScannedReview), and most reviews have no patch.
  */
-export type ObjectSource = JsonValue | null | undefined | (() => JsonValue | null | undefined);
+export type ObjectSource = JsonValue | null | undefined | ObjectReader;
+
+/** Reads the object when called; `present` says whether there is one without reading it. */
+export interface ObjectReader {
+  (): JsonValue | null | undefined;
+  readonly present: boolean;
+}
 
 function objectOf(source: ObjectSource): JsonValue | null | undefined {
   return typeof source === 'function' ? source() : source;

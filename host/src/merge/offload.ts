@@ -81,11 +81,13 @@ export class PatchMerger {
    * combined now; large ones on the merger's thread. Rejects with a MergeError when the merge
    * fails or does not finish within `withinMs`.
    */
-  combine(object: JsonValue, patches: PolicyPatch[], withinMs = MAX_MERGE_MS, envelope?: Uint8Array): Promise<CombinedPatch> {
+  combine(object: JsonValue | (() => JsonValue), patches: PolicyPatch[], withinMs = MAX_MERGE_MS, envelope?: Uint8Array): Promise<CombinedPatch> {
+    // A reader is called only if the object is needed here: with an envelope the thread parses it.
+    const read = (): JsonValue => (typeof object === 'function' ? object() : object);
     let operations = 0;
     for (const p of patches) operations += p.operations.length;
     const large = operations >= (patches.length > 1 ? OFFLOAD_FROM_OPERATIONS : OFFLOAD_ALONE_FROM_OPERATIONS);
-    if (!large || this.#closed) return inPlace(object, patches);
+    if (!large || this.#closed) return inPlace(read(), patches);
     const ms = Math.min(withinMs, MAX_MERGE_MS);
     if (!(ms > 0)) return Promise.reject(new MergeError('the review\'s deadline had passed before its patches could be merged', true));
     if (this.#queue.length >= MAX_WAITING_MERGES) {
@@ -93,7 +95,7 @@ export class PatchMerger {
     }
     return new Promise((resolve, reject) => {
       const id = ++this.#next;
-      const request: MergeRequest = envelope ? { id, patches, envelope } : { id, patches, object };
+      const request: MergeRequest = envelope ? { id, patches, envelope } : { id, patches, object: read() };
       const job: Job = { request, resolve, reject, timer: undefined, settled: false };
       job.timer = setTimeout(() => this.#late(job, ms), ms);
       this.#queue.push(job);

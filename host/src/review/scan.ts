@@ -29,8 +29,10 @@ export interface Span {
 }
 
 export interface ReviewScan {
-  /** One JSON value and nothing else, by JSON.parse's grammar. When false, the rest is unset. */
+  /** One JSON value and nothing else, by JSON.parse's grammar. When false, the rest is unset but stoppedAt. */
   valid: boolean;
+  /** Where the walk found the bytes not to be JSON (or too deep): the start of the token at fault. */
+  stoppedAt?: number;
   /** Nested deeper than MAX_BODY_DEPTH (the walk stopped there; `valid` is false). */
   tooDeep: boolean;
   /** About what JSON.parse would add to the heap beyond the bytes: containers and elements (parsedCostOf). */
@@ -69,7 +71,9 @@ const REQUEST = 1;
 const OBJECT = 2;
 const OLD_OBJECT = 3;
 
-const INVALID: ReviewScan = Object.freeze({ valid: false, tooDeep: false, parsedCost: 0, plainKeys: false });
+function invalid(at: number, tooDeep = false): ReviewScan {
+  return { valid: false, stoppedAt: at, tooDeep, parsedCost: 0, plainKeys: false };
+}
 
 /** Set by stringEnd: the string it walked holds an escape. */
 let escaped = false;
@@ -98,10 +102,10 @@ export function scanReview(bytes: Uint8Array): ReviewScan {
   for (;;) {
     if (expectKey) {
       // At a key's opening quote, in an object at `depth`.
-      if (bytes[at] !== QUOTE) return INVALID;
+      if (bytes[at] !== QUOTE) return invalid(at);
       const keyStart = at + 1;
       const keyEnd = stringEnd(bytes, keyStart);
-      if (keyEnd < 0) return INVALID;
+      if (keyEnd < 0) return invalid(at);
       if (depth === 1) {
         if (escaped) topPlain = false;
         else if (isKey(bytes, keyStart, keyEnd, 'request')) {
@@ -121,18 +125,18 @@ export function scanReview(bytes: Uint8Array): ReviewScan {
         }
       }
       at = skipSpace(bytes, keyEnd + 1);
-      if (bytes[at] !== COLON) return INVALID;
+      if (bytes[at] !== COLON) return invalid(at);
       at = skipSpace(bytes, at + 1);
       expectKey = false;
     }
     // At a value.
-    if (at >= length) return INVALID;
+    if (at >= length) return invalid(at);
     const code = bytes[at]!;
     if (pending === REQUEST) requestStart = at;
     else if (pending === OBJECT) objectStart = code === OPEN_BRACE ? at : -1;
     else if (pending === OLD_OBJECT) oldStart = code === OPEN_BRACE ? at : -1;
     if (code === OPEN_BRACE || code === OPEN_BRACKET) {
-      if (++depth > MAX_BODY_DEPTH) return { ...INVALID, tooDeep: true };
+      if (++depth > MAX_BODY_DEPTH) return invalid(at, true);
       containers++;
       tags[depth] = pending;
       pending = NONE;
@@ -146,12 +150,13 @@ export function scanReview(bytes: Uint8Array): ReviewScan {
       pending = tags[depth]!;
       depth--;
     } else {
+      const start = at;
       if (code === QUOTE) at = stringEnd(bytes, at + 1) + 1;
       else if (code === 0x74) at = literalEnd(bytes, at, 'true');
       else if (code === 0x66) at = literalEnd(bytes, at, 'false');
       else if (code === 0x6e) at = literalEnd(bytes, at, 'null');
       else at = numberEnd(bytes, at);
-      if (at <= 0) return INVALID;
+      if (at <= 0) return invalid(start);
     }
     // Just past a value at `depth`: note where a tracked one ended, then close what closes here.
     for (;;) {
@@ -162,7 +167,7 @@ export function scanReview(bytes: Uint8Array): ReviewScan {
         pending = NONE;
       }
       if (depth === 0) {
-        if (skipSpace(bytes, at) !== length) return INVALID;
+        if (skipSpace(bytes, at) !== length) return invalid(skipSpace(bytes, at));
         const parsedCost = containers * PARSED_CONTAINER_BYTES + elements * PARSED_ELEMENT_BYTES;
         return finish(bytes, {
           parsedCost, topPlain, requests, requestStart, requestEnd, plainKeys, objects, objectStart, objectEnd, oldObjects, oldStart, oldEnd,
@@ -176,7 +181,7 @@ export function scanReview(bytes: Uint8Array): ReviewScan {
         expectKey = stack[depth] === IN_OBJECT;
         break;
       }
-      if (next !== (stack[depth] === IN_OBJECT ? CLOSE_BRACE : CLOSE_BRACKET)) return INVALID;
+      if (next !== (stack[depth] === IN_OBJECT ? CLOSE_BRACE : CLOSE_BRACKET)) return invalid(at);
       at++;
       pending = tags[depth]!;
       depth--;

@@ -8,7 +8,7 @@ import { merge, patchesToCombine, unmerged } from '../merge/merge.ts';
 import type { MergeError, PatchMerger } from '../merge/offload.ts';
 import type { CombinedPatch } from '../merge/patches.ts';
 import type { PolicyEntry, PolicyRegistry } from '../policy/policy-set.ts';
-import { parseScannedReview, parseReviewText } from '../review/parse.ts';
+import { hasObject, parseScannedReview, parseReviewText } from '../review/parse.ts';
 import { rawRequestSpan, scanReview, type ReviewScan } from '../review/scan.ts';
 import { respond, type AdmissionResponseReview } from '../review/respond.ts';
 import type { SandboxPool } from '../sandbox/pool.ts';
@@ -94,13 +94,13 @@ export async function review(deps: AdmissionDeps, caller: Caller, body: string |
     }));
     const evaluated = selected.map((entry, i) => ({ policy: entry.config, outcome: outcomes[i]! }));
     const { merger } = deps;
-    // Read only when some policy patched: the object is parsed on first read (parseScannedReview).
-    const object = () => request.object;
+    // Read only to merge in place or without an envelope: the object is parsed on first read (parseScannedReview).
+    const object = Object.assign(() => request.object, { present: hasObject(request) });
     const toCombine = merger ? patchesToCombine(evaluated, request.operation, object) : [];
     let combined: CombinedPatch | undefined;
     if (merger && toCombine.length > 0) {
       const withinMs = caller.timeoutMs === undefined ? undefined : caller.timeoutMs - (performance.now() - started);
-      combined = await merger.combine(request.object!, toCombine, withinMs, envelopeOf(input))
+      combined = await merger.combine(() => request.object!, toCombine, withinMs, envelopeOf(input))
         .catch((error: MergeError) => unmerged(toCombine, error.message, error.temporary));
     }
     const { decision, deciding, audited } = merge(evaluated, request.operation, object, combined);

@@ -10,7 +10,7 @@ import { review, type AdmissionDeps } from './admission.ts';
 import type { TlsMaterial } from './tls.ts';
 import { goDurationMs, peerCertificate } from './caller.ts';
 import { limitConnections } from './connections.ts';
-import { parsedCostOf } from '../review/parse.ts';
+import { PARSED_WHOLE_BELOW, parsedCostOf } from '../review/parse.ts';
 import { scanReview } from '../review/scan.ts';
 
 /**
@@ -199,8 +199,9 @@ async function handle(config: ServerConfig, deps: HttpDeps, bodies: BodyBudget, 
   if (body === null) return; // the client went away mid-body
   const scan = scanReview(body);
   // What JSON.parse will make of it: a large body of tiny containers costs many times its bytes.
-  // A body the scan stopped early in is counted whole: JSON.parse is the judge of it.
-  if (body.length >= PARSE_COST_FROM && !account.grow((scan.valid ? scan.parsedCost : parsedCostOf(body)) + BODY_COPIES * body.length)) return busy();
+  // A small body the scan stopped early in is counted whole: JSON.parse gives its error.
+  const parsedCost = scan.valid || body.length >= PARSED_WHOLE_BELOW ? scan.parsedCost : parsedCostOf(body);
+  if (body.length >= PARSE_COST_FROM && !account.grow(parsedCost + BODY_COPIES * body.length)) return busy();
   try {
     const query = req.url?.includes('?') ? req.url.slice(req.url.indexOf('?') + 1) : undefined;
     const timeoutMs = query === undefined ? undefined : goDurationMs(new URLSearchParams(query).get('timeout'));
