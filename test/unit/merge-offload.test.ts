@@ -4,7 +4,8 @@ import type { JsonObject, PatchOperation } from '@portcullis/sdk';
 import { afterEach, describe, expect, it } from 'vitest';
 import type { Outcome } from '../../host/src/evaluate/outcome.ts';
 import { merge, patchesToCombine, type Evaluated } from '../../host/src/merge/merge.ts';
-import { MAX_WAITING_MERGES, MergeError, OFFLOAD_ALONE_FROM_OPERATIONS, OFFLOAD_FROM_OPERATIONS, PatchMerger } from '../../host/src/merge/offload.ts';
+import { MAX_WAITING_MERGES, MergeError, OFFLOAD_ALONE_FROM_OPERATIONS, OFFLOAD_FROM_OPERATIONS, PatchMerger, type MergedPatch } from '../../host/src/merge/offload.ts';
+import { patchOperations, respond } from '../../host/src/review/respond.ts';
 import { combinePatches, type PolicyPatch } from '../../host/src/merge/patches.ts';
 import { niceByThread, thisThread, threadsAtNice } from '../helpers/threads.ts';
 
@@ -13,6 +14,9 @@ const labels = (prefix: string, n: number): PatchOperation[] => Array.from({ len
 
 /** Threads of this process at nice 10: the merger's (no sandbox pool runs here). */
 const niceThreads = () => threadsAtNice(10).length;
+
+/** A merged patch with its operations parsed, when the thread sent them as text. */
+const decoded = ({ patch, rejected }: MergedPatch) => ({ patch: patchOperations(patch), rejected });
 
 let merger: PatchMerger;
 afterEach(() => merger?.close());
@@ -30,7 +34,7 @@ describe('the patch merger', () => {
     ];
     for (const patches of cases) {
       expect(patches.reduce((n, p) => n + p.operations.length, 0)).toBeGreaterThanOrEqual(OFFLOAD_FROM_OPERATIONS);
-      expect(await merger.combine(pod(), patches)).toEqual(combinePatches(pod(), patches));
+      expect(decoded(await merger.combine(pod(), patches))).toEqual(combinePatches(pod(), patches));
     }
   });
 
@@ -42,11 +46,23 @@ describe('the patch merger', () => {
     envelope.set(Buffer.from(text));
     let reads = 0;
     const reader = () => (reads++, pod());
-    expect(await merger.combine(reader, patches, undefined, envelope)).toEqual(combinePatches(pod(), patches));
+    expect(decoded(await merger.combine(reader, patches, undefined, envelope))).toEqual(combinePatches(pod(), patches));
     expect(reads).toBe(0);
     // Small patches are merged in place: read once.
     await merger.combine(reader, [{ policy: 'a', operations: labels('a', 2) }]);
     expect(reads).toBe(1);
+  });
+
+  it('sends a large merge back as JSON text, which merge and the response carry as they are, unparsed', async () => {
+    merger = new PatchMerger();
+    const patches = [{ policy: 'a', operations: labels('a', 200) }, { policy: 'b', operations: labels('b', 200) }];
+    const merged = await merger.combine(pod(), patches);
+    const own = combinePatches(pod(), patches);
+    expect(merged.patch).toEqual({ json: JSON.stringify(own.patch), length: own.patch.length });
+    const evaluated: Evaluated[] = patches.map(({ policy, operations }) => ({ policy: { name: policy, failurePolicy: 'Fail', enforcement: 'enforce' }, outcome: { policy, status: 'allowed', patch: operations, warnings: [] } }));
+    const { decision } = merge(evaluated, 'CREATE', pod(), merged);
+    expect(decision.patch).toBe(merged.patch);
+    expect(respond('admission.k8s.io/v1', 'u', decision).response.patch).toBe(respond('admission.k8s.io/v1', 'u', merge(evaluated, 'CREATE', pod()).decision).response.patch);
   });
 
   it('merges on a thread of its own at nice 10, below the main thread', async () => {
@@ -64,7 +80,7 @@ describe('the patch merger', () => {
     const light = [{ policy: 'a', operations: labels('a', 200) }, { policy: 'b', operations: labels('b', 200) }];
     for (let round = 0; round < 2; round++) {
       await expect(merger.combine(pod(), heavy, 1)).rejects.toThrow(new MergeError('merging the patches took longer than the 1 ms the review had left', true));
-      expect(await merger.combine(pod(), light)).toEqual(combinePatches(pod(), light));
+      expect(decoded(await merger.combine(pod(), light))).toEqual(combinePatches(pod(), light));
       // One thread all along: a deadline does not cost a new one.
       expect(niceThreads()).toBe(1);
     }
@@ -77,7 +93,7 @@ describe('the patch merger', () => {
     const heavy = ['a', 'b', 'c'].map((p) => ({ policy: p, operations: labels(p, 10_000) }));
     await expect(merger.combine(pod(), heavy)).rejects.toThrow(new MergeError('merging the patches took longer than 80 ms', true));
     const light = [{ policy: 'a', operations: labels('a', 150) }, { policy: 'b', operations: labels('b', 150) }];
-    expect(await merger.combine(pod(), light)).toEqual(combinePatches(pod(), light));
+    expect(decoded(await merger.combine(pod(), light))).toEqual(combinePatches(pod(), light));
   });
 
   it('lets at most MAX_WAITING_MERGES reviews wait; one more fails at once, temporarily', async () => {
@@ -88,7 +104,7 @@ describe('the patch merger', () => {
     const waiting = Array.from({ length: MAX_WAITING_MERGES }, () => merger.combine(pod(), light));
     await expect(merger.combine(pod(), light)).rejects.toThrow(new MergeError(`${MAX_WAITING_MERGES} other reviews' large patches were waiting to be merged already`, true));
     expect((await running).rejected).toEqual([]);
-    for (const combined of await Promise.all(waiting)) expect(combined).toEqual(combinePatches(pod(), light));
+    for (const combined of await Promise.all(waiting)) expect(decoded(combined)).toEqual(combinePatches(pod(), light));
   });
 
   it('reads a deep object from the review\'s envelope on the thread; without one, refuses it at once, first or queued (red team, review)', async () => {
@@ -101,7 +117,7 @@ describe('the patch merger', () => {
     envelope.set(Buffer.from(envelopeText));
     const patches = [{ policy: 'a', operations: labels('a', 200) }, { policy: 'b', operations: labels('b', 200) }];
     expect(() => structuredClone(object)).toThrow(RangeError);
-    expect(await merger.combine(object, patches, undefined, envelope)).toEqual(combinePatches(object, patches));
+    expect(decoded(await merger.combine(object, patches, undefined, envelope))).toEqual(combinePatches(object, patches));
     const refused = new MergeError('the object nests too deep to hand to the merging thread', true);
     await expect(merger.combine(object, patches)).rejects.toThrow(refused);
     const heavy = [{ policy: 'a', operations: labels('a', 10_000) }, { policy: 'b', operations: labels('b', 10_000) }];
@@ -114,12 +130,12 @@ describe('the patch merger', () => {
     merger = new PatchMerger();
     const before = niceThreads();
     const alone = [{ policy: 'a', operations: labels('a', OFFLOAD_ALONE_FROM_OPERATIONS - 1) }];
-    expect(await merger.combine(pod(), alone)).toEqual(combinePatches(pod(), alone));
+    expect(decoded(await merger.combine(pod(), alone))).toEqual(combinePatches(pod(), alone));
     const few = [{ policy: 'a', operations: labels('a', 100) }, { policy: 'b', operations: labels('b', OFFLOAD_FROM_OPERATIONS - 101) }];
-    expect(await merger.combine(pod(), few)).toEqual(combinePatches(pod(), few));
+    expect(decoded(await merger.combine(pod(), few))).toEqual(combinePatches(pod(), few));
     expect(niceThreads()).toBe(before);
     const larger = [{ policy: 'a', operations: labels('a', OFFLOAD_ALONE_FROM_OPERATIONS) }];
-    expect(await merger.combine(pod(), larger)).toEqual(combinePatches(pod(), larger));
+    expect(decoded(await merger.combine(pod(), larger))).toEqual(combinePatches(pod(), larger));
     expect(niceThreads()).toBe(before + 1);
   });
 
@@ -130,7 +146,7 @@ describe('the patch merger', () => {
     await merger.close();
     expect(await pending).toEqual(new MergeError('the host is shutting down', true));
     const light = [{ policy: 'a', operations: labels('a', 300) }];
-    expect(await merger.combine(pod(), light)).toEqual(combinePatches(pod(), light));
+    expect(decoded(await merger.combine(pod(), light))).toEqual(combinePatches(pod(), light));
   });
 });
 

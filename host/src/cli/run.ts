@@ -6,7 +6,7 @@
 import { readFile } from 'node:fs/promises';
 import { basename, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
-import type { JsonValue, Mode } from '@portcullis/sdk';
+import type { JsonValue, Mode, PatchOperation } from '@portcullis/sdk';
 import { parse as parseYaml } from 'yaml';
 import { loadContext } from './context.ts';
 import { evaluateEntry, evaluatePolicy } from '../evaluate/evaluate.ts';
@@ -153,7 +153,7 @@ function parseDocument(text: string): unknown {
   }
 }
 
-function print(review: AdmissionReview, decision: Decision, patched: boolean): void {
+function print(review: AdmissionReview, decision: Decision<PatchOperation[]>, patched: boolean): void {
   if (!patched) {
     process.stdout.write(`${JSON.stringify(respond(review.apiVersion, review.request.uid, decision), null, 2)}\n`);
     return;
@@ -182,8 +182,8 @@ async function runConfig(
     for (const entry of set.failed) process.stderr.write(`portcullis run: policy "${entry.config.name}" failed to load: ${entry.error?.message ?? 'unknown reason'}\n`);
     const modes: Mode[] = mode ? [mode] : ['mutate', 'validate'];
     let request = review.request;
-    const patch: Decision['patch'] = [];
-    let decision: Decision = { allowed: true, warnings: [], patch: [] };
+    const patch: PatchOperation[] = [];
+    let decision: Decision<PatchOperation[]> = { allowed: true, warnings: [], patch: [] };
     const warnings: string[] = [];
     for (const m of modes) {
       const selected = set.entries.filter((entry) => policyMatches(entry, m, request));
@@ -198,7 +198,7 @@ async function runConfig(
         request = { ...request, object: patchedObject(request.object, decision.patch) as typeof request.object };
       }
     }
-    const final: Decision = { ...decision, warnings, patch: decision.allowed ? patch : [] };
+    const final: Decision<PatchOperation[]> = { ...decision, warnings, patch: decision.allowed ? patch : [] };
     print(review, final, patched);
     return set.failed.length > 0 ? 1 : 0;
   } finally {

@@ -7,7 +7,7 @@
 import { readdir, readFile, stat } from 'node:fs/promises';
 import { dirname, isAbsolute, join, relative, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
-import type { AdmissionRequest, JsonObject, JsonValue, Mode, PeerCertificate } from '@portcullis/sdk';
+import type { AdmissionRequest, JsonObject, JsonValue, Mode, PatchOperation, PeerCertificate } from '@portcullis/sdk';
 import { parse as parseYaml } from 'yaml';
 import { evaluatePolicy } from '../evaluate/evaluate.ts';
 import type { Outcome } from '../evaluate/outcome.ts';
@@ -338,7 +338,7 @@ async function runSuite(suite: Suite): Promise<CaseResult[]> {
 
 type RuledPolicy = LoadedPolicy & { rules: RuleWithOperations[] };
 
-async function evaluateCase(pool: SandboxPool, all: RuledPolicy[], c: Case): Promise<{ decision: Decision; outcomes: Outcome[] }> {
+async function evaluateCase(pool: SandboxPool, all: RuledPolicy[], c: Case): Promise<{ decision: Decision<PatchOperation[]>; outcomes: Outcome[] }> {
   const policies = all.filter((p) => p.rules.length === 0 || p.rules.some((rule) => ruleMatches(rule, c.request)));
   // Without a mode, a policy runs as a validating webhook if it can, else as a mutating one.
   const runs = policies.map((policy) => ({ policy, mode: c.mode ?? (policy.modes.includes('validate') ? 'validate' : 'mutate') }))
@@ -362,7 +362,7 @@ function failures(c: Case, outcomes: Outcome[]): string[] {
   return failed.map((o) => `policy ${o.policy} failed (${o.failure}) instead of deciding: ${o.message}`);
 }
 
-function check(c: Case, decision: Decision): string[] {
+function check(c: Case, decision: Decision<PatchOperation[]>): string[] {
   const problems: string[] = [];
   const { expect } = c;
   const said = decision.status ? ` (${decision.status.code}: ${decision.status.message})` : '';

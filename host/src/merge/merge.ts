@@ -7,10 +7,11 @@
 //  - Patches combined with conflict detection (see patches.ts); none on DELETE or CONNECT.
 //  - Per policy: failurePolicy Ignore turns its failure into a warning; enforcement `warn`
 //    turns its denial into a warning; `audit` only reports (the caller logs and counts).
-import type { JsonValue, Operation } from '@portcullis/sdk';
+import type { JsonValue, Operation, PatchOperation } from '@portcullis/sdk';
 import type { Outcome } from '../evaluate/outcome.ts';
 import type { Enforcement, FailurePolicy } from '../policy/loaded.ts';
-import type { Decision } from '../review/respond.ts';
+import type { Decision, DecisionPatch } from '../review/respond.ts';
+import type { MergedPatch } from './offload.ts';
 import { combinePatches, type CombinedPatch, type PolicyPatch } from './patches.ts';
 import { WarningList } from './warnings.ts';
 
@@ -19,8 +20,8 @@ export interface Evaluated {
   outcome: Outcome;
 }
 
-export interface MergeResult {
-  decision: Decision;
+export interface MergeResult<P extends DecisionPatch = DecisionPatch> {
+  decision: Decision<P>;
   /** The outcome whose error became the response's status, if any. */
   deciding?: Outcome;
   /** Outcomes of audit-mode policies: reported, never enforced. */
@@ -83,8 +84,13 @@ export function unmerged(patches: PolicyPatch[], reason: string, temporary = fal
   return { patch: [], rejected: patches.map(({ policy }) => ({ policy, reason: kind, message: `the host could not merge its patch: ${reason}` })) };
 }
 
-/** `combined`: the patches of patchesToCombine, already combined by the caller; else combined here. */
-export function merge(evaluated: Evaluated[], operation: Operation, object: ObjectSource, combined?: CombinedPatch): MergeResult {
+/**
+ * `combined`: the patches of patchesToCombine, already combined by the caller; else combined
+ * here. The decision's patch is the operations, unless `combined` brought them as text.
+ */
+export function merge(evaluated: Evaluated[], operation: Operation, object: ObjectSource, combined?: CombinedPatch): MergeResult<PatchOperation[]>;
+export function merge(evaluated: Evaluated[], operation: Operation, object: ObjectSource, combined: MergedPatch | undefined): MergeResult;
+export function merge(evaluated: Evaluated[], operation: Operation, object: ObjectSource, combined?: MergedPatch): MergeResult {
   const warnings = new WarningList();
   const audited: Outcome[] = [];
   const candidates: Candidate[] = [];
@@ -118,7 +124,7 @@ export function merge(evaluated: Evaluated[], operation: Operation, object: Obje
     }
   });
 
-  let patch: Decision['patch'] = [];
+  let patch: DecisionPatch = [];
   const patches = patchesToCombine(evaluated, operation, object);
   if (patches.length > 0) {
     if (!combined) {

@@ -11,7 +11,8 @@ import { fileURLToPath } from 'node:url';
 import { Worker } from 'node:worker_threads';
 import type { JsonValue } from '@portcullis/sdk';
 import { PortcullisError } from '../errors.ts';
-import { combinePatches, type CombinedPatch, type PolicyPatch } from './patches.ts';
+import type { DecisionPatch } from '../review/respond.ts';
+import { combinePatches, type CombinedPatch, type PatchRejection, type PolicyPatch } from './patches.ts';
 
 /** From this many operations in all, several policies' patches are combined off the main thread (~3 ms in place). */
 export const OFFLOAD_FROM_OPERATIONS = 256;
@@ -36,8 +37,14 @@ export const MAX_WAITING_MERGES = 16;
  * allows 10,000 (red team).
  */
 export type MergeRequest = { id: number; patches: PolicyPatch[] } & ({ object: JsonValue } | { envelope: Uint8Array });
+/** A combined patch as the merger gives it: from its thread, the operations as JSON text (respond.ts). */
+export interface MergedPatch {
+  patch: DecisionPatch;
+  rejected: PatchRejection[];
+}
+
 export type MergeReply =
-  | { id: number; ok: true; combined: CombinedPatch }
+  | { id: number; ok: true; combined: MergedPatch }
   | { id: number; ok: false; message: string }
   /** Sent once the thread has loaded the merge code: its start-up does not count as merging. */
   | { ready: true };
@@ -53,7 +60,7 @@ export class MergeError extends PortcullisError {
 
 interface Job {
   request: MergeRequest;
-  resolve: (combined: CombinedPatch) => void;
+  resolve: (combined: MergedPatch) => void;
   reject: (error: MergeError) => void;
   /** The review's deadline. */
   timer: NodeJS.Timeout | undefined;
@@ -81,7 +88,7 @@ export class PatchMerger {
    * combined now; large ones on the merger's thread. Rejects with a MergeError when the merge
    * fails or does not finish within `withinMs`.
    */
-  combine(object: JsonValue | (() => JsonValue), patches: PolicyPatch[], withinMs = MAX_MERGE_MS, envelope?: Uint8Array): Promise<CombinedPatch> {
+  combine(object: JsonValue | (() => JsonValue), patches: PolicyPatch[], withinMs = MAX_MERGE_MS, envelope?: Uint8Array): Promise<MergedPatch> {
     // A reader is called only if the object is needed here: with an envelope the thread parses it.
     const read = (): JsonValue => (typeof object === 'function' ? object() : object);
     let operations = 0;
@@ -204,7 +211,7 @@ export class PatchMerger {
       : `merging the patches waited ${ms} ms behind other reviews' and was not started`, true));
   }
 
-  #settle(job: Job, result: CombinedPatch | MergeError): void {
+  #settle(job: Job, result: MergedPatch | MergeError): void {
     if (job.settled) return;
     job.settled = true;
     clearTimeout(job.timer);

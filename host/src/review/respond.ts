@@ -2,12 +2,31 @@
 import type { PatchOperation } from '@portcullis/sdk';
 import type { ReviewVersion } from './parse.ts';
 
-export interface Decision {
+/** `P`: a decision merged in place holds the operations; one merged on the merger's thread may hold their text. */
+export interface Decision<P extends DecisionPatch = DecisionPatch> {
   allowed: boolean;
   /** Present when denied (and for allowed responses that carry a message). */
   status?: { code: number; message: string };
   warnings: string[];
-  patch: PatchOperation[];
+  patch: P;
+}
+
+/**
+ * A patch the merger's thread combined, as the JSON text it made there: the response carries
+ * that text as it is. Parsing it back and serializing it again took the main thread ~20 ms for
+ * a pair of policies at the patch cap (merge/offload.ts).
+ */
+export interface EncodedPatch {
+  readonly json: string;
+  /** How many operations the text holds. */
+  readonly length: number;
+}
+
+export type DecisionPatch = PatchOperation[] | EncodedPatch;
+
+/** The operations of a decision's patch, parsing them if they came as text. */
+export function patchOperations(patch: DecisionPatch): PatchOperation[] {
+  return Array.isArray(patch) ? patch : JSON.parse(patch.json) as PatchOperation[];
 }
 
 export interface AdmissionResponseReview {
@@ -28,7 +47,8 @@ export function respond(apiVersion: ReviewVersion, uid: string, decision: Decisi
   if (decision.status) response.status = { ...decision.status };
   if (decision.warnings.length > 0) response.warnings = decision.warnings;
   if (decision.allowed && decision.patch.length > 0) {
-    response.patch = Buffer.from(JSON.stringify(decision.patch)).toString('base64');
+    const { patch } = decision;
+    response.patch = Buffer.from(Array.isArray(patch) ? JSON.stringify(patch) : patch.json).toString('base64');
     response.patchType = 'JSONPatch';
   }
   return { apiVersion, kind: 'AdmissionReview', response };

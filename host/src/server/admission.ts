@@ -5,8 +5,7 @@ import type { EvaluationInput, Mode } from '@portcullis/sdk';
 import { envelopeOf, evaluateEntry, rawEnvelope, toOutcome } from '../evaluate/evaluate.ts';
 import { ReviewError, UnknownPolicyError } from '../errors.ts';
 import { merge, patchesToCombine, unmerged } from '../merge/merge.ts';
-import type { MergeError, PatchMerger } from '../merge/offload.ts';
-import type { CombinedPatch } from '../merge/patches.ts';
+import type { MergedPatch, MergeError, PatchMerger } from '../merge/offload.ts';
 import type { PolicyEntry, PolicyRegistry } from '../policy/policy-set.ts';
 import { hasObject, parseScannedReview, parseReviewText } from '../review/parse.ts';
 import { rawRequestSpan, scanReview, type ReviewScan } from '../review/scan.ts';
@@ -97,7 +96,7 @@ export async function review(deps: AdmissionDeps, caller: Caller, body: string |
     // Read only to merge in place or without an envelope: the object is parsed on first read (parseScannedReview).
     const object = Object.assign(() => request.object, { present: hasObject(request) });
     const toCombine = merger ? patchesToCombine(evaluated, request.operation, object) : [];
-    let combined: CombinedPatch | undefined;
+    let combined: MergedPatch | undefined;
     if (merger && toCombine.length > 0) {
       const withinMs = caller.timeoutMs === undefined ? undefined : caller.timeoutMs - (performance.now() - started);
       combined = await merger.combine(() => request.object!, toCombine, withinMs, envelopeOf(input))
