@@ -29,6 +29,11 @@ export function parseReviewText(body: string | Uint8Array): AdmissionReview {
   if (body.length >= DEPTH_CHECK_FROM && nestedDeeperThan(typeof body === 'string' ? Buffer.from(body) : body, MAX_BODY_DEPTH)) {
     throw new ReviewError(TOO_DEEP);
   }
+  return parseWhole(body);
+}
+
+/** JSON.parse of the whole body, then the review's shape; its depth was checked already. */
+function parseWhole(body: string | Uint8Array): AdmissionReview {
   const text = typeof body === 'string' ? body : Buffer.from(body.buffer, body.byteOffset, body.length).toString('utf8');
   let value: unknown;
   try {
@@ -56,7 +61,7 @@ export function parseScannedReview(bytes: Buffer, scan: ReviewScan): AdmissionRe
   if (scan.tooDeep) throw new ReviewError(TOO_DEEP);
   if (!scan.valid && bytes.length >= PARSED_WHOLE_BELOW) throw new ReviewError(notJson(bytes, scan.stoppedAt ?? 0));
   const spans = [scan.object, scan.oldObject].filter((span) => span !== undefined).sort((a, b) => a.start - b.start);
-  if (!scan.valid || spans.length === 0) return parseReviewText(bytes);
+  if (!scan.valid || spans.length === 0) return parseWhole(bytes);
   // The body with each lazily read value replaced by null: the spans lie on ASCII bytes.
   let text = '';
   let from = 0;
@@ -69,7 +74,7 @@ export function parseScannedReview(bytes: Buffer, scan: ReviewScan): AdmissionRe
   try {
     value = JSON.parse(text);
   } catch {
-    return parseReviewText(bytes); // Never expected (the scan checked the grammar); the whole parse then decides.
+    return parseWhole(bytes); // Never expected (the scan checked the grammar); the whole parse then decides.
   }
   const review = parseReview(value);
   if (scan.object) readLater(review.request, 'object', bytes, scan.object);

@@ -200,8 +200,10 @@ async function handle(config: ServerConfig, deps: HttpDeps, bodies: BodyBudget, 
   const scan = scanReview(body);
   // What JSON.parse will make of it: a large body of tiny containers costs many times its bytes.
   // A small body the scan stopped early in is counted whole: JSON.parse gives its error.
-  const parsedCost = scan.valid || body.length >= PARSED_WHOLE_BELOW ? scan.parsedCost : parsedCostOf(body);
-  if (body.length >= PARSE_COST_FROM && !account.grow(parsedCost + BODY_COPIES * body.length)) return busy();
+  if (body.length >= PARSE_COST_FROM) {
+    const parsedCost = scan.valid || body.length >= PARSED_WHOLE_BELOW ? scan.parsedCost : parsedCostOf(body);
+    if (!account.grow(parsedCost + BODY_COPIES * body.length)) return busy();
+  }
   try {
     const query = req.url?.includes('?') ? req.url.slice(req.url.indexOf('?') + 1) : undefined;
     const timeoutMs = query === undefined ? undefined : goDurationMs(new URLSearchParams(query).get('timeout'));
