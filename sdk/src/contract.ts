@@ -86,6 +86,14 @@ export interface PolicyMetadata {
   modes: Mode[];
   /** True when the policy checks its settings itself (validate-settings is meaningful). */
   settings: boolean;
+  /**
+   * Forms of input this SDK reads besides plain JSON. `objects-apart`: the request's `object`
+   * and `oldObject` may come after the JSON, each parsed when the policy first reads it
+   * (docs/policy-contract.md, Input). Absent in modules built before it: they get plain JSON.
+   */
+  input?: InputForm[];
 }
+
+export type InputForm = 'objects-apart';
 
 export type SettingsVerdict = { valid: true } | { valid: false; message: string };

@@ -1,7 +1,8 @@
 import type {
-  AdmissionRequest, EvaluationInput, EvaluationOutput, JsonObject, JsonValue, Mode, Operation,
+  AdmissionRequest, EvaluationOutput, JsonObject, JsonValue, Mode, Operation,
   PeerCertificate, PolicyMetadata, SettingsVerdict,
 } from './contract.ts';
+import { readInput } from './input.ts';
 import { AdmissionError, PermanentError, TemporaryError } from './errors.ts';
 import { Patch } from './patch.ts';
 
@@ -71,6 +72,7 @@ export function definePolicy<S = JsonValue>(definition: PolicyDefinition<S>): Po
   const metadata: PolicyMetadata = {
     modes: (['validate', 'mutate'] as const).filter((m) => typeof definition[m] === 'function'),
     settings: typeof definition.validateSettings === 'function',
+    input: ['objects-apart'],
   };
   return {
     metadata: () => JSON.stringify(metadata),
@@ -94,13 +96,13 @@ function checkSettings<S>(definition: PolicyDefinition<S>, input: string): Setti
 export function evaluate<S>(definition: PolicyDefinition<S>, mode: Mode, input: string): EvaluationOutput {
   const warnings: string[] = [];
   try {
-    const envelope = JSON.parse(input) as EvaluationInput;
+    const envelope = readInput(input);
     const request = envelope.request;
-    const ctx: Context<S> = {
+    // object and oldObject stay getters here too: a handler that never reads them never has
+    // them parsed (see readInput).
+    const fields: Omit<Context<S>, keyof Objects> = {
       request,
       operation: request.operation,
-      object: request.object ?? null,
-      oldObject: request.oldObject ?? null,
       settings: (envelope.settings ?? {}) as S,
       headers: envelope.headers ?? {},
       sslpeer: envelope.sslpeer ?? null,
@@ -109,6 +111,7 @@ export function evaluate<S>(definition: PolicyDefinition<S>, mode: Mode, input: 
       warnings,
       log: (level, message) => logSink(level, message),
     };
+    const ctx: Context<S> = withObjects(request, fields);
     if (mode === 'validate') {
       if (!definition.validate) throw new PermanentError('this policy does not validate (it has no validate handler)');
       returnsNothing('validate', definition.validate(ctx));
@@ -116,13 +119,34 @@ export function evaluate<S>(definition: PolicyDefinition<S>, mode: Mode, input: 
     }
     if (!definition.mutate) throw new PermanentError('this policy does not mutate (it has no mutate handler)');
     const patch = new Patch(ctx.object);
-    returnsNothing('mutate', definition.mutate({ ...ctx, patch }));
+    // Not a spread of ctx, which would read (and parse) oldObject for every mutation.
+    returnsNothing('mutate', definition.mutate(withObjects(request, { ...fields, patch })));
     const result: EvaluationOutput = { outcome: 'allow' };
     if (!patch.isEmpty) result.patch = patch.operations;
     return withWarnings(result, warnings);
   } catch (error) {
     return withWarnings(classify(error), warnings);
   }
+}
+
+type Objects = Pick<Context, 'object' | 'oldObject'>;
+
+/**
+ * A copy of `fields` with `object` and `oldObject` read from `request` when first read (so never
+ * parsed unread). `fields` itself is left without them: spreading it reads neither.
+ */
+function withObjects<T extends object>(request: AdmissionRequest, fields: T): T & Objects {
+  const ctx = { ...fields };
+  // A handler may still assign them, as it could when they were plain fields.
+  const settable = (key: keyof Objects, read: () => JsonObject | null): PropertyDescriptor => ({
+    get: read,
+    set: (value: unknown) => Object.defineProperty(ctx, key, { value, writable: true, enumerable: true, configurable: true }),
+    enumerable: true, configurable: true,
+  });
+  return Object.defineProperties(ctx, {
+    object: settable('object', () => request.object ?? null),
+    oldObject: settable('oldObject', () => request.oldObject ?? null),
+  }) as T & Objects;
 }
 
 /**

@@ -5,7 +5,7 @@ import type { EvaluationInput, Mode } from '@portcullis/sdk';
 import type { LoadedPolicy } from '../policy/loaded.ts';
 import type { PolicyEntry } from '../policy/policy-set.ts';
 import type { CallResult, SandboxPool } from '../sandbox/pool.ts';
-import type { SharedInput } from '../sandbox/protocol.ts';
+import type { ObjectSpans, SharedInput } from '../sandbox/protocol.ts';
 import { ReviewError } from '../errors.ts';
 import { copyBytes } from '../util/bytes.ts';
 import { cutMessage } from '../util/text.ts';
@@ -49,6 +49,12 @@ function timingOf(outcome: Outcome): Pick<Outcome, 'guestMicros' | 'totalMicros'
 // settings goes into shared memory, cached per input object; each policy's settings are
 // serialized once per policy and travel beside it.
 const envelopes = new WeakMap<EvaluationInput, Uint8Array>();
+/** Bytes [start, end) of a body. */
+interface Span { start: number; end: number }
+/** Where the body's scan found the request's object and oldObject (review/scan.ts). */
+interface ObjectsFound { object?: Span | undefined; oldObject?: Span | undefined }
+/** Where object and oldObject lie in a raw envelope, when the scan found them (rawEnvelope). */
+const objectSpans = new WeakMap<EvaluationInput, ObjectSpans>();
 const settingsJson = new WeakMap<LoadedPolicy, string>();
 const encoder = new TextEncoder();
 
@@ -74,7 +80,8 @@ export function sharedInput(input: EvaluationInput, policy: LoadedPolicy): Share
     settings = JSON.stringify(policy.settings ?? {});
     settingsJson.set(policy, settings);
   }
-  return { envelope, settings };
+  const apart = policy.objectsApart ? objectSpans.get(input) : undefined;
+  return apart ? { envelope, settings, apart } : { envelope, settings };
 }
 
 /**
@@ -95,7 +102,7 @@ function serialized(input: EvaluationInput): string {
  * fields are serialized; `request` is the body's span, copied once into shared memory, so the
  * main thread never re-serializes the review. `input.request` must be what that span parses to.
  */
-export function rawEnvelope(input: EvaluationInput, body: Uint8Array, span: { start: number; end: number }): void {
+export function rawEnvelope(input: EvaluationInput, body: Uint8Array, span: Span, objects: ObjectsFound = {}): void {
   const head = JSON.stringify({ headers: input.headers, sslpeer: input.sslpeer, dryRun: input.dryRun, webhook: input.webhook });
   // `{...fields,"request":` + span + `}`
   const prefix = `${head.slice(0, -1)},"request":`;
@@ -106,6 +113,11 @@ export function rawEnvelope(input: EvaluationInput, body: Uint8Array, span: { st
   copyBytes(body.subarray(span.start, span.end), envelope, prefixBytes);
   envelope[prefixBytes + length] = 0x7d; // }
   envelopes.set(input, envelope);
+  // The scan's spans of object and oldObject (objects named once, keys without escapes), moved
+  // into the envelope, for guests that read them apart.
+  const { object, oldObject } = objects;
+  const at = (s: Span | undefined, edge: 'start' | 'end'): number => (s ? s[edge] - span.start + prefixBytes : -1);
+  if (object || oldObject) objectSpans.set(input, [at(object, 'start'), at(object, 'end'), at(oldObject, 'start'), at(oldObject, 'end')]);
 }
 
 export function toOutcome(policy: string, result: CallResult): Outcome {

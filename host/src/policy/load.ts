@@ -50,6 +50,7 @@ export async function loadPolicy(pool: SandboxPool, options: PolicyOptions, byte
   try {
     const metadata = parseMetadata(await setupCall(pool, loaded, 'metadata', '{}'));
     loaded.modes = metadata.modes;
+    if (metadata.objectsApart) loaded.objectsApart = true;
     if (metadata.settings) {
       const verdict = parseVerdict(await setupCall(pool, loaded, 'validate-settings', JSON.stringify({ settings: options.settings })));
       if (!verdict.valid) throw new PolicySettingsError(options.name, verdict.message);
@@ -94,13 +95,15 @@ async function setupCall(pool: SandboxPool, policy: LoadedPolicy, fn: 'metadata'
   return result.output;
 }
 
-function parseMetadata(text: string): PolicyMetadata {
+function parseMetadata(text: string): PolicyMetadata & { objectsApart: boolean } {
   const value = parseObject(text, 'metadata');
   const modes = value.modes;
   if (!Array.isArray(modes) || !modes.every((m): m is Mode => m === 'validate' || m === 'mutate')) {
     throw new Error('its metadata does not list its modes (validate/mutate)');
   }
-  return { modes, settings: value.settings === true };
+  // Any other form named (from a newer SDK) is one this host does not write: ignored.
+  const objectsApart = Array.isArray(value.input) && value.input.includes('objects-apart');
+  return { modes, settings: value.settings === true, objectsApart };
 }
 
 function parseVerdict(text: string): { valid: true } | { valid: false; message: string } {

@@ -28,6 +28,8 @@ export interface LoadedPolicy extends PolicyOptions {
   digest: string;
   kind: ModuleKind;
   modes: Mode[];
+  /** Its SDK reads the request's object and oldObject passed apart, each parsed when first read (SharedInput.apart). */
+  objectsApart?: boolean;
   /** What the module says about itself (portcullis build embeds it); absent in older modules. */
   info?: PolicyInfo;
 }

@@ -2,15 +2,36 @@
 // envelope without its opening brace. Text for components (jco takes a string), bytes for
 // Extism plugins (which take bytes, so nothing is decoded at all).
 import { copyBytes } from '../util/bytes.ts';
-import type { CallInput, SharedInput } from './protocol.ts';
+import type { CallInput, ObjectSpans, SharedInput } from './protocol.ts';
 
 const encoder = new TextEncoder();
 
 export function joinInput(input: SharedInput): string {
-  const { envelope, settings } = input;
+  const { envelope, settings, apart } = input;
   // Buffer over the shared memory: decoding reads it in place.
-  const rest = Buffer.from(envelope.buffer, envelope.byteOffset, envelope.byteLength).toString('utf8', 1);
+  const bytes = Buffer.from(envelope.buffer, envelope.byteOffset, envelope.byteLength);
+  if (apart) return joinApart(bytes, settings, apart);
+  const rest = bytes.toString('utf8', 1);
   return rest === '}' ? `{"settings":${settings}}` : `{"settings":${settings},${rest}`;
+}
+
+/**
+ * The input with the request's object and oldObject after the JSON, for an SDK that parses each
+ * when first read (sdk/src/input.ts has the form): null in their places, then NUL, the object's
+ * text, NUL, the oldObject's text (empty for one not taken apart).
+ */
+function joinApart(bytes: Buffer, settings: string, [objectStart, objectEnd, oldStart, oldEnd]: ObjectSpans): string {
+  const cuts = [[objectStart, objectEnd], [oldStart, oldEnd]].filter(([start]) => start! >= 0).sort((a, b) => a[0]! - b[0]!);
+  let text = `{"settings":${settings},`;
+  let from = 1;
+  for (const [start, end] of cuts) {
+    text += `${bytes.toString('utf8', from, start)}null`;
+    from = end!;
+  }
+  text += bytes.toString('utf8', from);
+  const object = objectStart >= 0 ? bytes.toString('utf8', objectStart, objectEnd) : '';
+  const oldObject = oldStart >= 0 ? bytes.toString('utf8', oldStart, oldEnd) : '';
+  return `${text}\u0000${object}\u0000${oldObject}`;
 }
 
 export function joinInputBytes(input: SharedInput): Uint8Array {

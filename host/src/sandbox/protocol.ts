@@ -31,7 +31,15 @@ export interface SandboxSpec {
 export interface SharedInput {
   envelope: Uint8Array;
   settings: string;
+  /**
+   * For a guest whose SDK reads them apart (metadata `input: ["objects-apart"]`): where the
+   * request's object and oldObject lie in the envelope, as byte offsets [start, end) of each,
+   * -1 for one not taken apart. The worker passes them after the JSON (joinInput).
+   */
+  apart?: ObjectSpans;
 }
+
+export type ObjectSpans = readonly [objectStart: number, objectEnd: number, oldStart: number, oldEnd: number];
 
 export type CallInput = string | SharedInput;
 

@@ -83,7 +83,7 @@ export async function review(deps: AdmissionDeps, caller: Caller, body: string |
     // Guests get the request's own bytes spliced into their input, unless parsing had to change it.
     if (!shed && typeof body !== 'string' && !parsed.normalized && selected.length > 0) {
       const span = rawRequestSpan(body, scan!);
-      if (span) rawEnvelope(input, body, span);
+      if (span) rawEnvelope(input, body, span, scan);
     }
     const outcomes = await Promise.all(selected.map((entry, i) => {
       const refusal = refused[i];

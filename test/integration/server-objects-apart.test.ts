@@ -1,0 +1,69 @@
+// Issue 14: through a real HTTPS server, a TypeScript policy reads the request's object and
+// oldObject passed apart (each parsed when first read) exactly as the body had them: the same
+// JSON text, key order included, for every shape of review the apiserver sends.
+import { afterAll, beforeAll, expect, it } from 'vitest';
+import { request } from 'undici';
+import { root } from '../helpers/policies.ts';
+import { startServer, type TestServer } from '../helpers/server.ts';
+
+const echo = `${root}test/fixtures/policies/echo-request/echo-request.wasm`;
+let t: TestServer;
+beforeAll(async () => {
+  t = await startServer(`
+server: { tls: { mode: self-signed, hostnames: [127.0.0.1] } }
+policies:
+  - { name: echo, module: ${echo} }
+  - { name: echo-old-first, module: ${echo}, settings: { read: old-first } }
+  - { name: echo-nothing, module: ${echo}, settings: { read: nothing } }
+`);
+});
+afterAll(() => t.close());
+
+function fnv1a(text: string): string {
+  let hash = 0x811c9dc5;
+  for (let i = 0; i < text.length; i++) {
+    hash ^= text.charCodeAt(i);
+    hash = Math.imul(hash, 0x01000193) >>> 0;
+  }
+  return hash.toString(16).padStart(8, '0');
+}
+const digest = (value: unknown) => {
+  const text = JSON.stringify(value) ?? 'undefined';
+  return `${text.length}:${fnv1a(text)}`;
+};
+
+const pod = (name: string, extra: Record<string, unknown> = {}) => ({
+  apiVersion: 'v1', kind: 'Pod', metadata: { name, namespace: 'default', labels: { app: 'wéb', 'a/b': 'x"y' } },
+  spec: { containers: [{ name: 'c', image: 'nginx', args: ['\u2028', '\\', 'ü€𝄞'] }] }, ...extra,
+});
+const common = { kind: { group: '', version: 'v1', kind: 'Pod' }, resource: { group: '', version: 'v1', resource: 'pods' }, namespace: 'default', userInfo: { username: 'u' } };
+
+const bodies: [string, string][] = [
+  ['CREATE', JSON.stringify({ apiVersion: 'admission.k8s.io/v1', kind: 'AdmissionReview', request: { uid: 'a1', ...common, operation: 'CREATE', object: pod('a'), oldObject: null, dryRun: false } })],
+  ['UPDATE', JSON.stringify({ apiVersion: 'admission.k8s.io/v1', kind: 'AdmissionReview', request: { uid: 'a2', ...common, operation: 'UPDATE', object: pod('b', { status: { phase: 'Running' } }), oldObject: pod('b'), dryRun: false } })],
+  ['DELETE (oldObject only)', JSON.stringify({ apiVersion: 'admission.k8s.io/v1', kind: 'AdmissionReview', request: { uid: 'a3', ...common, operation: 'DELETE', object: null, oldObject: pod('c') } })],
+  ['UPDATE with oldObject first, pretty-printed', `{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"a4","kind":{"group":"","version":"v1","kind":"Pod"},"resource":{"group":"","version":"v1","resource":"pods"},"operation":"UPDATE","userInfo":{"username":"u"},
+    "oldObject" : ${JSON.stringify(pod('d', { n: [1e21, -0.5, 0] }), null, 2)} ,
+    "object":${JSON.stringify(pod('d'))}}}`],
+];
+
+it.each(bodies)('a policy reads the %s review\'s objects as sent, in either order', async (_, body) => {
+  const res = await request(`${t.server.url}/validate`, { method: 'POST', body, headers: { 'content-type': 'application/json' }, dispatcher: t.agent });
+  expect(res.statusCode).toBe(200);
+  const review = (await res.body.json()) as { response: { allowed: boolean; warnings: string[] } };
+  const sent = (JSON.parse(body) as { request: { operation: string; object?: unknown; oldObject?: unknown } }).request;
+  expect(review.response).toMatchObject({ allowed: true });
+  const apart = (value: unknown) => typeof value === 'object' && value !== null;
+  const taken = `apart: object ${apart(sent.object)}, oldObject ${apart(sent.oldObject)}`;
+  expect(review.response.warnings).toEqual([
+    `policy "echo": ${taken}`,
+    `policy "echo": object ${digest(sent.object)}`,
+    `policy "echo": oldObject ${digest(sent.oldObject)}`,
+    `policy "echo": request ${digest(sent)}`,
+    `policy "echo-old-first": ${taken}`,
+    `policy "echo-old-first": oldObject ${digest(sent.oldObject)}`,
+    `policy "echo-old-first": object ${digest(sent.object)}`,
+    `policy "echo-old-first": request ${digest(sent)}`,
+    `policy "echo-nothing": operation ${sent.operation}`,
+  ]);
+});

@@ -1,0 +1,104 @@
+// Issue 14: a TypeScript guest gets the request's object and oldObject after the JSON and parses
+// each only when the policy reads it (sdk/src/input.ts). What it reads must be what parsing the
+// whole input gives, value and key order alike.
+import { describe, expect, it } from 'vitest';
+import { definePolicy, type EvaluationInput, type JsonObject } from '@portcullis/sdk';
+import { readInput } from '../../sdk/src/input.ts';
+import { rawEnvelope, sharedInput } from '../../host/src/evaluate/evaluate.ts';
+import { rawRequestSpan, scanReview } from '../../host/src/review/scan.ts';
+import type { LoadedPolicy } from '../../host/src/policy/loaded.ts';
+import { joinInput } from '../../host/src/sandbox/input.ts';
+
+const apartPolicy = { settings: { labels: { team: 'x' } }, objectsApart: true } as unknown as LoadedPolicy;
+const wholePolicy = { settings: { labels: { team: 'x' } } } as unknown as LoadedPolicy;
+
+/** The guest's input text for `body` as the server builds it, apart or whole. */
+function inputFor(body: string, policy: LoadedPolicy): string {
+  const bytes = Buffer.from(body);
+  const scan = scanReview(bytes);
+  const review = JSON.parse(body) as { request: EvaluationInput['request'] };
+  const input: EvaluationInput = { request: review.request, settings: null, headers: { 'user-agent': 'kube-apiserver' }, sslpeer: null, dryRun: false, webhook: '/validate' };
+  const span = rawRequestSpan(bytes, scan);
+  if (!span) throw new Error('no raw request span');
+  rawEnvelope(input, bytes, span, scan);
+  return joinInput(sharedInput(input, policy));
+}
+
+const pod = (name: string, extra: JsonObject = {}): JsonObject => ({
+  apiVersion: 'v1', kind: 'Pod', metadata: { name, labels: { app: 'wéb', 'a/b': 'x"y' } }, spec: { containers: [{ name: 'c', image: 'nginx' }] }, ...extra,
+});
+
+const bodies: Record<string, string> = {
+  create: JSON.stringify({ apiVersion: 'admission.k8s.io/v1', kind: 'AdmissionReview', request: { uid: '1', operation: 'CREATE', object: pod('a'), oldObject: null } }),
+  update: JSON.stringify({ apiVersion: 'admission.k8s.io/v1', kind: 'AdmissionReview', request: { uid: '2', operation: 'UPDATE', object: pod('b', { status: { phase: '€' } }), oldObject: pod('b'), options: {} } }),
+  // oldObject written before object, spaces and newlines around them, unicode and escapes inside
+  reordered: `{"request" : { "uid":"3", "oldObject" :\n ${JSON.stringify(pod('c', { n: [1e21, -0.5, '\u2028', '\\'] }))} ,\n "operation":"UPDATE", "object": ${JSON.stringify(pod('c'), null, 2)} } ,"kind":"AdmissionReview"}`,
+  delete: JSON.stringify({ kind: 'AdmissionReview', request: { uid: '4', operation: 'DELETE', object: null, oldObject: pod('d') } }),
+  emptyObject: JSON.stringify({ kind: 'AdmissionReview', request: { uid: '5', operation: 'CREATE', object: {} } }),
+};
+
+describe('objects apart', () => {
+  for (const [name, body] of Object.entries(bodies)) {
+    it(`reads the same request as the whole input: ${name}`, () => {
+      const apart = inputFor(body, apartPolicy);
+      const whole = inputFor(body, wholePolicy);
+      expect(apart).toContain('\u0000');
+      expect(whole).not.toContain('\u0000');
+      expect(JSON.stringify(readInput(apart))).toBe(JSON.stringify(JSON.parse(whole)));
+      expect(readInput(apart)).toEqual(JSON.parse(whole));
+    });
+  }
+
+  it('leaves a policy that names no input form the whole JSON', () => {
+    expect(JSON.parse(inputFor(bodies.update!, wholePolicy)).request.oldObject.metadata.name).toBe('b');
+  });
+
+  it('parses an object only when it is read, and lets it be replaced', () => {
+    const input = readInput(inputFor(bodies.update!, apartPolicy));
+    const request = input.request as unknown as Record<string, unknown>;
+    expect(Object.keys(request)).toEqual(['uid', 'operation', 'object', 'oldObject', 'options']);
+    const getter = (key: string) => typeof Object.getOwnPropertyDescriptor(request, key)?.get;
+    expect(getter('oldObject')).toBe('function');
+    const object = input.request.object!;
+    expect(input.request.object).toBe(object); // parsed once, then a plain value
+    expect(Object.getOwnPropertyDescriptor(request, 'object')).toMatchObject({ value: object, writable: true });
+    expect(getter('oldObject')).toBe('function');
+    input.request.oldObject = null;
+    expect(input.request.oldObject).toBeNull();
+  });
+
+  it('takes plain JSON as before (the CLI and tests pass it)', () => {
+    expect(readInput('{"request":{"uid":"1","object":{"a":1}}}').request.object).toEqual({ a: 1 });
+  });
+
+  it('gives handlers object and oldObject as before, and never parses what they do not read', () => {
+    const seen: unknown[] = [];
+    const policy = definePolicy({
+      validate(ctx) {
+        seen.push(ctx.operation, ctx.object?.metadata, ctx.oldObject?.status ?? null);
+        // as before: a handler may assign its context's fields
+        ctx.object = null;
+        seen.push(ctx.object);
+        if (ctx.request.uid === 'never') ctx.warnings.push('x');
+      },
+      mutate({ object, patch }) {
+        patch.set(['metadata', 'labels', 'seen'], (object?.metadata as { name: string }).name);
+      },
+    });
+    expect(JSON.parse(policy.validate(inputFor(bodies.update!, apartPolicy)))).toEqual({ outcome: 'allow' });
+    expect(seen).toEqual(['UPDATE', pod('b').metadata, null, null]);
+    expect(JSON.parse(policy.mutate(inputFor(bodies.update!, apartPolicy)))).toEqual({
+      outcome: 'allow', patch: [{ op: 'add', path: '/metadata/labels/seen', value: 'b' }],
+    });
+    // A broken object text (a host bug) is read as an exception of the handler that reads it, not before.
+    const broken = `${inputFor(bodies.create!, apartPolicy).split('\u0000')[0]}\u0000{"metadata":\u0000`;
+    const quiet = definePolicy({ validate() {} });
+    expect(JSON.parse(quiet.validate(broken))).toEqual({ outcome: 'allow' });
+    const reader = definePolicy({ validate({ object }) { if (object) throw new Error('unreachable'); } });
+    expect(JSON.parse(reader.validate(broken))).toMatchObject({ outcome: 'error', kind: 'exception' });
+  });
+
+  it('declares the form in its metadata', () => {
+    expect(JSON.parse(definePolicy({ validate() {} }).metadata())).toMatchObject({ input: ['objects-apart'] });
+  });
+});
