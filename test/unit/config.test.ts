@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { parseConfig } from '../../host/src/config/load.ts';
-import { ruleMatches, resourceSelectorMatches, fieldSelectorMatches, labelSelectorMatches } from '../../host/src/select/match.ts';
+import { policyMatches, ruleMatches, resourceSelectorMatches, fieldSelectorMatches, labelSelectorMatches } from '../../host/src/select/match.ts';
+import type { PolicyConfig } from '../../host/src/config/types.ts';
 import { request } from '@portcullis/sdk/testing';
 
 describe('configuration', () => {
@@ -42,6 +43,39 @@ describe('selection', () => {
     expect(ruleMatches(rule(['pods']), { ...pods, subResource: 'status' })).toBe(false);
     expect(ruleMatches(rule(['pods'], { scope: 'Cluster' }), pods)).toBe(false);
     expect(ruleMatches(rule(['pods'], { operations: ['DELETE'] }), pods)).toBe(false);
+  });
+
+  it('takes a Namespace for cluster-scoped, though its UPDATE and DELETE name it as their namespace (as the apiserver)', () => {
+    const rule = (scope: 'Cluster' | 'Namespaced') => ({ operations: ['*'], apiGroups: [''], apiVersions: ['v1'], resources: ['*'], scope });
+    const namespaces = { group: '', version: 'v1', resource: 'namespaces' };
+    for (const operation of ['UPDATE', 'DELETE'] as const) {
+      const r = request({ operation, resource: namespaces, kind: { group: '', version: 'v1', kind: 'Namespace' }, name: 'team-a', namespace: 'team-a' });
+      expect(ruleMatches(rule('Cluster'), r)).toBe(true);
+      expect(ruleMatches(rule('Namespaced'), r)).toBe(false);
+    }
+    const created = request({ operation: 'CREATE', resource: namespaces, namespace: '' });
+    expect(ruleMatches(rule('Cluster'), created)).toBe(true);
+    expect(ruleMatches(rule('Namespaced'), created)).toBe(false);
+    // Anything else in a namespace is namespaced, a namespaces resource of another group too.
+    expect(ruleMatches(rule('Namespaced'), request({ namespace: 'team-a' }))).toBe(true);
+    expect(ruleMatches(rule('Cluster'), request({ namespace: 'team-a', resource: { group: 'example.com', version: 'v1', resource: 'namespaces' } }))).toBe(false);
+  });
+
+  it('matches an object selector against the object or the old object, never a missing one or one without metadata', () => {
+    const selecting = (objectSelector: PolicyConfig['objectSelector']) =>
+      ({ config: { rules: [], match: [], objectSelector } as unknown as PolicyConfig, modes: ['validate' as const] });
+    const unmanaged = selecting({ matchExpressions: [{ key: 'managed', operator: 'DoesNotExist' }] });
+    const matches = (policy: ReturnType<typeof selecting>, overrides: Parameters<typeof request>[0]) => policyMatches(policy, 'validate', request(overrides));
+    // DELETE: no object, so the old object's labels decide
+    expect(matches(unmanaged, { operation: 'DELETE', object: null, oldObject: { metadata: { labels: { managed: 'true' } } } })).toBe(false);
+    expect(matches(unmanaged, { operation: 'DELETE', object: null, oldObject: { metadata: { name: 'x' } } })).toBe(true);
+    // CONNECT: PodExecOptions has no metadata
+    expect(matches(unmanaged, { operation: 'CONNECT', object: { kind: 'PodExecOptions', command: ['sh'] }, oldObject: null })).toBe(false);
+    // UPDATE: either object may match
+    expect(matches(unmanaged, { operation: 'UPDATE', object: { metadata: { labels: { managed: 'x' } } }, oldObject: { metadata: {} } })).toBe(true);
+    // An empty selector selects everything, objects or not.
+    expect(matches(selecting({}), { operation: 'CONNECT', object: null, oldObject: null })).toBe(true);
+    expect(matches(selecting({ matchLabels: {}, matchExpressions: [] }), { operation: 'DELETE', object: null, oldObject: null })).toBe(true);
   });
 
   it('evaluates label, resource and field selectors', () => {

@@ -29,7 +29,10 @@ export function ruleMatches(rule: RuleWithOperations, request: AdmissionRequest)
   if (!rule.operations.includes('*') && !rule.operations.includes(request.operation)) return false;
   if (!listHas(rule.apiGroups, group) || !listHas(rule.apiVersions, version)) return false;
   const scope = rule.scope ?? '*';
-  const namespaced = Boolean(request.namespace);
+  // As the apiserver's rule scope: a Namespace is cluster-scoped, though its UPDATE and DELETE
+  // carry its own name as request.namespace (red team: a Cluster-scoped guard on namespaces
+  // was skipped for exactly those).
+  const namespaced = Boolean(request.namespace) && !(group === '' && version === 'v1' && resource === 'namespaces');
   if (scope === 'Cluster' && namespaced) return false;
   if (scope === 'Namespaced' && !namespaced) return false;
   const sub = request.subResource ?? '';
@@ -44,10 +47,22 @@ function listHas(list: string[], value: string): boolean {
   return list.includes('*') || list.includes(value);
 }
 
-/** As the apiserver: the new object's labels, or the old object's for DELETE. */
+/**
+ * As the apiserver: an empty selector matches everything; otherwise the object's labels or the
+ * old object's must match. A missing object (the object of a DELETE), or one without metadata
+ * (PodExecOptions on CONNECT), matches nothing, not even DoesNotExist (red team: a
+ * DoesNotExist selector selected every DELETE whatever the old object's labels).
+ */
 function objectSelectorMatches(selector: LabelSelector, request: AdmissionRequest): boolean {
-  return labelSelectorMatches(selector, labelsOf(request.object) ?? {})
-    || (request.oldObject != null && labelSelectorMatches(selector, labelsOf(request.oldObject) ?? {}));
+  if (Object.keys(selector.matchLabels ?? {}).length === 0 && (selector.matchExpressions ?? []).length === 0) return true;
+  const matches = (object: JsonObject | null | undefined): boolean =>
+    hasMetadata(object) && labelSelectorMatches(selector, labelsOf(object) ?? {});
+  return matches(request.object) || matches(request.oldObject);
+}
+
+function hasMetadata(object: JsonObject | null | undefined): boolean {
+  const metadata = object?.metadata;
+  return typeof metadata === 'object' && metadata !== null && !Array.isArray(metadata);
 }
 
 /**
