@@ -48,6 +48,15 @@ describe('validation', () => {
     expect(warnings.length).toBeLessThan(101);
   });
 
+  it('never cuts a warning between the halves of a surrogate pair', () => {
+    // 'policy "a": ' is 12 characters; an emoji is two. Cut at 255, the last whole one ends at 254 or 255.
+    for (const pad of ['', 'x']) {
+      const [warning] = merge([ev(allowed('a', [], [`${pad}${'😀'.repeat(200)}`]))], 'CREATE', object).decision.warnings;
+      expect(warning!.endsWith('😀…')).toBe(true);
+      expect(/[\ud800-\udbff](?![\udc00-\udfff])/.test(warning!)).toBe(false); // no lone high surrogate
+    }
+  });
+
   it('fills the 4096 characters to the last one, and skips what cannot fit even when it is most of a huge list', () => {
     // 'policy "a": ' is 12 characters: 15 warnings of 244 more make 3840, one of 231 more 4083,
     // and a last one of one character (13) ends exactly at 4096.

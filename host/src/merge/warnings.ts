@@ -15,7 +15,11 @@ export class WarningList {
     // quarter of a million warnings (red team: ~50 ms of main thread an answer, mostly the regex).
     if (this.#total + policy.length + 12 > MAX_WARNINGS_TOTAL) return;
     let text = `policy "${policy}": ${message}`.replace(/[\u0000-\u001f\u007f]+/g, ' ').trim();
-    if (text.length > MAX_WARNING_LENGTH) text = `${text.slice(0, MAX_WARNING_LENGTH - 1)}…`;
+    if (text.length > MAX_WARNING_LENGTH) {
+      // Never between the halves of a surrogate pair: half an emoji reaches the apiserver as U+FFFD (red team).
+      const end = MAX_WARNING_LENGTH - 1 - (isHighSurrogate(text.charCodeAt(MAX_WARNING_LENGTH - 2)) ? 1 : 0);
+      text = `${text.slice(0, end)}…`;
+    }
     if (this.#seen.has(text) || this.#total + text.length > MAX_WARNINGS_TOTAL) return;
     this.#seen.add(text);
     this.#list.push(text);
@@ -25,4 +29,8 @@ export class WarningList {
   get list(): string[] {
     return this.#list;
   }
+}
+
+function isHighSurrogate(code: number): boolean {
+  return code >= 0xd800 && code <= 0xdbff;
 }
