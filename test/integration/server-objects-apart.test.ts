@@ -1,7 +1,7 @@
 // Issue 14: through a real HTTPS server, a TypeScript policy reads the request's object and
 // oldObject passed apart (each parsed when first read) exactly as the body had them: the same
 // JSON text, key order included, for every shape of review the apiserver sends.
-import { afterAll, beforeAll, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { request } from 'undici';
 import { root } from '../helpers/policies.ts';
 import { startServer, type TestServer } from '../helpers/server.ts';
@@ -66,4 +66,30 @@ it.each(bodies)('a policy reads the %s review\'s objects as sent, in either orde
     `policy "echo-old-first": request ${digest(sent)}`,
     `policy "echo-nothing": operation ${sent.operation}`,
   ]);
+});
+
+describe('with the default body limit', () => {
+  let big: TestServer;
+  beforeAll(async () => {
+    big = await startServer(`
+server: { tls: { mode: self-signed, hostnames: [127.0.0.1] } }
+policies:
+  - { name: echo-nothing, module: ${echo}, settings: { read: nothing } }
+`);
+  });
+  afterAll(() => big.close());
+
+  it('answers an UPDATE of a Secret at etcd\'s 1.5 MiB limit: the review carries it twice, in base64', async () => {
+    // Red team: the old 3 MiB default answered 413, which the apiserver takes as the webhook failing.
+    const data = Buffer.alloc(1.5 * 2 ** 20, 7).toString('base64');
+    const secret = (v: string) => ({ apiVersion: 'v1', kind: 'Secret', metadata: { name: 's', namespace: 'default', resourceVersion: v }, data: { blob: data } });
+    const body = JSON.stringify({
+      apiVersion: 'admission.k8s.io/v1', kind: 'AdmissionReview',
+      request: { uid: 'big', ...common, kind: { group: '', version: 'v1', kind: 'Secret' }, resource: { group: '', version: 'v1', resource: 'secrets' }, operation: 'UPDATE', object: secret('2'), oldObject: secret('1') },
+    });
+    expect(body.length).toBeGreaterThan(4 * 2 ** 20); // the old default was 3 MiB
+    const res = await request(`${big.server.url}/validate`, { method: 'POST', body, headers: { 'content-type': 'application/json' }, dispatcher: big.agent });
+    expect(res.statusCode).toBe(200);
+    expect(await res.body.json()).toMatchObject({ response: { uid: 'big', allowed: true, warnings: ['policy "echo-nothing": operation UPDATE'] } });
+  });
 });

@@ -9,7 +9,7 @@ describe('configuration', () => {
     const config = parseConfig('policies:\n  - { name: a, module: mods/a.wasm }\n  - { name: b, module: "oci://reg.example/b:1" }', '/etc/portcullis/config.yaml');
     expect(config.policies[0]).toMatchObject({ module: '/etc/portcullis/mods/a.wasm', failurePolicy: 'Fail', enforcement: 'enforce', isolation: 'reuse', limits: { timeoutMs: 2000, memoryMiB: 64 } });
     expect(config.policies[1]!.module).toBe('oci://reg.example/b:1');
-    expect(config.server).toMatchObject({ host: '0.0.0.0', port: 8443, maxBodyBytes: 3 * 2 ** 20, tls: { mode: 'self-signed' } });
+    expect(config.server).toMatchObject({ host: '0.0.0.0', port: 8443, maxBodyBytes: 8 * 2 ** 20, tls: { mode: 'self-signed' } });
   });
 
   it.each([
