@@ -169,6 +169,25 @@ describe('mutation', () => {
     expect(result.decision.warnings[0]).toContain('its patch conflicts with policy "first"');
   });
 
+  it('leaves out the patch of a policy with failurePolicy Ignore, not the other, when it comes first in a conflict', () => {
+    // Red team: an optional default made the mandatory label's policy deny the request.
+    const optional = ev(allowed('optional-default-team', [{ op: 'add', path: '/metadata/labels/team', value: 'unassigned' }]), { failurePolicy: 'Ignore' });
+    const mandatory = ev(allowed('mandatory-team', [{ op: 'add', path: '/metadata/labels/team', value: 'payments' }, { op: 'replace', path: '/spec/replicas', value: 3 }]));
+    const other = ev(allowed('other', [{ op: 'add', path: '/metadata/labels/b', value: '2' }]), { failurePolicy: 'Ignore' });
+    const result = merge([optional, other, mandatory], 'CREATE', object);
+    expect(result.decision.allowed).toBe(true);
+    expect(result.decision.patch).toEqual(expect.arrayContaining([
+      { op: 'add', path: '/metadata/labels/team', value: 'payments' }, { op: 'replace', path: '/spec/replicas', value: 3 }, { op: 'add', path: '/metadata/labels/b', value: '2' },
+    ]));
+    expect(result.decision.patch).toHaveLength(3);
+    expect(result.decision.warnings).toEqual([
+      'policy "optional-default-team": failed and was ignored (failurePolicy Ignore): its patch conflicts with policy "mandatory-team" at /metadata/labels/team, whose failure is not ignored, and was left out',
+    ]);
+    // Two that must not fail still conflict: the later one fails.
+    const strict = merge([ev(allowed('a', [{ op: 'replace', path: '/spec/replicas', value: 2 }])), optional, ev(allowed('b', [{ op: 'replace', path: '/spec/replicas', value: 5 }]))], 'CREATE', object);
+    expect(strict.decision.status?.message).toBe('policy "b": its patch conflicts with policy "a" at /spec/replicas');
+  });
+
   it('fails a policy whose patch does not apply to the object', () => {
     const result = merge([ev(allowed('broken', [{ op: 'replace', path: '/spec/missing/deep', value: 1 }]))], 'CREATE', object);
     expect(result.decision.status?.message).toMatch(/^policy "broken": returned a patch that does not apply to the object/);

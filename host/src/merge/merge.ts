@@ -51,7 +51,9 @@ export function patchesToCombine(evaluated: Evaluated[], operation: Operation, o
   for (const { policy, outcome } of evaluated) {
     if (policy.enforcement === 'audit') continue;
     if (outcome.status === 'allowed') {
-      if (outcome.patch.length > 0) patches.push({ policy: policy.name, operations: outcome.patch });
+      if (outcome.patch.length > 0) {
+        patches.push(policy.failurePolicy === 'Ignore' ? { policy: policy.name, operations: outcome.patch, yields: true } : { policy: policy.name, operations: outcome.patch });
+      }
     } else if (outcome.status === 'denied' ? policy.enforcement !== 'warn' : policy.failurePolicy !== 'Ignore') {
       return []; // Denied whatever the patches say.
     }

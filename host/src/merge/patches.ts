@@ -24,6 +24,11 @@ export { MAX_COPIED_BYTES } from './json-patch.ts';
 export interface PolicyPatch {
   policy: string;
   operations: PatchOperation[];
+  /**
+   * Its policy's failure is ignored (failurePolicy Ignore): in a conflict with a policy whose is
+   * not, this patch is the one left out, whichever comes first.
+   */
+  yields?: boolean;
 }
 
 export type PatchRejection =
@@ -99,7 +104,7 @@ function identityChange(original: JsonValue, result: JsonValue): string | undefi
 
 export function combinePatches(original: JsonValue, patches: PolicyPatch[]): CombinedPatch {
   const forbidden: PatchRejection[] = [];
-  const allowed = patches.filter((p) => {
+  let allowed = patches.filter((p) => {
     let message: string | undefined;
     try {
       message = p.operations.length > 0 ? forbiddenChange(original, p.operations) : undefined;
@@ -109,8 +114,27 @@ export function combinePatches(original: JsonValue, patches: PolicyPatch[]): Com
     if (message) forbidden.push({ policy: p.policy, reason: 'invalid', message });
     return message === undefined;
   });
-  const combined = combineAllowed(original, allowed);
-  return forbidden.length === 0 ? combined : { patch: combined.patch, rejected: [...forbidden, ...combined.rejected] };
+  let combined = combineAllowed(original, allowed);
+  // A patch that must not fail, left out for a conflict with one whose failure is ignored: the
+  // merge is made again without the latter (red team: an optional default label made the
+  // mandatory one's policy deny the request, when per-policy webhooks would have applied both).
+  // At most once per yielding patch.
+  const yielding = new Set(allowed.filter((p) => p.yields).map((p) => p.policy));
+  const gaveWay: PatchRejection[] = [];
+  for (;;) {
+    const blocked = combined.rejected.find((r): r is Extract<PatchRejection, { reason: 'conflict' }> =>
+      r.reason === 'conflict' && !yielding.has(r.policy) && yielding.has(r.other));
+    if (!blocked) break;
+    yielding.delete(blocked.other);
+    gaveWay.push({
+      policy: blocked.other, reason: 'conflict', other: blocked.policy, path: blocked.path,
+      message: `its patch conflicts with policy "${blocked.policy}"${blocked.path ? ` at ${blocked.path}` : ''}, whose failure is not ignored, and was left out`,
+    });
+    allowed = allowed.filter((p) => p.policy !== blocked.other);
+    combined = combineAllowed(original, allowed);
+  }
+  const rejected = [...forbidden, ...gaveWay, ...combined.rejected];
+  return rejected.length === combined.rejected.length ? combined : { patch: combined.patch, rejected };
 }
 
 function combineAllowed(original: JsonValue, patches: PolicyPatch[]): CombinedPatch {
