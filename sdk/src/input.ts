@@ -1,38 +1,48 @@
 // Reads the input the host passes to validate and mutate. Parsing the review is most of what a
 // TypeScript policy costs (QuickJS parses a 5 KB Pod in about 60 µs), and most policies read a
-// little of it. So a host may pass the request's `object` and `oldObject` apart, after the JSON:
+// little of it. So a host may pass large values of the request (the object's and oldObject's
+// spec, status, metadata, or either object whole) after the JSON:
 //
-//   <envelope JSON, with null where each object stood> NUL <object JSON or nothing> NUL <oldObject JSON or nothing>
+//   <input JSON, with null where each such value stood> ( NUL <JSON Pointer> SOH <value JSON> )*
 //
-// and each is parsed the first time the policy reads it. A raw NUL cannot occur in JSON text
-// (control characters in strings are escaped), so the first NUL ends the envelope. Empty text
-// means that object was not taken out: the envelope's own value stands. The host uses this form
-// only for modules whose metadata lists `objects-apart`; it gives the same values as parsing
-// the whole input (a test holds it to that).
-import type { EvaluationInput, JsonObject } from './contract.ts';
+// and each is parsed the first time the policy reads it. Neither NUL nor SOH can occur raw in
+// JSON text (control characters in strings are escaped), so they cannot be confused with it.
+// The host uses this form only for modules whose metadata lists `objects-apart`; it gives the
+// same values, in the same key order, as parsing the whole input (a test holds it to that).
+import type { EvaluationInput, JsonValue } from './contract.ts';
 
 const NUL = '\u0000';
+const SOH = '\u0001';
 
 export function readInput(input: string): EvaluationInput {
-  const first = input.indexOf(NUL);
-  if (first < 0) return JSON.parse(input) as EvaluationInput;
-  const envelope = JSON.parse(input.slice(0, first)) as EvaluationInput;
-  const second = input.indexOf(NUL, first + 1);
-  if (second < 0) throw new TypeError('the input has one NUL separator, not two: a host bug, not the policy\'s');
-  const request = envelope.request as unknown as Record<string, unknown>;
-  if (second > first + 1) later(request, 'object', input.slice(first + 1, second));
-  if (second + 1 < input.length) later(request, 'oldObject', input.slice(second + 1));
+  let at = input.indexOf(NUL);
+  if (at < 0) return JSON.parse(input) as EvaluationInput;
+  const envelope = JSON.parse(input.slice(0, at)) as EvaluationInput;
+  while (at >= 0) {
+    const separator = input.indexOf(SOH, at + 1);
+    if (separator < 0) throw new TypeError('a value passed apart has no pointer: a host bug, not the policy\'s');
+    const next = input.indexOf(NUL, separator + 1);
+    later(envelope, input.slice(at + 1, separator), input.slice(separator + 1, next < 0 ? input.length : next));
+    at = next;
+  }
   return envelope;
 }
 
-/** Replaces `target[key]` (in place, keeping key order) by its value parsed from `text` when first read. */
-function later(target: Record<string, unknown>, key: string, text: string): void {
+/** Replaces the value at `pointer` (in place, keeping key order) by its value parsed from `text` when first read. */
+function later(envelope: EvaluationInput, pointer: string, text: string): void {
+  const path = pointer.split('/').slice(1).map((segment) => segment.split('~1').join('/').split('~0').join('~'));
+  const key = path.pop();
+  let target: unknown = envelope;
+  for (const segment of path) target = (target as Record<string, unknown> | null)?.[segment];
+  if (key === undefined || typeof target !== 'object' || target === null || !Object.prototype.hasOwnProperty.call(target, key)) {
+    throw new TypeError(`a value passed apart has no place at ${pointer}: a host bug, not the policy's`);
+  }
   const settle = (value: unknown): void => {
     Object.defineProperty(target, key, { value, writable: true, enumerable: true, configurable: true });
   };
   Object.defineProperty(target, key, {
     get: () => {
-      const value = JSON.parse(text) as JsonObject;
+      const value = JSON.parse(text) as JsonValue;
       settle(value);
       return value;
     },

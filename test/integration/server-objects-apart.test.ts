@@ -32,29 +32,36 @@ const digest = (value: unknown) => {
   return `${text.length}:${fnv1a(text)}`;
 };
 
+// Its metadata and spec are large enough to be passed apart (128 bytes or more); `tiny` is not.
 const pod = (name: string, extra: Record<string, unknown> = {}) => ({
-  apiVersion: 'v1', kind: 'Pod', metadata: { name, namespace: 'default', labels: { app: 'wéb', 'a/b': 'x"y' } },
-  spec: { containers: [{ name: 'c', image: 'nginx', args: ['\u2028', '\\', 'ü€𝄞'] }] }, ...extra,
+  apiVersion: 'v1', kind: 'Pod', metadata: { name, namespace: 'default', labels: { app: 'wéb', 'a/b': 'x"y', 'c~d': '1' }, annotations: { note: 'n'.repeat(100) } },
+  spec: { containers: [{ name: 'c', image: 'nginx', args: ['\u2028', '\\', 'ü€𝄞', 'a'.repeat(120)] }] }, ...extra,
 });
+const tiny = { apiVersion: 'v1', kind: 'Pod', metadata: { name: 't' }, spec: {} };
 const common = { kind: { group: '', version: 'v1', kind: 'Pod' }, resource: { group: '', version: 'v1', resource: 'pods' }, namespace: 'default', userInfo: { username: 'u' } };
 
-const bodies: [string, string][] = [
-  ['CREATE', JSON.stringify({ apiVersion: 'admission.k8s.io/v1', kind: 'AdmissionReview', request: { uid: 'a1', ...common, operation: 'CREATE', object: pod('a'), oldObject: null, dryRun: false } })],
-  ['UPDATE', JSON.stringify({ apiVersion: 'admission.k8s.io/v1', kind: 'AdmissionReview', request: { uid: 'a2', ...common, operation: 'UPDATE', object: pod('b', { status: { phase: 'Running' } }), oldObject: pod('b'), dryRun: false } })],
-  ['DELETE (oldObject only)', JSON.stringify({ apiVersion: 'admission.k8s.io/v1', kind: 'AdmissionReview', request: { uid: 'a3', ...common, operation: 'DELETE', object: null, oldObject: pod('c') } })],
+const review = (request: Record<string, unknown>) => JSON.stringify({ apiVersion: 'admission.k8s.io/v1', kind: 'AdmissionReview', request: { ...common, ...request } });
+// name, body, how the object and the oldObject reach the guest
+const bodies: [string, string, string][] = [
+  ['CREATE', review({ uid: 'a1', operation: 'CREATE', object: pod('a'), oldObject: null, dryRun: false }), 'object members, oldObject no'],
+  ['UPDATE', review({ uid: 'a2', operation: 'UPDATE', object: pod('b', { status: { phase: 'Running', conditions: [{ type: 'Ready', message: 'm'.repeat(150) }] } }), oldObject: pod('b') }), 'object members, oldObject members'],
+  ['DELETE (oldObject only)', review({ uid: 'a3', operation: 'DELETE', object: null, oldObject: pod('c') }), 'object no, oldObject members'],
+  ['UPDATE of small objects', review({ uid: 'a5', operation: 'UPDATE', object: tiny, oldObject: tiny }), 'object no, oldObject no'],
   ['UPDATE with oldObject first, pretty-printed', `{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"a4","kind":{"group":"","version":"v1","kind":"Pod"},"resource":{"group":"","version":"v1","resource":"pods"},"operation":"UPDATE","userInfo":{"username":"u"},
     "oldObject" : ${JSON.stringify(pod('d', { n: [1e21, -0.5, 0] }), null, 2)} ,
-    "object":${JSON.stringify(pod('d'))}}}`],
+    "object":${JSON.stringify(pod('d'))}}}`, 'object members, oldObject members'],
+  // A member named twice: JSON.parse keeps the last; the host passes the object whole.
+  ['UPDATE with spec named twice in the object', review({ uid: 'a6', operation: 'UPDATE', object: pod('e'), oldObject: pod('e') })
+    .replace('"spec":{', `"spec":${JSON.stringify({ first: 'x'.repeat(200) })},"spec":{`), 'object whole, oldObject members'],
 ];
 
-it.each(bodies)('a policy reads the %s review\'s objects as sent, in either order', async (_, body) => {
+it.each(bodies)('a policy reads the %s review\'s objects as sent, in either order', async (_, body, apart) => {
   const res = await request(`${t.server.url}/validate`, { method: 'POST', body, headers: { 'content-type': 'application/json' }, dispatcher: t.agent });
   expect(res.statusCode).toBe(200);
   const review = (await res.body.json()) as { response: { allowed: boolean; warnings: string[] } };
   const sent = (JSON.parse(body) as { request: { operation: string; object?: unknown; oldObject?: unknown } }).request;
   expect(review.response).toMatchObject({ allowed: true });
-  const apart = (value: unknown) => typeof value === 'object' && value !== null;
-  const taken = `apart: object ${apart(sent.object)}, oldObject ${apart(sent.oldObject)}`;
+  const taken = `apart: ${apart}`;
   expect(review.response.warnings).toEqual([
     `policy "echo": ${taken}`,
     `policy "echo": object ${digest(sent.object)}`,

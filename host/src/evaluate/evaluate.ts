@@ -5,7 +5,7 @@ import type { EvaluationInput, Mode } from '@portcullis/sdk';
 import type { LoadedPolicy } from '../policy/loaded.ts';
 import type { PolicyEntry } from '../policy/policy-set.ts';
 import type { CallResult, SandboxPool } from '../sandbox/pool.ts';
-import type { ObjectSpans, SharedInput } from '../sandbox/protocol.ts';
+import type { Deferred, SharedInput } from '../sandbox/protocol.ts';
 import { ReviewError } from '../errors.ts';
 import { copyBytes } from '../util/bytes.ts';
 import { cutMessage } from '../util/text.ts';
@@ -52,9 +52,15 @@ const envelopes = new WeakMap<EvaluationInput, Uint8Array>();
 /** Bytes [start, end) of a body. */
 interface Span { start: number; end: number }
 /** Where the body's scan found the request's object and oldObject (review/scan.ts). */
-interface ObjectsFound { object?: Span | undefined; oldObject?: Span | undefined }
+interface ObjectsFound {
+  object?: Span | undefined;
+  oldObject?: Span | undefined;
+  objectMembers?: Member[] | undefined;
+  oldObjectMembers?: Member[] | undefined;
+}
+interface Member { key: Span; value: Span }
 /** Where object and oldObject lie in a raw envelope, when the scan found them (rawEnvelope). */
-const objectSpans = new WeakMap<EvaluationInput, ObjectSpans>();
+const deferred = new WeakMap<EvaluationInput, readonly Deferred[] | (() => readonly Deferred[])>();
 const settingsJson = new WeakMap<LoadedPolicy, string>();
 const encoder = new TextEncoder();
 
@@ -80,8 +86,18 @@ export function sharedInput(input: EvaluationInput, policy: LoadedPolicy): Share
     settings = JSON.stringify(policy.settings ?? {});
     settingsJson.set(policy, settings);
   }
-  const apart = policy.objectsApart ? objectSpans.get(input) : undefined;
+  const apart = policy.objectsApart ? deferredOf(input) : undefined;
   return apart ? { envelope, settings, apart } : { envelope, settings };
+}
+
+/** Worked out for the first policy of the review that reads values apart, then kept. */
+function deferredOf(input: EvaluationInput): readonly Deferred[] | undefined {
+  let apart = deferred.get(input);
+  if (typeof apart === 'function') {
+    apart = apart();
+    deferred.set(input, apart);
+  }
+  return apart !== undefined && apart.length > 0 ? apart : undefined;
 }
 
 /**
@@ -113,12 +129,39 @@ export function rawEnvelope(input: EvaluationInput, body: Uint8Array, span: Span
   copyBytes(body.subarray(span.start, span.end), envelope, prefixBytes);
   envelope[prefixBytes + length] = 0x7d; // }
   envelopes.set(input, envelope);
-  // The scan's spans of object and oldObject (objects named once, keys without escapes), moved
-  // into the envelope, for guests that read them apart.
-  const { object, oldObject } = objects;
-  const at = (s: Span | undefined, edge: 'start' | 'end'): number => (s ? s[edge] - span.start + prefixBytes : -1);
-  if (object || oldObject) objectSpans.set(input, [at(object, 'start'), at(object, 'end'), at(oldObject, 'start'), at(oldObject, 'end')]);
+  if (objects.object || objects.oldObject) deferred.set(input, () => deferredValues(body, objects, prefixBytes - span.start));
 }
+
+/**
+ * Values of the request a guest may parse only when it reads them (SharedInput.apart): each
+ * member of the object and oldObject that is a map or list of DEFER_FROM_BYTES or more, where
+ * the scan listed their members (each key once), else the whole object; their offsets moved
+ * by `shift` into the envelope.
+ */
+function deferredValues(body: Uint8Array, found: ObjectsFound, shift: number): Deferred[] {
+  const apart: Deferred[] = [];
+  const defer = (value: Span, pointer: string) => {
+    if (value.end - value.start >= DEFER_FROM_BYTES) apart.push([value.start + shift, value.end + shift, pointer]);
+  };
+  for (const [span, members, pointer] of [[found.object, found.objectMembers, '/request/object'], [found.oldObject, found.oldObjectMembers, '/request/oldObject']] as const) {
+    if (!span) continue;
+    if (!members) {
+      defer(span, pointer);
+      continue;
+    }
+    for (const { key, value } of members) {
+      const first = body[value.start];
+      if (first !== 0x7b && first !== 0x5b) continue; // { or [: a scalar costs nothing to parse
+      // The scan takes no key written with an escape: its bytes are the key.
+      const name = Buffer.from(body.buffer, body.byteOffset + key.start, key.end - key.start).toString('utf8');
+      defer(value, `${pointer}/${name.replaceAll('~', '~0').replaceAll('/', '~1')}`);
+    }
+  }
+  return apart;
+}
+
+/** Smaller maps and lists cost a guest less to parse with the rest than apart. */
+const DEFER_FROM_BYTES = 128;
 
 export function toOutcome(policy: string, result: CallResult): Outcome {
   // A refused call has no totalMicros: it never ran.

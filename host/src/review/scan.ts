@@ -47,6 +47,17 @@ export interface ReviewScan {
   /** The request's `object` and `oldObject` when they are objects, named once, and plainKeys holds. */
   object?: Span;
   oldObject?: Span;
+  /**
+   * Their own members, when `object` (`oldObject`) is set and names each key once: key (without
+   * its quotes) and value, in order. For guests that parse large members only when read.
+   */
+  objectMembers?: Member[];
+  oldObjectMembers?: Member[];
+}
+
+export interface Member {
+  key: Span;
+  value: Span;
 }
 
 const QUOTE = 0x22;
@@ -70,6 +81,11 @@ const NONE = 0;
 const REQUEST = 1;
 const OBJECT = 2;
 const OLD_OBJECT = 3;
+/** A member of the object or oldObject. */
+const MEMBER = 4;
+
+/** The members of object and oldObject as the walk meets them: which (OBJECT or OLD_OBJECT), key start and end, value start and end. */
+const members: number[] = [];
 
 function invalid(at: number, tooDeep = false): ReviewScan {
   return { valid: false, stoppedAt: at, tooDeep, parsedCost: 0, plainKeys: false };
@@ -99,6 +115,7 @@ export function scanReview(bytes: Uint8Array): ReviewScan {
   let oldObjects = 0;
   let oldStart = -1;
   let oldEnd = -1;
+  members.length = 0;
   for (;;) {
     if (expectKey) {
       // At a key's opening quote, in an object at `depth`.
@@ -122,6 +139,12 @@ export function scanReview(bytes: Uint8Array): ReviewScan {
             oldObjects++;
             pending = OLD_OBJECT;
           }
+        } else if (depth === 3) {
+          const which = tags[3]!;
+          if (which === OBJECT || which === OLD_OBJECT) {
+            members.push(which, keyStart, keyEnd);
+            pending = MEMBER;
+          }
         }
       }
       at = skipSpace(bytes, keyEnd + 1);
@@ -135,6 +158,7 @@ export function scanReview(bytes: Uint8Array): ReviewScan {
     if (pending === REQUEST) requestStart = at;
     else if (pending === OBJECT) objectStart = code === OPEN_BRACE ? at : -1;
     else if (pending === OLD_OBJECT) oldStart = code === OPEN_BRACE ? at : -1;
+    else if (pending === MEMBER) members.push(at);
     if (code === OPEN_BRACE || code === OPEN_BRACKET) {
       if (++depth > MAX_BODY_DEPTH) return invalid(at, true);
       containers++;
@@ -163,7 +187,8 @@ export function scanReview(bytes: Uint8Array): ReviewScan {
       if (pending !== NONE) {
         if (pending === REQUEST) requestEnd = at;
         else if (pending === OBJECT) objectEnd = at;
-        else oldEnd = at;
+        else if (pending === OLD_OBJECT) oldEnd = at;
+        else members.push(at);
         pending = NONE;
       }
       if (depth === 0) {
@@ -210,10 +235,33 @@ function finish(bytes: Uint8Array, found: Found): ReviewScan {
   if (!found.topPlain || found.requests !== 1 || requestStart < 0 || bytes[requestStart] !== OPEN_BRACE) return { ...scan, plainKeys: false };
   scan.request = { start: requestStart, end: requestEnd };
   if (found.plainKeys) {
-    if (found.objects === 1 && found.objectStart >= 0) scan.object = { start: found.objectStart, end: found.objectEnd };
-    if (found.oldObjects === 1 && found.oldStart >= 0) scan.oldObject = { start: found.oldStart, end: found.oldEnd };
+    if (found.objects === 1 && found.objectStart >= 0) {
+      scan.object = { start: found.objectStart, end: found.objectEnd };
+      const list = membersOf(bytes, OBJECT);
+      if (list) scan.objectMembers = list;
+    }
+    if (found.oldObjects === 1 && found.oldStart >= 0) {
+      scan.oldObject = { start: found.oldStart, end: found.oldEnd };
+      const list = membersOf(bytes, OLD_OBJECT);
+      if (list) scan.oldObjectMembers = list;
+    }
   }
   return scan;
+}
+
+/** The members of the object (OBJECT) or oldObject (OLD_OBJECT), or undefined when a key is given twice (JSON.parse keeps the last). */
+function membersOf(bytes: Uint8Array, which: number): Member[] | undefined {
+  const list: Member[] = [];
+  const keys = new Set<string>();
+  for (let i = 0; i < members.length; i += 5) {
+    if (members[i] !== which) continue;
+    const key = { start: members[i + 1]!, end: members[i + 2]! };
+    const name = Buffer.from(bytes.buffer, bytes.byteOffset + key.start, key.end - key.start).toString('latin1');
+    if (keys.has(name)) return undefined;
+    keys.add(name);
+    list.push({ key, value: { start: members[i + 3]!, end: members[i + 4]! } });
+  }
+  return list;
 }
 
 /**

@@ -2,7 +2,7 @@
 // envelope without its opening brace. Text for components (jco takes a string), bytes for
 // Extism plugins (which take bytes, so nothing is decoded at all).
 import { copyBytes } from '../util/bytes.ts';
-import type { CallInput, ObjectSpans, SharedInput } from './protocol.ts';
+import type { CallInput, Deferred, SharedInput } from './protocol.ts';
 
 const encoder = new TextEncoder();
 
@@ -16,22 +16,21 @@ export function joinInput(input: SharedInput): string {
 }
 
 /**
- * The input with the request's object and oldObject after the JSON, for an SDK that parses each
- * when first read (sdk/src/input.ts has the form): null in their places, then NUL, the object's
- * text, NUL, the oldObject's text (empty for one not taken apart).
+ * The input with large values of the request after the JSON, for an SDK that parses each when
+ * first read (sdk/src/input.ts has the form): null in their places, then for each a NUL, its
+ * JSON Pointer, a SOH (U+0001) and its JSON text.
  */
-function joinApart(bytes: Buffer, settings: string, [objectStart, objectEnd, oldStart, oldEnd]: ObjectSpans): string {
-  const cuts = [[objectStart, objectEnd], [oldStart, oldEnd]].filter(([start]) => start! >= 0).sort((a, b) => a[0]! - b[0]!);
+function joinApart(bytes: Buffer, settings: string, apart: readonly Deferred[]): string {
+  const cuts = [...apart].sort((a, b) => a[0] - b[0]);
   let text = `{"settings":${settings},`;
   let from = 1;
   for (const [start, end] of cuts) {
     text += `${bytes.toString('utf8', from, start)}null`;
-    from = end!;
+    from = end;
   }
   text += bytes.toString('utf8', from);
-  const object = objectStart >= 0 ? bytes.toString('utf8', objectStart, objectEnd) : '';
-  const oldObject = oldStart >= 0 ? bytes.toString('utf8', oldStart, oldEnd) : '';
-  return `${text}\u0000${object}\u0000${oldObject}`;
+  for (const [start, end, pointer] of apart) text += `\u0000${pointer}\u0001${bytes.toString('utf8', start, end)}`;
+  return text;
 }
 
 export function joinInputBytes(input: SharedInput): Uint8Array {

@@ -32,14 +32,15 @@ export interface SharedInput {
   envelope: Uint8Array;
   settings: string;
   /**
-   * For a guest whose SDK reads them apart (metadata `input: ["objects-apart"]`): where the
-   * request's object and oldObject lie in the envelope, as byte offsets [start, end) of each,
-   * -1 for one not taken apart. The worker passes them after the JSON (joinInput).
+   * For a guest whose SDK reads values apart (metadata `input: ["objects-apart"]`): large values
+   * of the request (the object and oldObject, or their large members), each as bytes [start,
+   * end) of the envelope and the JSON Pointer of its place in the input. The worker passes them
+   * after the JSON (joinInput).
    */
-  apart?: ObjectSpans;
+  apart?: readonly Deferred[];
 }
 
-export type ObjectSpans = readonly [objectStart: number, objectEnd: number, oldStart: number, oldEnd: number];
+export type Deferred = readonly [start: number, end: number, pointer: string];
 
 export type CallInput = string | SharedInput;
 
