@@ -1,6 +1,7 @@
 // Where policy bytes come from: a path or file:// URL is read from disk; an oci:// reference
 // is pulled (and cached) by the OCI client in ../oci, loaded only when first needed.
-import { readFile, stat } from 'node:fs/promises';
+import { open, stat } from 'node:fs/promises';
+import type { Stats } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import type { RegistryOptions } from '../oci/options.ts';
 
@@ -29,16 +30,47 @@ export async function readModule(reference: string, maxBytes = Infinity, registr
   if (scheme && scheme !== 'file') throw new Error(`"${scheme}://" is not a supported module location (use a path, file:// or oci://)`);
   const path = scheme === 'file' ? fileURLToPath(reference) : reference;
   try {
-    const { size } = await stat(path);
-    if (size > maxBytes) {
-      throw new Error(`${path} is ${Math.round((size / 2 ** 20) * 10) / 10} MiB, above limits.maxModuleMiB (${maxBytes / 2 ** 20} MiB)`);
-    }
-    return new Uint8Array(await readFile(path));
+    const info = await stat(path);
+    // A FIFO, a device or a socket says size 0 and may never end: /dev/zero filled gigabytes,
+    // and a FIFO held the load (and every reload after it) forever (red team).
+    if (!info.isFile()) throw new Error(`${path} is not a regular file (a ${kindOf(info)}); a policy module must be a file`);
+    const tooLarge = (size?: number) => new Error(`${path} is ${size === undefined ? 'larger than' : `${Math.round((size / 2 ** 20) * 10) / 10} MiB, above`} limits.maxModuleMiB (${maxBytes / 2 ** 20} MiB)`);
+    if (info.size > maxBytes) throw tooLarge(info.size);
+    // Read no more than the limit allows, whatever the size said (a file that grows, or one in
+    // /proc that says 0).
+    return await readAtMost(path, maxBytes, tooLarge);
   } catch (error) {
     const code = (error as NodeJS.ErrnoException).code;
     if (code === 'ENOENT') throw new Error(`${path} does not exist`);
     if (code === 'EISDIR') throw new Error(`${path} is a directory, not a .wasm file`);
     if (code === 'EACCES') throw new Error(`${path} is not readable`);
     throw error;
+  }
+}
+
+function kindOf(info: Stats): string {
+  if (info.isDirectory()) return 'directory';
+  if (info.isFIFO()) return 'FIFO';
+  if (info.isCharacterDevice() || info.isBlockDevice()) return 'device';
+  if (info.isSocket()) return 'socket';
+  return 'special file';
+}
+
+async function readAtMost(path: string, maxBytes: number, tooLarge: () => Error): Promise<Uint8Array> {
+  const file = await open(path, 'r');
+  try {
+    const chunks: Buffer[] = [];
+    let total = 0;
+    for (;;) {
+      const chunk = Buffer.allocUnsafe(Math.min(1 << 20, Math.max(1, maxBytes + 1 - total)));
+      const { bytesRead } = await file.read(chunk, 0, chunk.length, null);
+      if (bytesRead === 0) break;
+      total += bytesRead;
+      if (total > maxBytes) throw tooLarge();
+      chunks.push(chunk.subarray(0, bytesRead));
+    }
+    return new Uint8Array(Buffer.concat(chunks, total));
+  } finally {
+    await file.close();
   }
 }

@@ -1,0 +1,27 @@
+// Red team: a module path that names a FIFO, a device or a /proc file got past maxModuleMiB (its
+// size reads 0) and hung or filled the host. Only regular files are read, never past the limit.
+import { execFileSync } from 'node:child_process';
+import { mkdtemp, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { expect, it } from 'vitest';
+import { readModule } from '../../host/src/policy/source.ts';
+
+it('refuses what is not a regular file, without opening it', async () => {
+  const dir = await mkdtemp(join(tmpdir(), 'portcullis-source-'));
+  const fifo = join(dir, 'policy.wasm');
+  execFileSync('mkfifo', [fifo]);
+  // Opened, a FIFO with no writer would block here for good.
+  await expect(readModule(fifo, 32 * 2 ** 20)).rejects.toThrow(`${fifo} is not a regular file (a FIFO); a policy module must be a file`);
+  await expect(readModule('/dev/zero', 32 * 2 ** 20)).rejects.toThrow('/dev/zero is not a regular file (a device)');
+  await expect(readModule(dir, 32 * 2 ** 20)).rejects.toThrow(`${dir} is not a regular file (a directory)`);
+});
+
+it('reads no more than the limit, whatever the size says', async () => {
+  // /proc files say size 0 and have content: read up to the limit, and refused past it.
+  await expect(readModule('/proc/self/status', 64)).rejects.toThrow(/^\/proc\/self\/status is larger than limits\.maxModuleMiB/);
+  const file = join(await mkdtemp(join(tmpdir(), 'portcullis-source-')), 'm.wasm');
+  await writeFile(file, new Uint8Array(3 * 2 ** 20 + 5).fill(1));
+  expect((await readModule(file, 4 * 2 ** 20)).length).toBe(3 * 2 ** 20 + 5);
+  await expect(readModule(file, 3 * 2 ** 20)).rejects.toThrow(/is 3 MiB, above limits\.maxModuleMiB \(3 MiB\)/);
+});
