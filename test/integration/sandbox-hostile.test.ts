@@ -70,8 +70,9 @@ describe('parsing is bounded before it allocates', () => {
 describe('one memory budget per policy', () => {
   it('refuses 40 funcref tables of 10,000,000 entries at load, naming the numbers', async () => {
     const bytes = module({ tables: Array.from({ length: 40 }, () => ({ min: 10_000_000 })), functions: [RETURN_0], exports: [validate] });
+    // Tables live on the worker's heap, which every policy there shares: capped in entries too.
     await expect(loadBytes('tables', bytes)).rejects.toThrow(
-      /policy "tables" could not be loaded: it declares 12207 MiB before running \(memories 0 MiB, tables 12207 MiB\), above its 64 MiB memory budget/);
+      /policy "tables" could not be loaded: its tables start with 400000000 entries; a policy may have at most 65536/);
     await stillServes();
   });
 
@@ -277,6 +278,20 @@ describe('memory the linear-memory cap does not see (red-team findings)', () => 
     const outcome = await evaluatePolicy(pool, policy, 'validate', input());
     expect(outcome).toMatchObject({ status: 'failed', failure: 'temporary' });
     expect(outcome.status === 'failed' && outcome.message).toMatch(/memory cap/);
+  });
+});
+
+describe('a component holds each core module once (red-team findings)', () => {
+  it('refuses a component that instantiates a core module again: the cap budgets each once', async () => {
+    // numbers (a real policy component) with a core module of one memory page appended (the
+    // first at the top level: index 0), and two instances of it: each would hold its memory.
+    const component = await readFile(wasm('numbers'));
+    const core = [0x00, 0x61, 0x73, 0x6d, 1, 0, 0, 0, 5, 3, 1, 0, 1, 7, 10, 1, 6, ...new TextEncoder().encode('memory'), 2, 0];
+    const again = [0x00, 0x00, 0x00]; // instantiate core module 0, with no arguments
+    const section = [0x01, core.length, ...core, 0x02, 1 + again.length * 2, 2, ...again, ...again];
+    await expect(loadBytes('twice', Uint8Array.from([...component, ...section])))
+      .rejects.toThrow('the component instantiates one of its core modules more than once, which its memory cap does not allow');
+    await stillServes();
   });
 });
 

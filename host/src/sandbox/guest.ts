@@ -68,6 +68,7 @@ type JcoInstantiate = (
 async function instantiateComponent(spec: SandboxSpec, logs: LogBuffer): Promise<Guest> {
   const glue = (await import(spec.glue!)) as { instantiate: JcoInstantiate };
   const memories: WebAssembly.Memory[] = [];
+  const instantiated = new Map<WebAssembly.Module, number>();
   const instance = await glue.instantiate(
     (name) => {
       const module = spec.modules[name];
@@ -81,6 +82,15 @@ async function instantiateComponent(spec: SandboxSpec, logs: LogBuffer): Promise
       'portcullis:policy/context': { read: contextReader(spec.policy, spec.context ?? [], spec.memoryCapBytes) },
     },
     async (module, imports) => {
+      // The memory cap was split among the component's core modules once each (planBudget): a
+      // component that instantiates one of them again would hold that share again, as often as
+      // it likes (red team: 8 instances of a 48 MiB memory under a 64 MiB cap).
+      const times = (instantiated.get(module) ?? 0) + 1;
+      // Two names may hold the same bytes (compiled once): each was budgeted.
+      if (times > Object.values(spec.modules).filter((m) => m === module).length) {
+        throw new Error('the component instantiates one of its core modules more than once, which its memory cap does not allow');
+      }
+      instantiated.set(module, times);
       const core = await WebAssembly.instantiate(module, imports);
       for (const value of Object.values(core.exports)) if (value instanceof WebAssembly.Memory) memories.push(value);
       return core;

@@ -17,7 +17,10 @@ import { mib } from '../util/text.ts';
 
 const PAGE = 65536;
 const TYPE_SECTION = 1;
+const IMPORT_SECTION = 2;
 const TABLE_SECTION = 4;
+const EXPORT_SECTION = 7;
+const ELEMENT_SECTION = 9;
 const MEMORY_SECTION = 5;
 const GLOBAL_SECTION = 6;
 const CODE_SECTION = 10;
@@ -37,6 +40,33 @@ export const MAX_SECTIONS = 1000;
  * could leave no room for any other policy's memory (red team). Toolchains make one or two.
  */
 export const MAX_MEMORIES = 8;
+/**
+ * Types per module. V8 keeps every distinct function type of every module it ever compiled in one
+ * table for the whole process, never emptied, and ends the process when it is full (red team: a
+ * module of a million types killed the host at load; three of 400,000, each refused, on the
+ * third reload). Toolchains make tens to a few hundred (QuickJS: 127).
+ */
+export const MAX_TYPES = 4096;
+/**
+ * Imports and exports per module. V8 makes a JavaScript object of each export per instance, and
+ * listing them blocks the main thread (red team: a million exports, 1 s and 200 MB there, and
+ * about 100 MB of a worker's heap per instance). Policies have tens.
+ */
+export const MAX_IMPORTS = 4096;
+export const MAX_EXPORTS = 4096;
+/**
+ * Element segments of a policy, all its modules together, in bytes (at least one per entry). V8
+ * keeps a passive segment as an array on the worker's JavaScript heap, 8 bytes an entry, outside
+ * the memory cap, and a heap past its limit ends the whole process (red team: 33 million
+ * entries killed the host). QuickJS's function table takes 1.4 KB.
+ */
+export const MAX_ELEMENT_BYTES = 64 * 1024;
+/**
+ * Table entries of a policy, all its tables together, whatever the memory cap allows: a table
+ * lives on the worker's JavaScript heap too, which every policy in the worker shares (QuickJS:
+ * 739 entries).
+ */
+export const MAX_TABLE_ENTRIES = 65_536;
 /** Memories other than a module's largest share at most this fraction of the room to grow. */
 const SIDE_MEMORY_SHARE = 1 / 16;
 
@@ -65,6 +95,8 @@ export interface ModuleLayout {
   /** Each table's element type byte followed by its limits. */
   tables: (Limits & { type: number })[];
   globals: number;
+  /** Bytes of its element section. */
+  elementBytes: number;
   memorySection?: Span;
   tableSection?: Span;
   codeSection?: Span;
@@ -72,7 +104,7 @@ export interface ModuleLayout {
 
 export function readLayout(bytes: Uint8Array): ModuleLayout {
   if (bytes.length < 8) throw new MemoryCapError('the module is shorter than a WebAssembly header');
-  const layout: ModuleLayout = { memories: [], tables: [], globals: 0 };
+  const layout: ModuleLayout = { memories: [], tables: [], globals: 0, elementBytes: 0 };
   let offset = 8;
   let sections = 0;
   while (offset < bytes.length) {
@@ -95,6 +127,12 @@ export function readLayout(bytes: Uint8Array): ModuleLayout {
       layout.codeSection = { header: offset, start, end };
     } else if (id === GLOBAL_SECTION) {
       layout.globals = readLeb(bytes, start, end)[0];
+    } else if (id === IMPORT_SECTION || id === EXPORT_SECTION) {
+      const [count] = readLeb(bytes, start, end);
+      const [what, max] = id === IMPORT_SECTION ? ['imports', MAX_IMPORTS] : ['exports', MAX_EXPORTS];
+      if (count > max) throw new MemoryCapError(`the module has ${count} ${what}; a policy may have at most ${max}`);
+    } else if (id === ELEMENT_SECTION) {
+      layout.elementBytes += size;
     }
     offset = end;
   }
@@ -146,6 +184,15 @@ export function planBudget(layouts: ModuleLayout[], capBytes: number): BudgetPla
   if (count > MAX_MEMORIES) {
     throw new MemoryCapError(`it declares ${count} linear memories; a policy may have at most ${MAX_MEMORIES} ` +
       '(each reserves about 8 GiB of the host\'s address space, whatever its size)');
+  }
+  const elementBytes = sum(layouts.map((l) => l.elementBytes));
+  if (elementBytes > MAX_ELEMENT_BYTES) {
+    throw new MemoryCapError(`its element segments take ${elementBytes} bytes; a policy may have at most ${MAX_ELEMENT_BYTES} ` +
+      '(the host keeps their entries outside the memory cap)');
+  }
+  const tableEntries = sum(layouts.flatMap((l) => l.tables.map((t) => t.min)));
+  if (tableEntries > MAX_TABLE_ENTRIES) {
+    throw new MemoryCapError(`its tables start with ${tableEntries} entries; a policy may have at most ${MAX_TABLE_ENTRIES}`);
   }
   const memoryMin = sum(layouts.flatMap((l) => l.memories.map((m) => m.min))) * PAGE;
   const tableMin = sum(layouts.flatMap((l) => l.tables.map((t) => t.min))) * TABLE_ENTRY_BYTES;
@@ -231,6 +278,7 @@ const TYPED_REFERENCES = new Set([0x63, 0x64]);
 function checkFunctionTypes(bytes: Uint8Array, start: number, end: number): void {
   const [count, countLength] = readLeb(bytes, start, end);
   if (count > (end - start) / 3) throw new MemoryCapError(`the type section claims ${count} types in ${end - start} bytes`);
+  if (count > MAX_TYPES) throw new MemoryCapError(`the module declares ${count} types; a policy may have at most ${MAX_TYPES}`);
   let at = start + countLength;
   for (let i = 0; i < count; i++) {
     const form = bytes[at++];
