@@ -240,14 +240,17 @@ describe('deploy/ in a cluster', () => {
     expect(leaders.sort()).toEqual(['0', '1']);
   });
 
-  it('kubectl is mutated and denied through the Service', async () => {
+  it('kubectl is mutated and warned through the Service', async () => {
     const created = JSON.parse(await kubectlOk(['-n', WORK, 'create', 'configmap', 'mutated', '--from-literal=a=b', '-o', 'json'])) as Secret;
     expect(created.metadata.annotations).toMatchObject({ 'portcullis.dev/added-by': 'portcullis' });
-    const denied = await kubectl(['-n', WORK, 'run', 'unlabelled', '--image=registry.invalid/app:1', '--restart=Never']);
-    expect(denied.code).not.toBe(0);
-    expect(denied.stderr).toMatch(/admission webhook "require-labels.portcullis.dev" denied the request: .*team/);
+    // deploy/ ships require-labels with enforcement: warn (a first install must not stop every
+    // unlabelled Pod of the cluster): admitted, and the user is told.
+    const warned = await kubectl(['-n', WORK, 'run', 'unlabelled', '--image=registry.invalid/app:1', '--restart=Never']);
+    expect(warned.code, warned.stderr).toBe(0);
+    expect(warned.stderr).toMatch(/Warning: policy "require-labels": would deny \(enforcement: warn\): missing required label: team/);
     const labelled = await kubectl(['-n', WORK, 'run', 'labelled', '--image=registry.invalid/app:1', '--restart=Never', '--labels=team=a']);
     expect(labelled.code, labelled.stderr).toBe(0);
+    expect(labelled.stderr).not.toMatch(/require-labels/);
   });
 
   it('a forced rotation switches both replicas with no failed request', async () => {
