@@ -118,10 +118,10 @@ describe.each([['tutorial-ts', 'my-policy'], ['tutorial-as', 'my-as-policy']])('
     const typecheck = await sh('npm run typecheck', cwd);
     expect(typecheck.code, typecheck.stdout + typecheck.stderr).toBe(0);
 
-    // The sixth command: denied by the apiserver through the webhook. The configuration may be
+    // The seventh command: denied by the apiserver through the webhook. The configuration may be
     // registered a moment before the apiserver uses it, so an admitted Pod is removed and retried.
     const denied = await waitFor('the apiserver to call the webhook', async () => {
-      const result = await sh(lines[5]!, cwd);
+      const result = await sh(lines[6]!, cwd);
       if (result.code === 0) {
         await kubectl(['delete', 'pod', 'unlabelled', '-n', 'default', '--wait=false']);
         return undefined;
