@@ -69,7 +69,10 @@ async function loadEntry(pool: SandboxPool, config: PolicyConfig, registries: Re
       throw new PolicyLoadError(config.name, errorMessage(error), { cause: error });
     }
     if (config.digest && `sha256:${sha256(bytes)}` !== config.digest) {
-      throw new PolicyLoadError(config.name, `its module ${config.module} has digest sha256:${sha256(bytes)}, not the pinned ${config.digest}; refusing it`);
+      // Outsider: the digest `portcullis push` prints for the reference (the manifest's) was pasted here.
+      const manifest = config.module.startsWith('oci://')
+        ? ' (`digest:` pins the .wasm file\'s own sha256, as `portcullis inspect` prints it, not the manifest digest `portcullis push` prints)' : '';
+      throw new PolicyLoadError(config.name, `its module ${config.module} has digest sha256:${sha256(bytes)}, not the pinned ${config.digest}${manifest}; refusing it`);
     }
     const loaded = await loadPolicy(pool, { ...config }, bytes);
     const modes = config.modes ?? loaded.modes;
