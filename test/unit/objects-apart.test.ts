@@ -103,7 +103,10 @@ describe('objects apart', () => {
       outcome: 'allow', patch: [{ op: 'add', path: '/metadata/labels/seen', value: 'b' }],
     });
     // A broken object text (a host bug) is read as an exception of the handler that reads it, not before.
-    const broken = `${inputFor(bodies.create!, apartPolicy).split('\u0000')[0]}\u0000/request/object/metadata\u0001{"name":`;
+    const whole = inputFor(bodies.create!, { settings: null } as unknown as LoadedPolicy);
+    const skeleton = whole.replace(/"metadata":\{[^}]*\}(,"annotations":\{[^}]*\})?\}/, '"metadata":null');
+    const broken = `\u0000${JSON.stringify([skeleton.length, ['request', 'object', 'metadata'], 8])}\u0000${skeleton}{"name":`;
+    expect(JSON.parse(skeleton).request.object.metadata).toBeNull();
     const quiet = definePolicy({ validate() {} });
     expect(JSON.parse(quiet.validate(broken))).toEqual({ outcome: 'allow' });
     const reader = definePolicy({ validate({ object, warnings }) { warnings.push(JSON.stringify(object?.metadata)); } });

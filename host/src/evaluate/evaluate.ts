@@ -140,13 +140,13 @@ export function rawEnvelope(input: EvaluationInput, body: Uint8Array, span: Span
  */
 function deferredValues(body: Uint8Array, found: ObjectsFound, shift: number): Deferred[] {
   const apart: Deferred[] = [];
-  const defer = (value: Span, pointer: string) => {
-    if (value.end - value.start >= DEFER_FROM_BYTES) apart.push([value.start + shift, value.end + shift, pointer]);
+  const defer = (value: Span, path: readonly string[]) => {
+    if (value.end - value.start >= DEFER_FROM_BYTES) apart.push([value.start + shift, value.end + shift, path]);
   };
-  for (const [span, members, pointer] of [[found.object, found.objectMembers, '/request/object'], [found.oldObject, found.oldObjectMembers, '/request/oldObject']] as const) {
+  for (const [span, members, which] of [[found.object, found.objectMembers, 'object'], [found.oldObject, found.oldObjectMembers, 'oldObject']] as const) {
     if (!span) continue;
     if (!members) {
-      defer(span, pointer);
+      defer(span, ['request', which]);
       continue;
     }
     for (const { key, value } of members) {
@@ -154,7 +154,7 @@ function deferredValues(body: Uint8Array, found: ObjectsFound, shift: number): D
       if (first !== 0x7b && first !== 0x5b) continue; // { or [: a scalar costs nothing to parse
       // The scan takes no key written with an escape: its bytes are the key.
       const name = Buffer.from(body.buffer, body.byteOffset + key.start, key.end - key.start).toString('utf8');
-      defer(value, `${pointer}/${name.replaceAll('~', '~0').replaceAll('/', '~1')}`);
+      defer(value, ['request', which, name]);
     }
   }
   return apart;

@@ -17,8 +17,9 @@ export function joinInput(input: SharedInput): string {
 
 /**
  * The input with large values of the request after the JSON, for an SDK that parses each when
- * first read (sdk/src/input.ts has the form): null in their places, then for each a NUL, its
- * JSON Pointer, a SOH (U+0001) and its JSON text.
+ * first read (sdk/src/input.ts has the form): NUL, a JSON list of the lengths (the JSON's, then
+ * each value's keys and length), NUL, the JSON with null in their places, then the values.
+ * Lengths count UTF-16 code units, as JavaScript strings do here and in the guest.
  */
 function joinApart(bytes: Buffer, settings: string, apart: readonly Deferred[]): string {
   const cuts = [...apart].sort((a, b) => a[0] - b[0]);
@@ -29,8 +30,14 @@ function joinApart(bytes: Buffer, settings: string, apart: readonly Deferred[]):
     from = end;
   }
   text += bytes.toString('utf8', from);
-  for (const [start, end, pointer] of apart) text += `\u0000${pointer}\u0001${bytes.toString('utf8', start, end)}`;
-  return text;
+  let values = '';
+  const lengths: (number | readonly string[])[] = [text.length];
+  for (const [start, end, path] of apart) {
+    const value = bytes.toString('utf8', start, end);
+    lengths.push(path, value.length);
+    values += value;
+  }
+  return `\u0000${JSON.stringify(lengths)}\u0000${text}${values}`;
 }
 
 export function joinInputBytes(input: SharedInput): Uint8Array {

@@ -34,13 +34,13 @@ export interface SharedInput {
   /**
    * For a guest whose SDK reads values apart (metadata `input: ["objects-apart"]`): large values
    * of the request (the object and oldObject, or their large members), each as bytes [start,
-   * end) of the envelope and the JSON Pointer of its place in the input. The worker passes them
+   * end) of the envelope and the keys to its place in the input. The worker passes them
    * after the JSON (joinInput).
    */
   apart?: readonly Deferred[];
 }
 
-export type Deferred = readonly [start: number, end: number, pointer: string];
+export type Deferred = readonly [start: number, end: number, path: readonly string[]];
 
 export type CallInput = string | SharedInput;
 
