@@ -3,7 +3,7 @@
 import { expect, it } from 'vitest';
 import { DEFAULT_LIMITS } from '../../host/src/config/limits.ts';
 import { MAX_ELEMENT_BYTES, MAX_EXPORTS, MAX_IMPORTS, MAX_TABLE_ENTRIES, MAX_TYPES, writeLeb as leb } from '../../host/src/sandbox/memory-cap.ts';
-import { prepareSandbox } from '../../host/src/sandbox/prepare.ts';
+import { prepareSandbox, TypeBudget } from '../../host/src/sandbox/prepare.ts';
 import { module, RETURN_0 } from '../helpers/wasm.ts';
 
 const HEADER = [0x00, 0x61, 0x73, 0x6d, 1, 0, 0, 0];
@@ -55,4 +55,14 @@ it('refuses tables past their entry budget, whatever the memory cap', async () =
     .rejects.toThrow(`its tables start with ${MAX_TABLE_ENTRIES + 1} entries; a policy may have at most ${MAX_TABLE_ENTRIES}`);
   // At the budget: loaded.
   await expect(prepare(module({ tables: [{ min: MAX_TABLE_ENTRIES }], functions: [RETURN_0], exports: [{ name: 'validate', kind: 'func', index: 0 }] }))).resolves.toBeDefined();
+});
+
+it('charges function types once per distinct module, for the life of the process, and refuses past the budget', () => {
+  const budget = new TypeBudget(10);
+  budget.charge('a', 6);
+  budget.charge('a', 6); // the same module again: V8 has its types already
+  expect(() => budget.charge('b', 5)).toThrow('this host has compiled modules declaring 6 function types, which V8 keeps until the process ends; ' +
+    'this module\'s 5 more would pass 10: restart the host (a rolling restart) to load it');
+  budget.charge('c', 4);
+  expect(() => budget.charge('d', 1)).toThrow(/declaring 10 function types/);
 });

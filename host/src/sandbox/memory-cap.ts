@@ -97,6 +97,8 @@ export interface ModuleLayout {
   globals: number;
   /** Bytes of its element section. */
   elementBytes: number;
+  /** Function types it declares. */
+  types: number;
   memorySection?: Span;
   tableSection?: Span;
   codeSection?: Span;
@@ -104,7 +106,7 @@ export interface ModuleLayout {
 
 export function readLayout(bytes: Uint8Array): ModuleLayout {
   if (bytes.length < 8) throw new MemoryCapError('the module is shorter than a WebAssembly header');
-  const layout: ModuleLayout = { memories: [], tables: [], globals: 0, elementBytes: 0 };
+  const layout: ModuleLayout = { memories: [], tables: [], globals: 0, elementBytes: 0, types: 0 };
   let offset = 8;
   let sections = 0;
   while (offset < bytes.length) {
@@ -116,7 +118,7 @@ export function readLayout(bytes: Uint8Array): ModuleLayout {
     const end = start + size;
     if (end > bytes.length) throw new MemoryCapError(`section ${id} at byte ${offset} claims ${size} bytes, past the end of the module`);
     if (id === TYPE_SECTION) {
-      checkFunctionTypes(bytes, start, end);
+      layout.types = checkFunctionTypes(bytes, start, end);
     } else if (id === MEMORY_SECTION) {
       layout.memorySection = { header: offset, start, end };
       layout.memories = readLimitsVector(bytes, start, end, false);
@@ -275,7 +277,7 @@ const TYPED_REFERENCES = new Set([0x63, 0x64]);
  * which no memory cap reaches, and running out of it aborts the whole host process (red-team:
  * one `array.new` of 60 million i64 killed the host). No policy toolchain we build emits them.
  */
-function checkFunctionTypes(bytes: Uint8Array, start: number, end: number): void {
+function checkFunctionTypes(bytes: Uint8Array, start: number, end: number): number {
   const [count, countLength] = readLeb(bytes, start, end);
   if (count > (end - start) / 3) throw new MemoryCapError(`the type section claims ${count} types in ${end - start} bytes`);
   if (count > MAX_TYPES) throw new MemoryCapError(`the module declares ${count} types; a policy may have at most ${MAX_TYPES}`);
@@ -297,6 +299,7 @@ function checkFunctionTypes(bytes: Uint8Array, start: number, end: number): void
     }
     if (at > end) throw new MemoryCapError('the type section runs past its end');
   }
+  return count;
 }
 
 /** An unsigned LEB128 at `offset`, read no further than `limit`: [value, bytes it took]. */

@@ -77,8 +77,9 @@ async function compile(bytes: Uint8Array<ArrayBuffer>): Promise<WebAssembly.Modu
   let pending = compiling.get(hash);
   if (!pending) {
     // Before V8 sees it: a body nested deep enough costs the worker's compiler gigabytes later.
-    const { codeSection } = readLayout(bytes);
+    const { codeSection, types } = readLayout(bytes);
     if (codeSection) checkCodeSection(bytes, codeSection.start, codeSection.end);
+    processTypes.charge(hash, types);
     pending = WebAssembly.compile(bytes).then(
       (module) => {
         compiled.set(hash, new WeakRef(module));
@@ -92,6 +93,37 @@ async function compile(bytes: Uint8Array<ArrayBuffer>): Promise<WebAssembly.Modu
   }
   return pending;
 }
+
+/**
+ * Function types V8 may keep for the life of the process, all distinct modules ever compiled
+ * here together. V8 never forgets a type and ends the process when its table (a million) is
+ * full: red team, three refused reloads of 400,000 new types each killed the host. A module is
+ * charged once, by content, with every type it declares (at most MAX_TYPES, so a host sees
+ * thousands of distinct policy modules before this refuses one; a restart starts afresh).
+ */
+export const MAX_PROCESS_TYPES = 500_000;
+
+export class TypeBudget {
+  readonly #limit: number;
+  readonly #charged = new Set<string>();
+  #types = 0;
+  constructor(limit: number) {
+    this.#limit = limit;
+  }
+
+  /** Charges the module of content `hash` with `types` function types, once; throws past the limit. */
+  charge(hash: string, types: number): void {
+    if (this.#charged.has(hash)) return;
+    if (this.#types + types > this.#limit) {
+      throw new PrepareError(`this host has compiled modules declaring ${this.#types} function types, which V8 keeps until the process ends; ` +
+        `this module's ${types} more would pass ${this.#limit}: restart the host (a rolling restart) to load it`);
+    }
+    this.#charged.add(hash);
+    this.#types += types;
+  }
+}
+
+const processTypes = new TypeBudget(MAX_PROCESS_TYPES);
 
 /** portcullis_context_read from SDKs before the one-copy pair (call, then answer); both kept. */
 const CONTEXT_IMPORTS = new Set(['portcullis_context_read', 'portcullis_context_call', 'portcullis_context_answer']);
