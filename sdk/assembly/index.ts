@@ -298,6 +298,24 @@ export function stringAt(obj: JSON.Obj, key: string): string | null {
 }
 
 /**
+ * The number at `key`, or NaN when absent or not a number (outsider: reading `spec.replicas`
+ * took json-as internals). An integer prints as one with `i64(n).toString()`: an f64's own
+ * toString writes `5.0`.
+ */
+export function numberAt(obj: JSON.Obj, key: string): f64 {
+  const value = obj.get(key);
+  if (value == null) return NaN;
+  const type = value.type;
+  if (type == JSON.Types.F64) return value.get<f64>();
+  if (type == JSON.Types.F32) return <f64>value.get<f32>();
+  if (type == JSON.Types.I64) return <f64>value.get<i64>();
+  if (type == JSON.Types.I32) return <f64>value.get<i32>();
+  if (type == JSON.Types.U64) return <f64>value.get<u64>();
+  if (type == JSON.Types.U32) return <f64>value.get<u32>();
+  return NaN;
+}
+
+/**
  * The list at `key`, or null when absent or not a list. json-as keeps parsed lists as JSON.Arr:
  * `.length`, and `.at(i)` for each JSON.Value (`value.get<JSON.Value[]>()` aborts on them).
  */

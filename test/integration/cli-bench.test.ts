@@ -24,6 +24,7 @@ describe('portcullis bench', () => {
     expect(stdout).toMatch(/^policy numbers \(component\), validate, 20 evaluations after 2 warm-up/);
     expect(stdout).toMatch(/evaluation \(hop \+ guest\): p50 \d+ µs, p99 \d+ µs/);
     expect(stdout).toMatch(/\d+ evaluations\/s on one worker/);
+    expect(stdout).toMatch(/process RSS: +\+[\d.]+ MiB once loaded, \+[\d.]+ MiB after the run \(a sandbox worker, its runtime and the module; the policy's own memory cap is 64 MiB\)/);
   });
 
   it('refuses to measure a policy that fails, saying why', async () => {

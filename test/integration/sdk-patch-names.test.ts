@@ -77,11 +77,11 @@ it('AssemblyScript helpers read userInfo, namespace, name, and lists of strings 
   try {
     const object: JsonObject = {
       apiVersion: 'v1', kind: 'Pod', metadata: { name: 'web', namespace: 'shop' },
-      spec: { containers: [{ name: 'app', args: ['--port', '80', 7] }, { name: 'side' }, 'not a map'] },
+      spec: { containers: [{ name: 'app', args: ['--port', '80', 7] }, { name: 'side' }, 'not a map'], replicas: 7 },
     };
     const base = request({ object, namespace: 'shop', name: 'web' });
     const result = await policy.validate({ ...base, userInfo: { username: 'ann', groups: ['dev', 'system:authenticated'] } });
-    expect(result).toMatchObject({ status: 'allowed', warnings: ['user ann in [dev,system:authenticated]', 'object shop/web', 'app args --port 80', 'containers app,side'] });
+    expect(result).toMatchObject({ status: 'allowed', warnings: ['user ann in [dev,system:authenticated]', 'object shop/web', 'app args --port 80', 'containers app,side', 'replicas 7 (more than 5)', 'containers is not a number'] });
     const denied = await policy.validate({ ...base, userInfo: { username: 'bob', groups: ['contractors'] } });
     expect(denied).toMatchObject({ status: 'denied', message: 'contractors may not do this' });
     const nobody = await policy.validate({ ...base, name: '', userInfo: {} });
