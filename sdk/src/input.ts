@@ -39,16 +39,27 @@ function later(envelope: EvaluationInput, path: string[], text: string): void {
   if (key === undefined || typeof target !== 'object' || target === null || !Object.prototype.hasOwnProperty.call(target, key)) {
     throw new TypeError(`a value passed apart has no place at ${JSON.stringify(path)}: a host bug, not the policy's`);
   }
-  const settle = (value: unknown): void => {
-    Object.defineProperty(target, key, { value, writable: true, enumerable: true, configurable: true });
+  // Parsed once, whoever reads it: the object, a copy made from its property descriptors, or a
+  // frozen object (red team: deep-freezing the request, or Object.seal, threw where the getter
+  // turned itself into a plain value). Where it can, the getter leaves a plain value behind.
+  let parsed: { value: JsonValue } | undefined;
+  const settle = (owner: object, value: unknown): void => {
+    if (Object.getOwnPropertyDescriptor(owner, key)?.configurable) {
+      Object.defineProperty(owner, key, { value, writable: true, enumerable: true, configurable: true });
+    }
   };
   Object.defineProperty(target, key, {
-    get: () => {
-      const value = JSON.parse(text) as JsonValue;
-      settle(value);
-      return value;
+    get(this: object) {
+      parsed ??= { value: JSON.parse(text) as JsonValue };
+      settle(this, parsed.value);
+      return parsed.value;
     },
-    set: settle,
+    set(this: object, value: unknown) {
+      if (Object.getOwnPropertyDescriptor(this, key)?.configurable) return settle(this, value);
+      // Sealed: still writable, as a plain value would be. Frozen: not.
+      if (Object.isFrozen(this)) throw new TypeError(`cannot assign to read only property '${key}'`);
+      parsed = { value: value as JsonValue };
+    },
     enumerable: true,
     configurable: true,
   });

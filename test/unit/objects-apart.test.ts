@@ -5,7 +5,7 @@ import { describe, expect, it } from 'vitest';
 import { definePolicy, type EvaluationInput, type JsonObject } from '@portcullis/sdk';
 import { readInput } from '../../sdk/src/input.ts';
 import { rawEnvelope, sharedInput } from '../../host/src/evaluate/evaluate.ts';
-import { rawRequestSpan, scanReview } from '../../host/src/review/scan.ts';
+import { MAX_MEMBERS, rawRequestSpan, scanReview } from '../../host/src/review/scan.ts';
 import type { LoadedPolicy } from '../../host/src/policy/loaded.ts';
 import { joinInput } from '../../host/src/sandbox/input.ts';
 
@@ -77,6 +77,45 @@ describe('objects apart', () => {
     const twice = readInput(inputFor(bodies.twice!, apartPolicy)).request as unknown as Record<string, unknown>;
     expect(getter(twice, 'object')).toBe('function');
     expect((twice.object as { spec: unknown }).spec).toEqual(pod('t').spec);
+  });
+
+  it('behaves as plain values for a policy that freezes, seals or copies what it reads (red team)', () => {
+    const read = () => readInput(inputFor(bodies.update!, apartPolicy)).request.object as Record<string, unknown>;
+    // Deep freeze, parent first, as defensive code does: the getters still answer.
+    const deepFreeze = (value: unknown): void => {
+      if (typeof value !== 'object' || value === null) return;
+      Object.freeze(value);
+      for (const key of Object.keys(value)) deepFreeze((value as Record<string, unknown>)[key]);
+    };
+    const frozen = read();
+    deepFreeze(frozen);
+    expect(frozen.spec).toEqual(pod('b').spec);
+    expect(frozen.spec).toBe(frozen.spec);
+    expect(Object.isFrozen(frozen.spec)).toBe(true);
+    expect(() => { frozen.spec = 1; }).toThrow(TypeError);
+    // Sealed: readable, and still assignable.
+    const sealed = Object.seal(read());
+    expect(sealed.metadata).toEqual(pod('b').metadata);
+    sealed.spec = 'replaced';
+    expect(sealed.spec).toBe('replaced');
+    // A copy made from its descriptors shares the parsed value, as a copy of a plain value would.
+    const original = read();
+    const copy = Object.create(Object.getPrototypeOf(original) as object, Object.getOwnPropertyDescriptors(original)) as Record<string, unknown>;
+    (copy.spec as Record<string, unknown>).marker = 1;
+    expect((copy.spec as Record<string, unknown>).marker).toBe(1);
+    expect(copy.spec).toBe(original.spec);
+  });
+
+  it('takes an object of many members apart whole: the scan notes a bounded number of members (red team)', () => {
+    const many = (n: number) => Object.fromEntries(Array.from({ length: n }, (_, i) => [`k${i}`, { v: 'x'.repeat(130) }]));
+    for (const [n, members] of [[MAX_MEMBERS, true], [MAX_MEMBERS + 1, false], [20_000, false]] as const) {
+      const text = JSON.stringify({ kind: 'AdmissionReview', request: { uid: 'm', operation: 'UPDATE', object: many(n), oldObject: { spec: many(2) } } });
+      const scan = scanReview(Buffer.from(text));
+      expect(scan.object).toBeDefined();
+      expect(scan.objectMembers !== undefined).toBe(members);
+      expect(scan.oldObjectMembers).toHaveLength(1);
+      if (n < 1000) expect(JSON.stringify(readInput(inputFor(text, apartPolicy)))).toBe(JSON.stringify(JSON.parse(inputFor(text, wholePolicy))));
+    }
   });
 
   it('takes plain JSON as before (the CLI and tests pass it)', () => {

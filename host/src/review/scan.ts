@@ -48,8 +48,9 @@ export interface ReviewScan {
   object?: Span;
   oldObject?: Span;
   /**
-   * Their own members, when `object` (`oldObject`) is set and names each key once: key (without
-   * its quotes) and value, in order. For guests that parse large members only when read.
+   * Their own members, when `object` (`oldObject`) is set, names each key once and has at most
+   * MAX_MEMBERS: key (without its quotes) and value, in order. For guests that parse large
+   * members only when read.
    */
   objectMembers?: Member[];
   oldObjectMembers?: Member[];
@@ -86,6 +87,14 @@ const MEMBER = 4;
 
 /** The members of object and oldObject as the walk meets them: which (OBJECT or OLD_OBJECT), key start and end, value start and end. */
 const members: number[] = [];
+/**
+ * Members noted per object at most. Kubernetes objects have a handful at the top (apiVersion,
+ * kind, metadata, spec, status); one with more is taken apart whole. Red team: 400,000 members
+ * each noted (and checked for duplicates) made the scan cost three times a whole parse.
+ */
+export const MAX_MEMBERS = 64;
+/** Members seen so far of the object and of the oldObject (by OBJECT, OLD_OBJECT). */
+const memberCounts = new Uint32Array(4);
 
 function invalid(at: number, tooDeep = false): ReviewScan {
   return { valid: false, stoppedAt: at, tooDeep, parsedCost: 0, plainKeys: false };
@@ -116,6 +125,7 @@ export function scanReview(bytes: Uint8Array): ReviewScan {
   let oldStart = -1;
   let oldEnd = -1;
   members.length = 0;
+  memberCounts.fill(0);
   for (;;) {
     if (expectKey) {
       // At a key's opening quote, in an object at `depth`.
@@ -141,7 +151,7 @@ export function scanReview(bytes: Uint8Array): ReviewScan {
           }
         } else if (depth === 3) {
           const which = tags[3]!;
-          if (which === OBJECT || which === OLD_OBJECT) {
+          if ((which === OBJECT || which === OLD_OBJECT) && ++memberCounts[which]! <= MAX_MEMBERS) {
             members.push(which, keyStart, keyEnd);
             pending = MEMBER;
           }
@@ -251,6 +261,7 @@ function finish(bytes: Uint8Array, found: Found): ReviewScan {
 
 /** The members of the object (OBJECT) or oldObject (OLD_OBJECT), or undefined when a key is given twice (JSON.parse keeps the last). */
 function membersOf(bytes: Uint8Array, which: number): Member[] | undefined {
+  if (memberCounts[which]! > MAX_MEMBERS) return undefined;
   const list: Member[] = [];
   const keys = new Set<string>();
   for (let i = 0; i < members.length; i += 5) {
