@@ -67,7 +67,7 @@ describe.each([['tutorial-ts', 'my-policy'], ['tutorial-as', 'my-as-policy']])('
     const port = await freePort();
     const lines = block(await readFile(join(root, 'docs/tutorial.md'), 'utf8'), tag)
       .map((line) => line.replaceAll('localhost:5000', registry.host).replaceAll('8443', String(port)));
-    expect(lines).toHaveLength(6);
+    expect(lines).toHaveLength(7);
     let cwd = home;
     const outputs: string[] = [];
     for (const line of lines) {
