@@ -5,6 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { request } from 'undici';
 import { root } from '../helpers/policies.ts';
 import { startServer, type TestServer } from '../helpers/server.ts';
+import { digest } from '../helpers/digest.ts';
 
 const echo = `${root}test/fixtures/policies/echo-request/echo-request.wasm`;
 let t: TestServer;
@@ -18,19 +19,6 @@ policies:
 `);
 });
 afterAll(() => t.close());
-
-function fnv1a(text: string): string {
-  let hash = 0x811c9dc5;
-  for (let i = 0; i < text.length; i++) {
-    hash ^= text.charCodeAt(i);
-    hash = Math.imul(hash, 0x01000193) >>> 0;
-  }
-  return hash.toString(16).padStart(8, '0');
-}
-const digest = (value: unknown) => {
-  const text = JSON.stringify(value) ?? 'undefined';
-  return `${text.length}:${fnv1a(text)}`;
-};
 
 // Its metadata and spec are large enough to be passed apart (128 bytes or more); `tiny` is not.
 const pod = (name: string, extra: Record<string, unknown> = {}) => ({
