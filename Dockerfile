@@ -2,7 +2,7 @@
 # policies, on a flattened Debian + Node base without npm, headers or docs. Runs as uid 1000 and
 # writes only to $PORTCULLIS_CACHE (mount an emptyDir there; the root filesystem can be read-only).
 #   npm run test:image                    # build + smoke-run with ../shared/tools/container-image.sh
-#   podman build -t portcullis:0.1.0 .    # anywhere with registry access
+#   podman build -t localhost/portcullis:0.1.0 .    # anywhere with registry access (deploy/ names this tag)
 # The base is pinned by digest. NODE_IMAGE overrides it, e.g. for a local stand-in base:
 #   --build-arg NODE_IMAGE=node:24-bookworm-slim@sha256:<digest from `podman images --digests`>
 ARG NODE_IMAGE=docker.io/library/node:24-bookworm-slim@sha256:6f7b03f7c2c8e2e784dcf9295400527b9b1270fd37b7e9a7285cf83b6951452d
