@@ -6,8 +6,10 @@
 //   NUL [jsonLength, [keys], length, [keys], length, …] NUL <JSON, null where each value stood> <value> <value> …
 //
 // and each is parsed the first time the policy reads it. Lengths count UTF-16 code units. JSON
-// text never starts with NUL, so one character tells the two forms apart: searching a long input
-// for a separator costs QuickJS more than parsing it (about 35 ns a character). The host uses
+// text never starts with NUL, so one character tells the two forms apart, and the lengths find
+// each piece: a plain JSON input is never searched, and a split one only through its header
+// (QuickJS's indexOf walks a string a character at a time; what that costs was not measured
+// apart from the machine's noise). The host uses
 // this form only for modules whose metadata lists `objects-apart`; it gives the same values, in
 // the same key order, as parsing the whole input (a test holds it to that).
 import type { EvaluationInput, JsonValue } from './contract.ts';
