@@ -135,7 +135,7 @@ export function rawEnvelope(input: EvaluationInput, body: Uint8Array, span: Span
 /**
  * Values of the request a guest may parse only when it reads them (SharedInput.apart): each
  * member of the object and oldObject that is a map or list of DEFER_FROM_BYTES or more, where
- * the scan listed their members (each key once), else the whole object; their offsets moved
+ * the scan listed their members and each key is named once, else the whole object; their offsets moved
  * by `shift` into the envelope.
  */
 function deferredValues(body: Uint8Array, found: ObjectsFound, shift: number): Deferred[] {
@@ -145,17 +145,18 @@ function deferredValues(body: Uint8Array, found: ObjectsFound, shift: number): D
   };
   for (const [span, members, which] of [[found.object, found.objectMembers, 'object'], [found.oldObject, found.oldObjectMembers, 'oldObject']] as const) {
     if (!span) continue;
-    if (!members) {
+    // The scan takes no key written with an escape: its bytes are the key.
+    const names = members?.map(({ key }) => Buffer.from(body.buffer, body.byteOffset + key.start, key.end - key.start).toString('utf8'));
+    // Too many members to list, or one named twice (JSON.parse keeps the last): the whole object.
+    if (!members || !names || new Set(names).size !== names.length) {
       defer(span, ['request', which]);
       continue;
     }
-    for (const { key, value } of members) {
+    members.forEach(({ value }, i) => {
       const first = body[value.start];
-      if (first !== 0x7b && first !== 0x5b) continue; // { or [: a scalar costs nothing to parse
-      // The scan takes no key written with an escape: its bytes are the key.
-      const name = Buffer.from(body.buffer, body.byteOffset + key.start, key.end - key.start).toString('utf8');
-      defer(value, ['request', which, name]);
-    }
+      // { or [: a scalar costs nothing to parse
+      if (first === 0x7b || first === 0x5b) defer(value, ['request', which, names[i]!]);
+    });
   }
   return apart;
 }
