@@ -90,10 +90,12 @@ export interface PolicyMetadata {
    * Forms of input this SDK reads besides plain JSON. `objects-apart`: the request's `object`
    * and `oldObject` may come after the JSON, each parsed when the policy first reads it
    * (docs/policy-contract.md, Input). Absent in modules built before it: they get plain JSON.
+   * `nested-apart`: a value apart may itself be in that form (large maps and lists inside the
+   * object's members, such as a Pod's containers); modules without it get no value nested.
    */
   input?: InputForm[];
 }
 
-export type InputForm = 'objects-apart';
+export type InputForm = 'objects-apart' | 'nested-apart';
 
 export type SettingsVerdict = { valid: true } | { valid: false; message: string };

@@ -5,37 +5,45 @@
 //
 //   NUL [jsonLength, [keys], length, [keys], length, …] NUL <JSON, null where each value stood> <value> <value> …
 //
-// and each is parsed the first time the policy reads it. Lengths count UTF-16 code units. JSON
+// and each is parsed the first time the policy reads it. With `nested-apart`, a value apart may
+// be in this form itself, its keys relative to it (a Pod's spec without its containers, then
+// the containers): a policy that reads spec.nodeName never parses the containers, and one that
+// never reads the spec never reads that header either. Lengths count UTF-16 code units. JSON
 // text never starts with NUL, so one character tells the two forms apart, and the lengths find
 // each piece: a plain JSON input is never searched, and a split one only through its header
 // (QuickJS's indexOf walks a string a character at a time; what that costs was not measured
 // apart from the machine's noise). The host uses
-// this form only for modules whose metadata lists `objects-apart`; it gives the same values, in
+// these forms only for modules whose metadata lists them; it gives the same values, in
 // the same key order, as parsing the whole input (a test holds it to that).
 import type { EvaluationInput, JsonValue } from './contract.ts';
 
 export function readInput(input: string): EvaluationInput {
-  if (input.charCodeAt(0) !== 0) return JSON.parse(input) as EvaluationInput;
-  const headerEnd = input.indexOf('\u0000', 1); // the header is short: this scans it alone
-  const lengths = headerEnd < 0 ? [] : JSON.parse(input.slice(1, headerEnd)) as unknown[];
+  return readApart(input) as unknown as EvaluationInput;
+}
+
+/** Plain JSON text, or the form above; a value apart may itself be in that form (nested-apart). */
+function readApart(text: string): JsonValue {
+  if (text.charCodeAt(0) !== 0) return JSON.parse(text) as JsonValue;
+  const headerEnd = text.indexOf('\u0000', 1); // the header is short: this scans it alone
+  const lengths = headerEnd < 0 ? [] : JSON.parse(text.slice(1, headerEnd)) as unknown[];
   const jsonLength = lengths[0];
   if (typeof jsonLength !== 'number') throw new TypeError('the input\'s header is not a list of lengths: a host bug, not the policy\'s');
   let at = headerEnd + 1;
-  const envelope = JSON.parse(input.slice(at, at + jsonLength)) as EvaluationInput;
+  const root = JSON.parse(text.slice(at, at + jsonLength)) as JsonValue;
   at += jsonLength;
   for (let i = 1; i + 1 < lengths.length; i += 2) {
     const path = lengths[i];
     const length = lengths[i + 1];
     if (!Array.isArray(path) || typeof length !== 'number') throw new TypeError('the input\'s header is not a list of lengths: a host bug, not the policy\'s');
-    later(envelope, path as string[], input.slice(at, at + length));
+    later(root, path as string[], text, at, at + length);
     at += length;
   }
-  return envelope;
+  return root;
 }
 
-/** Replaces the value at `path` (in place, keeping key order) by its value parsed from `text` when first read. */
-function later(envelope: EvaluationInput, path: string[], text: string): void {
-  let target: unknown = envelope;
+/** Replaces the value at `path` (in place, keeping key order) by its value parsed from `text` [start, end) when first read. */
+function later(root: JsonValue, path: string[], text: string, start: number, end: number): void {
+  let target: unknown = root;
   for (let i = 0; i < path.length - 1; i++) target = (target as Record<string, unknown> | null)?.[path[i]!];
   const key = path[path.length - 1];
   if (key === undefined || typeof target !== 'object' || target === null || !Object.prototype.hasOwnProperty.call(target, key)) {
@@ -52,7 +60,7 @@ function later(envelope: EvaluationInput, path: string[], text: string): void {
   };
   Object.defineProperty(target, key, {
     get(this: object) {
-      parsed ??= { value: JSON.parse(text) as JsonValue };
+      parsed ??= { value: readApart(text.slice(start, end)) };
       settle(this, parsed.value);
       return parsed.value;
     },

@@ -72,7 +72,7 @@ export function definePolicy<S = JsonValue>(definition: PolicyDefinition<S>): Po
   const metadata: PolicyMetadata = {
     modes: (['validate', 'mutate'] as const).filter((m) => typeof definition[m] === 'function'),
     settings: typeof definition.validateSettings === 'function',
-    input: ['objects-apart'],
+    input: ['objects-apart', 'nested-apart'],
   };
   return {
     metadata: () => JSON.stringify(metadata),

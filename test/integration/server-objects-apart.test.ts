@@ -6,6 +6,7 @@ import { request } from 'undici';
 import { root } from '../helpers/policies.ts';
 import { startServer, type TestServer } from '../helpers/server.ts';
 import { digest } from '../helpers/digest.ts';
+import { DEFER_FROM_BYTES } from '../../host/src/evaluate/evaluate.ts';
 
 const echo = `${root}test/fixtures/policies/echo-request/echo-request.wasm`;
 let t: TestServer;
@@ -20,10 +21,12 @@ policies:
 });
 afterAll(() => t.close());
 
-// Its metadata and spec are large enough to be passed apart (128 bytes or more); `tiny` is not.
+// Its metadata and spec, and their annotations and containers, are large enough to be passed
+// apart (DEFER_FROM_BYTES); `tiny` is not.
+const big = (letter: string) => letter.repeat(DEFER_FROM_BYTES);
 const pod = (name: string, extra: Record<string, unknown> = {}) => ({
-  apiVersion: 'v1', kind: 'Pod', metadata: { name, namespace: 'default', labels: { app: 'wéb', 'a/b': 'x"y', 'c~d': '1' }, annotations: { note: 'n'.repeat(100) } },
-  spec: { containers: [{ name: 'c', image: 'nginx', args: ['\u2028', '\\', 'ü€𝄞', 'a'.repeat(120)] }] }, ...extra,
+  apiVersion: 'v1', kind: 'Pod', metadata: { name, namespace: 'default', labels: { app: 'wéb', 'a/b': 'x"y', 'c~d': '1' }, annotations: { note: big('n') } },
+  spec: { containers: [{ name: 'c', image: 'nginx', args: ['\u2028', '\\', 'ü€𝄞', big('a')] }] }, ...extra,
 });
 const tiny = { apiVersion: 'v1', kind: 'Pod', metadata: { name: 't' }, spec: {} };
 const common = { kind: { group: '', version: 'v1', kind: 'Pod' }, resource: { group: '', version: 'v1', resource: 'pods' }, namespace: 'default', userInfo: { username: 'u' } };
@@ -31,16 +34,16 @@ const common = { kind: { group: '', version: 'v1', kind: 'Pod' }, resource: { gr
 const review = (request: Record<string, unknown>) => JSON.stringify({ apiVersion: 'admission.k8s.io/v1', kind: 'AdmissionReview', request: { ...common, ...request } });
 // name, body, how the object and the oldObject reach the guest
 const bodies: [string, string, string][] = [
-  ['CREATE', review({ uid: 'a1', operation: 'CREATE', object: pod('a'), oldObject: null, dryRun: false }), 'object members, oldObject no'],
-  ['UPDATE', review({ uid: 'a2', operation: 'UPDATE', object: pod('b', { status: { phase: 'Running', conditions: [{ type: 'Ready', message: 'm'.repeat(150) }] } }), oldObject: pod('b') }), 'object members, oldObject members'],
-  ['DELETE (oldObject only)', review({ uid: 'a3', operation: 'DELETE', object: null, oldObject: pod('c') }), 'object no, oldObject members'],
+  ['CREATE', review({ uid: 'a1', operation: 'CREATE', object: pod('a'), oldObject: null, dryRun: false }), 'object members+nested, oldObject no'],
+  ['UPDATE', review({ uid: 'a2', operation: 'UPDATE', object: pod('b', { status: { phase: 'Running', conditions: [{ type: 'Ready', message: big('m') }] } }), oldObject: pod('b') }), 'object members+nested, oldObject members+nested'],
+  ['DELETE (oldObject only)', review({ uid: 'a3', operation: 'DELETE', object: null, oldObject: pod('c') }), 'object no, oldObject members+nested'],
   ['UPDATE of small objects', review({ uid: 'a5', operation: 'UPDATE', object: tiny, oldObject: tiny }), 'object no, oldObject no'],
   ['UPDATE with oldObject first, pretty-printed', `{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"a4","kind":{"group":"","version":"v1","kind":"Pod"},"resource":{"group":"","version":"v1","resource":"pods"},"operation":"UPDATE","userInfo":{"username":"u"},
     "oldObject" : ${JSON.stringify(pod('d', { n: [1e21, -0.5, 0] }), null, 2)} ,
-    "object":${JSON.stringify(pod('d'))}}}`, 'object members, oldObject members'],
+    "object":${JSON.stringify(pod('d'))}}}`, 'object members+nested, oldObject members+nested'],
   // A member named twice: JSON.parse keeps the last; the host passes the object whole.
   ['UPDATE with spec named twice in the object', review({ uid: 'a6', operation: 'UPDATE', object: pod('e'), oldObject: pod('e') })
-    .replace('"spec":{', `"spec":${JSON.stringify({ first: 'x'.repeat(200) })},"spec":{`), 'object whole, oldObject members'],
+    .replace('"spec":{', `"spec":${JSON.stringify({ first: big('x') })},"spec":{`), 'object whole, oldObject members+nested'],
 ];
 
 it.each(bodies)('a policy reads the %s review\'s objects as sent, in either order', async (_, body, apart) => {

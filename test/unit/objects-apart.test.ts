@@ -4,12 +4,14 @@
 import { describe, expect, it } from 'vitest';
 import { definePolicy, type EvaluationInput, type JsonObject } from '@portcullis/sdk';
 import { readInput } from '../../sdk/src/input.ts';
-import { rawEnvelope, sharedInput } from '../../host/src/evaluate/evaluate.ts';
+import { DEFER_FROM_BYTES, rawEnvelope, sharedInput } from '../../host/src/evaluate/evaluate.ts';
 import { MAX_MEMBERS, rawRequestSpan, scanReview } from '../../host/src/review/scan.ts';
 import type { LoadedPolicy } from '../../host/src/policy/loaded.ts';
 import { joinInput } from '../../host/src/sandbox/input.ts';
 
-const apartPolicy = { settings: { labels: { team: 'x' } }, objectsApart: true } as unknown as LoadedPolicy;
+const apartPolicy = { settings: { labels: { team: 'x' } }, objectsApart: true, nestedApart: true } as unknown as LoadedPolicy;
+/** A module built by an SDK that reads values apart but none inside another (before nested-apart). */
+const flatPolicy = { settings: { labels: { team: 'x' } }, objectsApart: true } as unknown as LoadedPolicy;
 const wholePolicy = { settings: { labels: { team: 'x' } } } as unknown as LoadedPolicy;
 
 /** The guest's input text for `body` as the server builds it, apart or whole. */
@@ -24,10 +26,31 @@ function inputFor(body: string, policy: LoadedPolicy): string {
   return joinInput(sharedInput(input, policy));
 }
 
-// metadata and spec of 128 bytes or more: passed apart
+/** 'function' while a value apart is not read yet. */
+const getter = (target: Record<string, unknown>, key: string) => typeof Object.getOwnPropertyDescriptor(target, key)?.get;
+
+/** The paths of the values passed apart in `text`, outer before inner, each whole. */
+function pathsApart(text: string, outer: string[] = []): string[][] {
+  if (!text.startsWith('\u0000')) return [];
+  const headerEnd = text.indexOf('\u0000', 1);
+  const lengths = JSON.parse(text.slice(1, headerEnd)) as [number, ...(string[] | number)[]];
+  const paths: string[][] = [];
+  let at = headerEnd + 1 + lengths[0];
+  for (let i = 1; i < lengths.length; i += 2) {
+    const path = [...outer, ...(lengths[i] as string[])];
+    const length = lengths[i + 1] as number;
+    paths.push(path, ...pathsApart(text.slice(at, at + length), path));
+    at += length;
+  }
+  return paths;
+}
+
+/** A string that makes the map or list holding it large enough to be passed apart. */
+const big = (letter: string) => letter.repeat(DEFER_FROM_BYTES);
+// metadata, its annotations, spec and its containers passed apart
 const pod = (name: string, extra: JsonObject = {}): JsonObject => ({
-  apiVersion: 'v1', kind: 'Pod', metadata: { name, labels: { app: 'wéb', 'a/b': 'x"y', 'c~d': '~1' }, annotations: { note: 'n'.repeat(100) } },
-  spec: { containers: [{ name: 'c', image: 'nginx', args: ['a'.repeat(120)] }] }, ...extra,
+  apiVersion: 'v1', kind: 'Pod', metadata: { name, labels: { app: 'wéb', 'a/b': 'x"y', 'c~d': '~1' }, annotations: { note: big('n') } },
+  spec: { containers: [{ name: 'c', image: 'nginx', args: [big('a')] }] }, ...extra,
 });
 
 const bodies: Record<string, string> = {
@@ -38,20 +61,22 @@ const bodies: Record<string, string> = {
   delete: JSON.stringify({ kind: 'AdmissionReview', request: { uid: '4', operation: 'DELETE', object: null, oldObject: pod('d') } }),
   emptyObject: JSON.stringify({ kind: 'AdmissionReview', request: { uid: '5', operation: 'CREATE', object: {} } }),
   // keys with / and ~ (escaped in the pointer), a list as a member, a member named twice (the object then goes whole)
-  oddKeys: JSON.stringify({ kind: 'AdmissionReview', request: { uid: '6', operation: 'CREATE', object: { 'a/b~c': { x: 'y'.repeat(200) }, '~1': ['z'.repeat(200)], 'é': { q: 'ü'.repeat(100) } } } }),
+  oddKeys: JSON.stringify({ kind: 'AdmissionReview', request: { uid: '6', operation: 'CREATE', object: { 'a/b~c': { x: big('y') }, '~1': [big('z')], 'é': { q: 'ü'.repeat(DEFER_FROM_BYTES / 2) } } } }),
   twice: JSON.stringify({ kind: 'AdmissionReview', request: { uid: '7', operation: 'UPDATE', object: pod('t'), oldObject: pod('t') } })
-    .replace('"spec":{', `"spec":${JSON.stringify({ first: 'x'.repeat(200) })},"spec":{`),
+    .replace('"spec":{', `"spec":${JSON.stringify({ first: big('x') })},"spec":{`),
 };
 
 describe('objects apart', () => {
   for (const [name, body] of Object.entries(bodies)) {
     it(`reads the same request as the whole input: ${name}`, () => {
-      const apart = inputFor(body, apartPolicy);
       const whole = inputFor(body, wholePolicy);
-      if (name !== 'emptyObject') expect(apart).toContain('\u0000');
       expect(whole).not.toContain('\u0000');
-      expect(JSON.stringify(readInput(apart))).toBe(JSON.stringify(JSON.parse(whole)));
-      expect(readInput(apart)).toEqual(JSON.parse(whole));
+      for (const policy of [apartPolicy, flatPolicy]) {
+        const apart = inputFor(body, policy);
+        if (name !== 'emptyObject') expect(apart).toContain('\u0000');
+        expect(JSON.stringify(readInput(apart))).toBe(JSON.stringify(JSON.parse(whole)));
+        expect(readInput(apart)).toEqual(JSON.parse(whole));
+      }
     });
   }
 
@@ -64,13 +89,18 @@ describe('objects apart', () => {
     const request = input.request as unknown as Record<string, unknown>;
     expect(Object.keys(request)).toEqual(['uid', 'operation', 'object', 'oldObject', 'options']);
     const object = input.request.object as Record<string, unknown>;
-    const getter = (target: Record<string, unknown>, key: string) => typeof Object.getOwnPropertyDescriptor(target, key)?.get;
     expect(Object.keys(object)).toEqual(['apiVersion', 'kind', 'metadata', 'spec', 'status']);
     expect(['metadata', 'spec', 'status', 'kind'].map((key) => getter(object, key))).toEqual(['function', 'function', 'undefined', 'undefined']);
     const metadata = object.metadata;
     expect(object.metadata).toBe(metadata); // parsed once, then a plain value
     expect(Object.getOwnPropertyDescriptor(object, 'metadata')).toMatchObject({ value: metadata, writable: true });
     expect(getter(object, 'spec')).toBe('function');
+    // The containers, inside the spec, are put in place when the spec is read.
+    const spec = object.spec as Record<string, unknown>;
+    expect(getter(spec, 'containers')).toBe('function');
+    spec.containers = null;
+    expect(spec.containers).toBeNull();
+    expect(object.spec).toEqual({ containers: null });
     object.spec = null;
     expect(object.spec).toBeNull();
     // The whole object when a member is named twice
@@ -118,6 +148,39 @@ describe('objects apart', () => {
     }
   });
 
+  it('takes the large values of a large member apart one level further, unless its keys are too many or named twice', () => {
+    const spec = {
+      // brackets and quotes inside strings
+      nodeName: 'n1}]', containers: [{ name: 'c"}]\\', image: big('i') }], volumes: [{ name: 'v', emptyDir: {} }],
+      affinity: { nodeAffinity: { required: big('r') } }, small: { a: 1 },
+    };
+    const objectWith = (memberText: string) => JSON.stringify({ kind: 'AdmissionReview', request: { uid: 'd', operation: 'UPDATE', object: { kind: 'Pod', spec: 0 }, oldObject: null } })
+      .replace('"spec":0', `"spec":${memberText}`);
+    const members = (n: number) => `{${Array.from({ length: n }, (_, i) => `"k${i}":${JSON.stringify({ v: big('x') })}`).join(',')}}`;
+    const nested = [['request', 'object', 'spec'], ['request', 'object', 'spec', 'containers'], ['request', 'object', 'spec', 'affinity']];
+    const cases: [string, string, string[][]][] = [
+      ['nested', JSON.stringify(spec), nested],
+      // spaces and newlines everywhere, numbers and literals last in a map
+      ['spaced', JSON.stringify({ ...spec, n: -1.5e3, t: true }, null, 3), nested],
+      ['named twice', JSON.stringify(spec).replace('"nodeName":', `"affinity":${JSON.stringify({ x: big('y') })},"nodeName":`), [['request', 'object', 'spec']]],
+      ['many', members(MAX_MEMBERS + 1), [['request', 'object', 'spec']]],
+      ['as many as noted', members(MAX_MEMBERS), [['request', 'object', 'spec'], ...Array.from({ length: MAX_MEMBERS }, (_, i) => ['request', 'object', 'spec', `k${i}`])]],
+      // large, with nothing large inside
+      ['large', JSON.stringify({ a: { b: 'c'.repeat(DEFER_FROM_BYTES - 20) }, d: [1] }), [['request', 'object', 'spec']]],
+      ['small', JSON.stringify({ a: { b: 'c'.repeat(DEFER_FROM_BYTES - 40) } }), []],
+    ];
+    for (const [name, member, paths] of cases) {
+      const text = objectWith(member);
+      const apart = inputFor(text, apartPolicy);
+      expect(pathsApart(apart), name).toEqual(paths);
+      expect(JSON.stringify(readInput(apart)), name).toBe(JSON.stringify(JSON.parse(inputFor(text, wholePolicy))));
+      // An SDK without nested-apart gets the outer values alone
+      const flat = inputFor(text, flatPolicy);
+      expect(pathsApart(flat), name).toEqual(paths.filter((path) => path.length <= 3));
+      expect(JSON.stringify(readInput(flat)), name).toBe(JSON.stringify(JSON.parse(inputFor(text, wholePolicy))));
+    }
+  });
+
   it('takes plain JSON as before (the CLI and tests pass it)', () => {
     expect(readInput('{"request":{"uid":"1","object":{"a":1}}}').request.object).toEqual({ a: 1 });
   });
@@ -153,6 +216,6 @@ describe('objects apart', () => {
   });
 
   it('declares the form in its metadata', () => {
-    expect(JSON.parse(definePolicy({ validate() {} }).metadata())).toMatchObject({ input: ['objects-apart'] });
+    expect(JSON.parse(definePolicy({ validate() {} }).metadata())).toMatchObject({ input: ['objects-apart', 'nested-apart'] });
   });
 });

@@ -35,5 +35,5 @@ it('says so at the type check too: an async or value-returning handler does not 
   definePolicy({ async validate() {} });
   // @ts-expect-error a predicate returns a boolean
   definePolicy({ validate: () => false });
-  expect(typed.metadata()).toBe('{"modes":["validate","mutate"],"settings":false,"input":["objects-apart"]}');
+  expect(typed.metadata()).toBe('{"modes":["validate","mutate"],"settings":false,"input":["objects-apart","nested-apart"]}');
 });

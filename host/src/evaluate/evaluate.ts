@@ -58,9 +58,9 @@ interface ObjectsFound {
   objectMembers?: Member[] | undefined;
   oldObjectMembers?: Member[] | undefined;
 }
-interface Member { key: Span; value: Span }
+interface Member { key: Span; value: Span; inner?: Member[] | undefined }
 /** Where object and oldObject lie in a raw envelope, when the scan found them (rawEnvelope). */
-const deferred = new WeakMap<EvaluationInput, readonly Deferred[] | (() => readonly Deferred[])>();
+const deferred = new WeakMap<EvaluationInput, { nested: readonly Deferred[]; flat: readonly Deferred[] } | (() => readonly Deferred[])>();
 const settingsJson = new WeakMap<LoadedPolicy, string>();
 const encoder = new TextEncoder();
 
@@ -86,17 +86,21 @@ export function sharedInput(input: EvaluationInput, policy: LoadedPolicy): Share
     settings = JSON.stringify(policy.settings ?? {});
     settingsJson.set(policy, settings);
   }
-  const apart = policy.objectsApart ? deferredOf(input) : undefined;
-  return apart ? { envelope, settings, apart } : { envelope, settings };
+  const apart = policy.objectsApart ? deferredOf(input, policy.nestedApart === true) : undefined;
+  if (!apart) return { envelope, settings };
+  return policy.nestedApart ? { envelope, settings, apart, nested: true } : { envelope, settings, apart };
 }
 
-/** Worked out for the first policy of the review that reads values apart, then kept. */
-function deferredOf(input: EvaluationInput): readonly Deferred[] | undefined {
-  let apart = deferred.get(input);
-  if (typeof apart === 'function') {
-    apart = apart();
-    deferred.set(input, apart);
+/** Worked out for the first policy of the review that reads values apart, then kept (with and without values nested). */
+function deferredOf(input: EvaluationInput, nested: boolean): readonly Deferred[] | undefined {
+  let found = deferred.get(input);
+  if (typeof found === 'function') {
+    const all = found();
+    // Without nested-apart: no value inside another (an object's member is at request.object.key).
+    found = { nested: all, flat: all.filter(([, , path]) => path.length <= 3) };
+    deferred.set(input, found);
   }
+  const apart = found?.[nested ? 'nested' : 'flat'];
   return apart !== undefined && apart.length > 0 ? apart : undefined;
 }
 
@@ -133,36 +137,52 @@ export function rawEnvelope(input: EvaluationInput, body: Uint8Array, span: Span
 }
 
 /**
- * Values of the request a guest may parse only when it reads them (SharedInput.apart): each
- * member of the object and oldObject that is a map or list of DEFER_FROM_BYTES or more, where
- * the scan listed their members and each key is named once, else the whole object; their offsets moved
- * by `shift` into the envelope.
+ * Values of the request a guest may parse only when it reads them (SharedInput.apart), their
+ * offsets moved by `shift` into the envelope, an outer value before those inside it: each map or
+ * list of DEFER_FROM_BYTES or more among the members of the object and oldObject, and among the
+ * members of such a map (a Pod's containers inside its spec), so that a policy reading
+ * spec.nodeName parses the spec without its containers. Where the scan could not list an
+ * object's members, or a key is named twice there (JSON.parse keeps the last), the whole object
+ * goes apart; a map whose members are too many or named twice goes apart without values inside.
  */
 function deferredValues(body: Uint8Array, found: ObjectsFound, shift: number): Deferred[] {
   const apart: Deferred[] = [];
-  const defer = (value: Span, path: readonly string[]) => {
-    if (value.end - value.start >= DEFER_FROM_BYTES) apart.push([value.start + shift, value.end + shift, path]);
-  };
+  const defer = (value: Span, path: readonly string[]) => apart.push([value.start + shift, value.end + shift, path]);
+  // { or [: a scalar costs nothing to parse
+  const large = (value: Span) => value.end - value.start >= DEFER_FROM_BYTES && (body[value.start] === 0x7b || body[value.start] === 0x5b);
   for (const [span, members, which] of [[found.object, found.objectMembers, 'object'], [found.oldObject, found.oldObjectMembers, 'oldObject']] as const) {
     if (!span) continue;
-    // The scan takes no key written with an escape: its bytes are the key.
-    const names = members?.map(({ key }) => Buffer.from(body.buffer, body.byteOffset + key.start, key.end - key.start).toString('utf8'));
-    // Too many members to list, or one named twice (JSON.parse keeps the last): the whole object.
-    if (!members || !names || new Set(names).size !== names.length) {
-      defer(span, ['request', which]);
+    const names = namesOnce(body, members);
+    if (!members || !names) {
+      if (large(span)) defer(span, ['request', which]);
       continue;
     }
-    members.forEach(({ value }, i) => {
-      const first = body[value.start];
-      // { or [: a scalar costs nothing to parse
-      if (first === 0x7b || first === 0x5b) defer(value, ['request', which, names[i]!]);
+    members.forEach(({ value, inner }, i) => {
+      if (!large(value)) return;
+      const path = ['request', which, names[i]!];
+      defer(value, path);
+      if (!inner?.some((member) => large(member.value))) return;
+      const innerNames = namesOnce(body, inner);
+      inner.forEach((member, j) => { if (innerNames && large(member.value)) defer(member.value, [...path, innerNames[j]!]); });
     });
   }
   return apart;
 }
 
-/** Smaller maps and lists cost a guest less to parse with the rest than apart. */
-const DEFER_FROM_BYTES = 128;
+/** The members' keys when each is named once, else undefined. The scan takes no key written with an escape: its bytes are the key. */
+function namesOnce(body: Uint8Array, members: Member[] | undefined): string[] | undefined {
+  if (!members) return undefined;
+  const bytes = Buffer.from(body.buffer, body.byteOffset, body.byteLength);
+  const names = members.map(({ key }) => bytes.toString('utf8', key.start, key.end));
+  return new Set(names).size === names.length ? names : undefined;
+}
+
+/**
+ * Smaller maps and lists cost a guest less to parse with the rest than apart: in QuickJS a value
+ * apart costs about as much as parsing 300 bytes (its getter, its place in the header), whether
+ * the policy reads it or not.
+ */
+export const DEFER_FROM_BYTES = 512;
 
 export function toOutcome(policy: string, result: CallResult): Outcome {
   // A refused call has no totalMicros: it never ran.

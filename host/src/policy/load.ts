@@ -51,6 +51,7 @@ export async function loadPolicy(pool: SandboxPool, options: PolicyOptions, byte
     const metadata = parseMetadata(await setupCall(pool, loaded, 'metadata', '{}'));
     loaded.modes = metadata.modes;
     if (metadata.objectsApart) loaded.objectsApart = true;
+    if (metadata.nestedApart) loaded.nestedApart = true;
     if (metadata.settings) {
       const verdict = parseVerdict(await setupCall(pool, loaded, 'validate-settings', JSON.stringify({ settings: options.settings })));
       if (!verdict.valid) throw new PolicySettingsError(options.name, verdict.message);
@@ -95,15 +96,16 @@ async function setupCall(pool: SandboxPool, policy: LoadedPolicy, fn: 'metadata'
   return result.output;
 }
 
-function parseMetadata(text: string): PolicyMetadata & { objectsApart: boolean } {
+function parseMetadata(text: string): PolicyMetadata & { objectsApart: boolean; nestedApart: boolean } {
   const value = parseObject(text, 'metadata');
   const modes = value.modes;
   if (!Array.isArray(modes) || !modes.every((m): m is Mode => m === 'validate' || m === 'mutate')) {
     throw new Error('its metadata does not list its modes (validate/mutate)');
   }
   // Any other form named (from a newer SDK) is one this host does not write: ignored.
-  const objectsApart = Array.isArray(value.input) && value.input.includes('objects-apart');
-  return { modes, settings: value.settings === true, objectsApart };
+  const forms = Array.isArray(value.input) ? value.input as unknown[] : [];
+  const objectsApart = forms.includes('objects-apart');
+  return { modes, settings: value.settings === true, objectsApart, nestedApart: objectsApart && forms.includes('nested-apart') };
 }
 
 function parseVerdict(text: string): { valid: true } | { valid: false; message: string } {

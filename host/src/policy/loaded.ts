@@ -30,6 +30,8 @@ export interface LoadedPolicy extends PolicyOptions {
   modes: Mode[];
   /** Its SDK reads the request's object and oldObject passed apart, each parsed when first read (SharedInput.apart). */
   objectsApart?: boolean;
+  /** ... and values apart inside those values, each in the same form (SharedInput.nested). */
+  nestedApart?: boolean;
   /** What the module says about itself (portcullis build embeds it); absent in older modules. */
   info?: PolicyInfo;
 }

@@ -10,7 +10,7 @@ export function joinInput(input: SharedInput): string {
   const { envelope, settings, apart } = input;
   // Buffer over the shared memory: decoding reads it in place.
   const bytes = Buffer.from(envelope.buffer, envelope.byteOffset, envelope.byteLength);
-  if (apart) return joinApart(bytes, settings, apart);
+  if (apart) return joinApart(bytes, settings, apart, input.nested === true);
   const rest = bytes.toString('utf8', 1);
   return rest === '}' ? `{"settings":${settings}}` : `{"settings":${settings},${rest}`;
 }
@@ -19,25 +19,43 @@ export function joinInput(input: SharedInput): string {
  * The input with large values of the request after the JSON, for an SDK that parses each when
  * first read (sdk/src/input.ts has the form): NUL, a JSON list of the lengths (the JSON's, then
  * each value's keys and length), NUL, the JSON with null in their places, then the values.
- * Lengths count UTF-16 code units, as JavaScript strings do here and in the guest.
+ * `nested`: a value that holds others is itself in this form, keys relative to it. Lengths
+ * count UTF-16 code units, as JavaScript strings do here and in the guest.
  */
-function joinApart(bytes: Buffer, settings: string, apart: readonly Deferred[]): string {
-  const cuts = [...apart].sort((a, b) => a[0] - b[0]);
-  let text = `{"settings":${settings},`;
-  let from = 1;
-  for (const [start, end] of cuts) {
-    text += `${bytes.toString('utf8', from, start)}null`;
-    from = end;
+function joinApart(bytes: Buffer, settings: string, apart: readonly Deferred[], nested: boolean): string {
+  // By start, an outer value comes before the values inside it.
+  const values = [...apart].sort((a, b) => a[0] - b[0]);
+  const inside = new Map<Deferred | undefined, Deferred[]>();
+  const open: Deferred[] = [];
+  for (const value of values) {
+    while (open.length > 0 && open[open.length - 1]![1] <= value[0]) open.pop();
+    const outer = nested ? open[open.length - 1] : undefined;
+    const list = inside.get(outer);
+    if (list) list.push(value);
+    else inside.set(outer, [value]);
+    open.push(value);
   }
-  text += bytes.toString('utf8', from);
-  let values = '';
-  const lengths: (number | readonly string[])[] = [text.length];
-  for (const [start, end, path] of apart) {
-    const value = bytes.toString('utf8', start, end);
-    lengths.push(path, value.length);
-    values += value;
-  }
-  return `\u0000${JSON.stringify(lengths)}\u0000${text}${values}`;
+  /** [from, to) with null for each value inside it, in the form when it has any. */
+  const form = (from: number, to: number, head: string, outer: Deferred | undefined): string => {
+    const cuts = inside.get(outer);
+    if (!cuts) return head + bytes.toString('utf8', from, to);
+    let json = head;
+    for (const [start, end] of cuts) {
+      json += `${bytes.toString('utf8', from, start)}null`;
+      from = end;
+    }
+    json += bytes.toString('utf8', from, to);
+    const lengths: (number | readonly string[])[] = [json.length];
+    let tail = '';
+    const depth = outer ? outer[2].length : 0;
+    for (const value of cuts) {
+      const piece = form(value[0], value[1], '', value);
+      lengths.push(value[2].slice(depth), piece.length);
+      tail += piece;
+    }
+    return `\u0000${JSON.stringify(lengths)}\u0000${json}${tail}`;
+  };
+  return form(1, bytes.length, `{"settings":${settings},`, undefined);
 }
 
 export function joinInputBytes(input: SharedInput): Uint8Array {
