@@ -53,6 +53,9 @@ function later(root: JsonValue, path: string[], text: string, start: number, end
   // frozen object (red team: deep-freezing the request, or Object.seal, threw where the getter
   // turned itself into a plain value). Where it can, the getter leaves a plain value behind.
   let parsed: { value: JsonValue } | undefined;
+  // What was assigned to an owner that cannot take a plain value (sealed), by owner: a copy made
+  // from the descriptors shares these accessors, and a write to one must not show in the other.
+  let assigned: WeakMap<object, unknown> | undefined;
   const settle = (owner: object, value: unknown): void => {
     if (Object.getOwnPropertyDescriptor(owner, key)?.configurable) {
       Object.defineProperty(owner, key, { value, writable: true, enumerable: true, configurable: true });
@@ -60,15 +63,26 @@ function later(root: JsonValue, path: string[], text: string, start: number, end
   };
   Object.defineProperty(target, key, {
     get(this: object) {
+      if (assigned?.has(this)) return assigned.get(this);
       parsed ??= { value: readApart(text.slice(start, end)) };
       settle(this, parsed.value);
       return parsed.value;
     },
     set(this: object, value: unknown) {
-      if (Object.getOwnPropertyDescriptor(this, key)?.configurable) return settle(this, value);
+      const own = Object.getOwnPropertyDescriptor(this, key);
+      if (!own) {
+        // Inherited (Object.create(spec)): as with a plain property, the write makes one on the
+        // heir and leaves the original as it was (red team: it replaced the original's value).
+        let owner = Object.getPrototypeOf(this) as object | null;
+        while (owner !== null && !Object.prototype.hasOwnProperty.call(owner, key)) owner = Object.getPrototypeOf(owner) as object | null;
+        if ((owner !== null && Object.isFrozen(owner)) || !Object.isExtensible(this)) throw new TypeError(`cannot assign to read only property '${key}'`);
+        Object.defineProperty(this, key, { value, writable: true, enumerable: true, configurable: true });
+        return;
+      }
+      if (own.configurable) return settle(this, value);
       // Sealed: still writable, as a plain value would be. Frozen: not.
       if (Object.isFrozen(this)) throw new TypeError(`cannot assign to read only property '${key}'`);
-      parsed = { value: value as JsonValue };
+      (assigned ??= new WeakMap()).set(this, value);
     },
     enumerable: true,
     configurable: true,

@@ -134,6 +134,25 @@ describe('objects apart', () => {
     (copy.spec as Record<string, unknown>).marker = 1;
     expect((copy.spec as Record<string, unknown>).marker).toBe(1);
     expect(copy.spec).toBe(original.spec);
+    // A write to a sealed copy, or to an object that inherits the value, leaves the original as
+    // it was (red team: both replaced the original's value), here on a value nested in the spec.
+    const spec = read().spec as Record<string, unknown>;
+    expect(getter(spec, 'containers')).toBe('function');
+    // (with a plain member too: sealed, an object of accessors alone is also frozen, and a write to it throws)
+    const sealedCopy = Object.seal(Object.defineProperties({ other: 1 }, Object.getOwnPropertyDescriptors(spec)) as Record<string, unknown>);
+    sealedCopy.containers = [];
+    expect(sealedCopy.containers).toEqual([]);
+    const heir = Object.create(spec) as Record<string, unknown>;
+    heir.containers = 'mine';
+    expect([heir.containers, Object.hasOwn(heir, 'containers')]).toEqual(['mine', true]);
+    expect(spec.containers).toEqual((pod('b').spec as JsonObject).containers);
+    const sealedSpec = read().spec as Record<string, unknown>;
+    sealedSpec.other = 1;
+    Object.seal(sealedSpec);
+    const sealedHeir = Object.create(Object.freeze(read().spec as object)) as Record<string, unknown>;
+    sealedSpec.containers = 1;
+    expect(sealedSpec.containers).toBe(1);
+    expect(() => { sealedHeir.containers = 1; }).toThrow(TypeError);
   });
 
   it('takes an object of many members apart whole: the scan notes a bounded number of members (red team)', () => {
