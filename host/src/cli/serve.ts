@@ -27,49 +27,56 @@ export default async function serve(args: string[]): Promise<number> {
     ? await (await import('../certs/in-cluster.ts')).openInClusterCertificate(config, log)
     : undefined;
   const server = await PortcullisServer.start({ config, log, ...(certificate ? { tls: certificate.material, certificateSource: certificate.source } : {}) });
+  // Signals are taken from here on, before anything else is awaited: the server says "ready"
+  // from start(), and a SIGTERM in the second it took to load the Kubernetes client got Node's
+  // default, an exit with no cleanup (seen as a flaky test on a loaded machine).
+  let manager: WebhookManager | undefined;
+  let stopping = false;
+  let stopped!: () => void;
+  const done = new Promise<void>((resolve) => { stopped = resolve; });
+  const shutdown = (signal: string) => {
+    // Handlers stay installed for the whole shutdown: a second signal (Ctrl-C on `npm run
+    // serve` sends two, the terminal's and npm's) otherwise got Node's default, an immediate
+    // exit before the webhooks were removed, leaving a Fail webhook on a dead port (red team).
+    if (stopping) return void server.log.warn('already shutting down (the webhook configurations go first; bounded to about 15 s); ignoring', { signal });
+    stopping = true;
+    // SIGTERM is the kubelet's: go on answering for server.shutdownDelayMs while the apiserver
+    // and kube-proxy stop sending here (app.ts, drain). SIGINT is someone at a terminal.
+    const delayMs = signal === 'SIGTERM' ? server.config.server.shutdownDelayMs : 0;
+    server.log.info('shutting down', { signal, ...(delayMs > 0 ? { drainMs: delayMs } : {}) });
+    const drained = server.drain(delayMs);
+    // Webhooks go first, while the server still answers: the apiserver keeps calling a
+    // webhook until its removal lands, and with Fail an unanswered call denies the request.
+    // The Lease is released last, so a replica taking over finds the cleanup done.
+    (certificate ? certificate.stop() : Promise.resolve())
+      .then(() => manager?.stop())
+      .catch((error: unknown) => server.log.error('webhook management did not stop cleanly', { message: errorMessage(error) }))
+      .then(() => drained)
+      .then(() => server.stop())
+      .then(stopped, stopped);
+  };
+  process.on('SIGTERM', () => shutdown('SIGTERM'));
+  process.on('SIGINT', () => shutdown('SIGINT'));
   if (!values.config) server.log.info('serving the built-in example policies', { config: BUILTIN_CONFIG });
   // Node writes its compile cache (bin/portcullis.js) at exit, which a killed Pod never reaches.
   module.flushCompileCache?.(); // Node 22.10+
-  let manager: WebhookManager | undefined;
   if (config.webhooks.managed) {
     try {
       // Imported only when management is on: the Kubernetes client costs ~1 s and ~80 MiB.
       const { startWebhookManager } = await import('../webhooks/attach.ts');
-      manager = startWebhookManager(server);
-      const leading = manager;
-      server.metrics.watchLeader(() => leading.isLeader, () => leading.syncFailing);
-      certificate?.follow(server, manager);
+      // A signal while it loaded: the shutdown is under way, and nothing is to be registered.
+      if (!stopping) {
+        manager = startWebhookManager(server);
+        const leading = manager;
+        server.metrics.watchLeader(() => leading.isLeader, () => leading.syncFailing);
+        certificate?.follow(server, manager);
+      }
     } catch (error) {
-      await server.stop();
+      if (!stopping) await server.stop();
       throw error;
     }
   }
-  await new Promise<void>((resolve) => {
-    let stopping = false;
-    const shutdown = (signal: string) => {
-      // Handlers stay installed for the whole shutdown: a second signal (Ctrl-C on `npm run
-      // serve` sends two, the terminal's and npm's) otherwise got Node's default, an immediate
-      // exit before the webhooks were removed, leaving a Fail webhook on a dead port (red team).
-      if (stopping) return void server.log.warn('already shutting down (the webhook configurations go first; bounded to about 15 s); ignoring', { signal });
-      stopping = true;
-      // SIGTERM is the kubelet's: go on answering for server.shutdownDelayMs while the apiserver
-      // and kube-proxy stop sending here (app.ts, drain). SIGINT is someone at a terminal.
-      const delayMs = signal === 'SIGTERM' ? server.config.server.shutdownDelayMs : 0;
-      server.log.info('shutting down', { signal, ...(delayMs > 0 ? { drainMs: delayMs } : {}) });
-      const drained = server.drain(delayMs);
-      // Webhooks go first, while the server still answers: the apiserver keeps calling a
-      // webhook until its removal lands, and with Fail an unanswered call denies the request.
-      // The Lease is released last, so a replica taking over finds the cleanup done.
-      (certificate ? certificate.stop() : Promise.resolve())
-        .then(() => manager?.stop())
-        .catch((error: unknown) => server.log.error('webhook management did not stop cleanly', { message: errorMessage(error) }))
-        .then(() => drained)
-        .then(() => server.stop())
-        .then(resolve, resolve);
-    };
-    process.on('SIGTERM', () => shutdown('SIGTERM'));
-    process.on('SIGINT', () => shutdown('SIGINT'));
-  });
+  await done;
   server.log.info('stopped');
   return 0;
 }
