@@ -139,7 +139,8 @@ describe('objects apart', () => {
     const spec = read().spec as Record<string, unknown>;
     expect(getter(spec, 'containers')).toBe('function');
     // (with a plain member too: sealed, an object of accessors alone is also frozen, and a write to it throws)
-    const sealedCopy = Object.seal(Object.defineProperties({ other: 1 }, Object.getOwnPropertyDescriptors(spec)) as Record<string, unknown>);
+    const base: Record<string, unknown> = { other: 1 };
+    const sealedCopy = Object.seal(Object.defineProperties(base, Object.getOwnPropertyDescriptors(spec)));
     sealedCopy.containers = [];
     expect(sealedCopy.containers).toEqual([]);
     const heir = Object.create(spec) as Record<string, unknown>;
