@@ -11,32 +11,39 @@ export type PathLike = string | ReadonlyArray<string | number>;
  *   patch.merge({ metadata: { annotations: { owner: 'me' } } })   // RFC 7386 semantics
  *   patch.apply({ op: 'add', path: '/spec/x', value: 1 })          // raw RFC 6902
  *
- * Every operation is applied to a private working copy as it is recorded, so later calls
- * see earlier ones (setting two keys of a new map yields one `add` and one nested `add`).
+ * Every operation is applied to a working copy as it is recorded, so later calls see earlier
+ * ones (setting two keys of a new map yields one `add` and one nested `add`). The object the
+ * policy was given is never changed.
  */
 export class Patch {
   readonly operations: PatchOperation[] = [];
-  #original: JsonValue | undefined;
+  /**
+   * The object as patched so far. It shares what no operation touched with the object given:
+   * an operation first copies the maps and lists on its way (#own). A whole copy up front cost
+   * a TypeScript mutation more than its policy did (QuickJS serialized and parsed the whole
+   * Pod, and with values apart parsed every one of them) to set one label.
+   */
   #doc: JsonValue | undefined;
-  #copied = false;
+  /** The maps and lists of #doc that are its own, not shared with the object given. */
+  #owned = new WeakSet<object>();
 
   constructor(original: JsonValue | undefined | null) {
-    this.#original = original ?? undefined;
+    this.#doc = original ?? undefined;
   }
 
   get isEmpty(): boolean {
     return this.operations.length === 0;
   }
 
-  /** The object as it will be once the recorded operations are applied. */
+  /** The object as it will be once the recorded operations are applied (a copy). */
   get result(): JsonValue | undefined {
-    return this.#working();
+    return this.#doc === undefined ? undefined : structuredCloneJson(this.#doc);
   }
 
   set(path: PathLike, value: JsonValue): this {
     const segments = toSegments(path);
     if (segments.length === 0) throw new TypeError('patch.set needs a path below the object root');
-    const doc = this.#working();
+    const doc = this.#doc;
     if (!isContainer(doc)) throw new TypeError('this request has no object to patch');
     let parent: JsonValue = doc;
     for (let i = 0; i < segments.length - 1; i++) {
@@ -69,7 +76,7 @@ export class Patch {
     const prefix = toSegments(base);
     for (const [key, value] of Object.entries(partial)) {
       const path = [...prefix, key];
-      const current = getPath(this.#working(), path);
+      const current = getPath(this.#doc, path);
       if (isPlainObject(value) && isPlainObject(current)) this.merge(value, path);
       else this.set(path, value);
     }
@@ -82,19 +89,59 @@ export class Patch {
     return this;
   }
 
-  #working(): JsonValue | undefined {
-    if (!this.#copied) {
-      this.#doc = this.#original === undefined ? undefined : structuredCloneJson(this.#original);
-      this.#copied = true;
-    }
-    return this.#doc;
-  }
-
   #record(operation: PatchOperation): this {
-    this.#doc = applyOperation(this.#working(), operation);
+    // The parents of what it changes become the working copy's own first.
+    if (operation.op !== 'test') this.#own(toSegments(operation.path).slice(0, -1));
+    if (operation.op === 'move') this.#own(toSegments(operation.from).slice(0, -1));
+    this.#doc = applyOperation(this.#doc, operation);
     this.operations.push(operation);
     return this;
   }
+
+  /** Makes the root and the maps and lists down `segments` the working copy's own, copying each shared one. */
+  #own(segments: readonly string[]): void {
+    let node = this.#doc;
+    if (!isContainer(node)) return;
+    if (!this.#owned.has(node)) {
+      node = this.#doc = shallowCopy(node);
+      this.#owned.add(node);
+    }
+    for (const segment of segments) {
+      const child = getChild(node, segment);
+      // Nothing below to change: the operation creates it, or fails.
+      if (!isContainer(child)) return;
+      if (this.#owned.has(child)) {
+        node = child;
+        continue;
+      }
+      const copy = shallowCopy(child);
+      this.#owned.add(copy);
+      setChild(node, segment, copy);
+      node = copy;
+    }
+  }
+}
+
+/**
+ * A copy of one map or list, its members shared. A map's members are copied as their property
+ * descriptors, so that a value apart not read yet (input.ts) is not read now; each made
+ * writable and configurable, so that a frozen object given yields a working copy.
+ */
+function shallowCopy(node: JsonObject | JsonValue[]): JsonObject | JsonValue[] {
+  if (Array.isArray(node)) return node.slice();
+  const descriptors = Object.getOwnPropertyDescriptors(node);
+  for (const key of Object.keys(descriptors)) {
+    const descriptor = descriptors[key]!;
+    descriptor.configurable = true;
+    if (!descriptor.get && !descriptor.set) descriptor.writable = true;
+  }
+  return Object.defineProperties({}, descriptors);
+}
+
+/** As a plain assignment would, but a key such as `__proto__` is a key here, not the prototype. */
+function setChild(parent: JsonObject | JsonValue[], key: string, value: JsonValue): void {
+  if (Array.isArray(parent)) parent[Number(key)] = value;
+  else Object.defineProperty(parent, key, { value, writable: true, enumerable: true, configurable: true });
 }
 
 export function toSegments(path: PathLike): string[] {
@@ -145,7 +192,7 @@ function insert(doc: JsonValue | undefined, segments: string[], value: JsonValue
     if (replace) parent[index] = value;
     else parent.splice(index, 0, value);
   } else if (isPlainObject(parent)) {
-    parent[key] = value;
+    setChild(parent, key, value);
   } else {
     throw new PatchError(path, 'the parent does not exist');
   }

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { Patch, PatchError } from '@portcullis/sdk';
+import { Patch, PatchError, type JsonObject } from '@portcullis/sdk';
 import { applyOperation } from '../../sdk/src/patch.ts';
 
 const original = () => ({ metadata: { name: 'x', labels: { a: '1' } }, spec: { list: [1, 2], replicas: 1 } });
@@ -46,6 +46,48 @@ describe('Patch (Kopf-style)', () => {
     const object = original();
     new Patch(object).set('/spec/replicas', 9).remove('/metadata/labels/a');
     expect(object).toEqual(original());
+  });
+
+  it('never changes the object it was given, even deep inside lists, after moves, or when it is frozen', () => {
+    const deepFreeze = <T>(value: T): T => {
+      if (typeof value === 'object' && value !== null) for (const child of Object.values(Object.freeze(value))) deepFreeze(child);
+      return value;
+    };
+    const given = (): JsonObject => ({ spec: { containers: [{ name: 'a', env: [{ name: 'X' }] }, { name: 'b' }], list: [1, 2] }, metadata: { labels: { a: '1' } } });
+    for (const object of [given(), deepFreeze(given())]) {
+      const patch = new Patch(object)
+        .set('/spec/containers/0/env/0/value', 'v').set('/spec/containers/1/name', 'c')
+        .apply({ op: 'move', from: '/spec/list/0', path: '/metadata/first' }, { op: 'copy', from: '/spec/containers/1', path: '/spec/containers/-' })
+        .remove('/metadata/labels/a');
+      expect(object).toEqual(given());
+      expect(patch.result).toEqual({
+        spec: { containers: [{ name: 'a', env: [{ name: 'X', value: 'v' }] }, { name: 'c' }, { name: 'c' }], list: [2] }, metadata: { labels: {}, first: 1 },
+      });
+      // What it reports is a copy: changing it changes neither the patch nor the object given.
+      (patch.result as { spec: { list: number[] } }).spec.list.push(9);
+      expect((patch.result as { spec: { list: number[] } }).spec.list).toEqual([2]);
+    }
+  });
+
+  it('copies only what an operation goes through: the rest stays shared and unread', () => {
+    let reads = 0;
+    const containers = [{ name: 'a' }];
+    const object = { metadata: { labels: {} }, spec: { nodeName: 'n' } };
+    // A value apart not read yet (sdk/src/input.ts) is an accessor like this one.
+    Object.defineProperty(object.spec, 'containers', { get: () => { reads++; return containers; }, enumerable: true, configurable: true });
+    const patch = new Patch(object).set(['metadata', 'labels', 'team'], 'x').set('/spec/nodeName', 'm');
+    expect(patch.operations).toEqual([{ op: 'add', path: '/metadata/labels/team', value: 'x' }, { op: 'replace', path: '/spec/nodeName', value: 'm' }]);
+    expect(reads).toBe(0);
+    expect(object.metadata.labels).toEqual({});
+    expect(object.spec.nodeName).toBe('n');
+  });
+
+  it('takes a key named __proto__ as a key, never as the prototype', () => {
+    const patch = new Patch({ metadata: { labels: {} } }).set(['metadata', 'labels', '__proto__'], 'x').set(['metadata', '__proto__'], { polluted: 'yes' });
+    const labels = (patch.result as { metadata: { labels: Record<string, unknown> } }).metadata.labels;
+    expect(Object.hasOwn(labels, '__proto__')).toBe(true);
+    expect(Object.getPrototypeOf(labels)).toBe(Object.prototype);
+    expect(({} as Record<string, unknown>).polluted).toBeUndefined();
   });
 
   it('refuses to patch when the request has no object', () => {
