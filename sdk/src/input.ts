@@ -12,9 +12,9 @@
 // text never starts with NUL, so one character tells the two forms apart, and the lengths find
 // each piece: a plain JSON input is never searched, and a split one only through its header
 // (QuickJS's indexOf walks a string a character at a time; what that costs was not measured
-// apart from the machine's noise). The host uses
-// these forms only for modules whose metadata lists them; it gives the same values, in
-// the same key order, as parsing the whole input (a test holds it to that).
+// apart from the machine's noise). The host uses these forms only for modules whose metadata
+// lists them; it gives the same values, in the same key order, as parsing the whole input (a
+// test holds it to that).
 import type { EvaluationInput, JsonValue } from './contract.ts';
 
 export function readInput(input: string): EvaluationInput {

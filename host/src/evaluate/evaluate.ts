@@ -87,8 +87,7 @@ export function sharedInput(input: EvaluationInput, policy: LoadedPolicy): Share
     settingsJson.set(policy, settings);
   }
   const apart = policy.objectsApart ? deferredOf(input, policy.nestedApart === true) : undefined;
-  if (!apart) return { envelope, settings };
-  return policy.nestedApart ? { envelope, settings, apart, nested: true } : { envelope, settings, apart };
+  return apart ? { envelope, settings, apart } : { envelope, settings };
 }
 
 /** Worked out for the first policy of the review that reads values apart, then kept (with and without values nested). */
@@ -163,7 +162,7 @@ function deferredValues(body: Uint8Array, found: ObjectsFound, shift: number): D
       defer(value, path);
       if (!inner?.some((member) => large(member.value))) return;
       const innerNames = namesOnce(body, inner);
-      inner.forEach((member, j) => { if (innerNames && large(member.value)) defer(member.value, [...path, innerNames[j]!]); });
+      if (innerNames) inner.forEach((member, j) => { if (large(member.value)) defer(member.value, [...path, innerNames[j]!]); });
     });
   }
   return apart;

@@ -30,7 +30,7 @@ export interface LoadedPolicy extends PolicyOptions {
   modes: Mode[];
   /** Its SDK reads the request's object and oldObject passed apart, each parsed when first read (SharedInput.apart). */
   objectsApart?: boolean;
-  /** ... and values apart inside those values, each in the same form (SharedInput.nested). */
+  /** ... and values apart inside those values, each in the same form (its SharedInput.apart lists them). */
   nestedApart?: boolean;
   /** What the module says about itself (portcullis build embeds it); absent in older modules. */
   info?: PolicyInfo;

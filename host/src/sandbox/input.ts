@@ -10,7 +10,7 @@ export function joinInput(input: SharedInput): string {
   const { envelope, settings, apart } = input;
   // Buffer over the shared memory: decoding reads it in place.
   const bytes = Buffer.from(envelope.buffer, envelope.byteOffset, envelope.byteLength);
-  if (apart) return joinApart(bytes, settings, apart, input.nested === true);
+  if (apart) return joinApart(bytes, settings, apart);
   const rest = bytes.toString('utf8', 1);
   return rest === '}' ? `{"settings":${settings}}` : `{"settings":${settings},${rest}`;
 }
@@ -18,18 +18,19 @@ export function joinInput(input: SharedInput): string {
 /**
  * The input with large values of the request after the JSON, for an SDK that parses each when
  * first read (sdk/src/input.ts has the form): NUL, a JSON list of the lengths (the JSON's, then
- * each value's keys and length), NUL, the JSON with null in their places, then the values.
- * `nested`: a value that holds others is itself in this form, keys relative to it. Lengths
- * count UTF-16 code units, as JavaScript strings do here and in the guest.
+ * each value's keys and length), NUL, the JSON with null in their places, then the values. A
+ * value that holds others in `apart` (only a nested-apart guest is given such a list) is itself
+ * in this form, keys relative to it. Lengths count UTF-16 code units, as JavaScript strings do
+ * here and in the guest.
  */
-function joinApart(bytes: Buffer, settings: string, apart: readonly Deferred[], nested: boolean): string {
+function joinApart(bytes: Buffer, settings: string, apart: readonly Deferred[]): string {
   // By start, an outer value comes before the values inside it.
   const values = [...apart].sort((a, b) => a[0] - b[0]);
   const inside = new Map<Deferred | undefined, Deferred[]>();
   const open: Deferred[] = [];
   for (const value of values) {
     while (open.length > 0 && open[open.length - 1]![1] <= value[0]) open.pop();
-    const outer = nested ? open[open.length - 1] : undefined;
+    const outer = open[open.length - 1];
     const list = inside.get(outer);
     if (list) list.push(value);
     else inside.set(outer, [value]);

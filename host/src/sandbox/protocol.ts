@@ -38,11 +38,6 @@ export interface SharedInput {
    * after the JSON (joinInput).
    */
   apart?: readonly Deferred[];
-  /**
-   * `apart` holds values inside others (metadata `nested-apart`), each passed inside the value
-   * it is in, in the same form. Without it, `apart` holds no value inside another.
-   */
-  nested?: boolean;
 }
 
 export type Deferred = readonly [start: number, end: number, path: readonly string[]];
