@@ -118,7 +118,14 @@ describe('hot reload', () => {
     } finally {
       for (const name of ['loading', 'swap', 'discard']) Reflect.deleteProperty(registry, name); // the class's own again
     }
-    expect(events).toEqual(['loading', 'swap', 'loaded', 'loading', 'discard', 'loaded']);
+    // The config watcher may reload the same file once more beside the test's own reloads (seen
+    // in CI): reloads never overlap, so each is one loading / swap-or-discard / loaded triple.
+    const triples = [];
+    for (let i = 0; i < events.length; i += 3) triples.push(events.slice(i, i + 3).join(' '));
+    expect(triples.length).toBeGreaterThanOrEqual(2);
+    for (const triple of triples) expect(triple).toMatch(/^loading (swap|discard) loaded$/);
+    expect(triples).toContain('loading swap loaded');
+    expect(triples.at(-1)).toBe('loading discard loaded');
   });
 
   it('reloads on SIGHUP', async () => {
