@@ -1,6 +1,6 @@
 // Starts a real Portcullis server in-process (HTTPS on a free loopback port) from YAML text,
 // and gives an undici client that trusts its CA.
-import { mkdtemp, writeFile } from 'node:fs/promises';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Agent, request as undiciRequest, type Dispatcher } from 'undici';
@@ -34,11 +34,17 @@ export async function startServer(yaml: string, options: { watch?: boolean; log?
   await writeFile(configPath, yaml);
   const logs: string[] = [];
   const log = options.log ?? createLogger('debug', (line) => logs.push(line));
-  const config = await loadConfigFile(configPath);
-  config.server.port = 0;
-  config.server.host = '127.0.0.1';
   const grace = options.retireGraceMs !== undefined ? { retireGraceMs: options.retireGraceMs } : {};
-  const server = await PortcullisServer.start({ config, log, watch: options.watch ?? false, ...grace });
+  let server: PortcullisServer;
+  try {
+    const config = await loadConfigFile(configPath);
+    config.server.port = 0;
+    config.server.host = '127.0.0.1';
+    server = await PortcullisServer.start({ config, log, watch: options.watch ?? false, ...grace });
+  } catch (error) {
+    await rm(dir, { recursive: true, force: true });
+    throw error;
+  }
   const agent = new Agent({ connect: { ca: server.tls?.caBundle ?? '', rejectUnauthorized: true } });
   const send = async (path: string, init: Dispatcher.RequestOptions<unknown>['method'], body?: string, headers: Record<string, string> = {}) =>
     undiciRequest(`${server.url}${path}`, { method: init, dispatcher: agent, ...(body !== undefined ? { body } : {}), headers });
@@ -56,6 +62,7 @@ export async function startServer(yaml: string, options: { watch?: boolean; log?
     async close() {
       await agent.close();
       await server.stop(2000);
+      await rm(dir, { recursive: true, force: true });
     },
   };
 }

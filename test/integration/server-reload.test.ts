@@ -1,7 +1,8 @@
 // Hot reload under a stream of requests (zero failures), broken files keep the old set
 // serving, SIGHUP reloads; SIGTERM finishes in-flight reviews and exits 0.
 import { spawn } from 'node:child_process';
-import { readFile, rename, writeFile } from 'node:fs/promises';
+import { mkdtemp, readFile, rename, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Agent, request } from 'undici';
 import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
@@ -141,9 +142,8 @@ describe('hot reload', () => {
 describe('graceful shutdown', () => {
   /** `serve` as its own process, with this drain and these policies (YAML list items). */
   async function serve(shutdownDelayMs: number, policies: string) {
-    const t = await startServer('policies: []');
-    const dir = t.dir;
-    await t.close();
+    const dir = await mkdtemp(join(tmpdir(), 'portcullis-drain-'));
+    onTestFinished(() => rm(dir, { recursive: true, force: true }));
     await writeFile(join(dir, 'slow.yaml'), `
 server: { port: 0, host: 127.0.0.1, shutdownDelayMs: ${shutdownDelayMs}, tls: { mode: self-signed, hostnames: [127.0.0.1], cadump: ${dir}/ca.pem } }
 webhooks: { timeoutSeconds: 10 }

@@ -1,10 +1,11 @@
 // TLS modes: self-signed (with cadump), certificate files (rotated live), plain HTTP only on
 // request, and client-certificate verification that reaches policies as `sslpeer`.
-import { readFile, writeFile } from 'node:fs/promises';
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { generate } from 'selfsigned';
 import { Agent, request } from 'undici';
-import { afterEach, describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it, onTestFinished } from 'vitest';
 import { selfSigned } from '../../host/src/server/tls.ts';
 import { admissionReview, policyYaml, startServer, type TestServer } from '../helpers/server.ts';
 
@@ -43,7 +44,8 @@ describe('certificate files', () => {
   it('a certificate and key written one after the other, or a certificate its CA file does not verify, keep the current one', async () => {
     // Red team: a reload that saw the new certificate with the old key crashed the host (its Fail
     // webhooks left behind); one from another CA was served silently (apiserver: x509 errors).
-    const certDir = await (await import('node:fs/promises')).mkdtemp(join((await import('node:os')).tmpdir(), 'portcullis-certs-'));
+    const certDir = await mkdtemp(join(tmpdir(), 'portcullis-certs-'));
+    onTestFinished(() => rm(certDir, { recursive: true, force: true }));
     const ca = await generate([{ name: 'commonName', value: 'ca-one' }], { keyType: 'ec', curve: 'P-256', algorithm: 'sha256', extensions: [{ name: 'basicConstraints', cA: true }, { name: 'keyUsage', keyCertSign: true, digitalSignature: true }] });
     const leaf = (signer: { private: string; cert: string }) => generate([{ name: 'commonName', value: '127.0.0.1' }], {
       keyType: 'ec', curve: 'P-256', algorithm: 'sha256', ca: { key: signer.private, cert: signer.cert }, extensions: [{ name: 'subjectAltName', altNames: [{ type: 7, ip: '127.0.0.1' }] }],
@@ -81,8 +83,8 @@ describe('certificate files', () => {
 
   it('serves them and picks up a rotated certificate without dropping connections', async () => {
     const first = await selfSigned(['127.0.0.1']);
-    const dir = (await import('node:fs/promises')).mkdtemp(join((await import('node:os')).tmpdir(), 'portcullis-certs-'));
-    const certDir = await dir;
+    const certDir = await mkdtemp(join(tmpdir(), 'portcullis-certs-'));
+    onTestFinished(() => rm(certDir, { recursive: true, force: true }));
     await writeFile(join(certDir, 'tls.crt'), first.cert);
     await writeFile(join(certDir, 'tls.key'), first.key);
     const t = await start(`server: { tls: { certFile: ${certDir}/tls.crt, keyFile: ${certDir}/tls.key } }\npolicies:\n${showAuth}`);
@@ -132,10 +134,10 @@ describe('client certificates', () => {
     const client = await generate([{ name: 'commonName', value: 'kube-apiserver' }], { keyType: 'ec', curve: 'P-256', algorithm: 'sha256', ca: { key: ca.private, cert: ca.cert }, extensions: [{ name: 'extKeyUsage', clientAuth: true }] });
     const grouped = await generate([{ name: 'commonName', value: 'alice' }, { name: 'organizationName', value: 'a' }, { name: 'organizationName', value: 'system:masters' }], { keyType: 'ec', curve: 'P-256', algorithm: 'sha256', ca: { key: ca.private, cert: ca.cert }, extensions: [{ name: 'extKeyUsage', clientAuth: true }] });
     const stranger = await generate([{ name: 'commonName', value: 'mallory' }], { keyType: 'ec', curve: 'P-256', algorithm: 'sha256' });
-    const t0 = await startServer('policies: []');
-    const caFile = join(t0.dir, 'client-ca.pem');
+    const dir = await mkdtemp(join(tmpdir(), 'portcullis-client-ca-'));
+    onTestFinished(() => rm(dir, { recursive: true, force: true }));
+    const caFile = join(dir, 'client-ca.pem');
     await writeFile(caFile, ca.cert);
-    await t0.close();
     const t = await start(`server: { tls: { mode: self-signed, hostnames: [127.0.0.1], clientCA: ${caFile} } }\npolicies:\n${showAuth}`);
     const serverCa = t.server.tls!.caBundle;
     const good = new Agent({ connect: { ca: serverCa, cert: client.cert, key: client.private } });
