@@ -13,7 +13,9 @@ export type PathLike = string | ReadonlyArray<string | number>;
  *
  * Every operation is applied to a working copy as it is recorded, so later calls see earlier
  * ones (setting two keys of a new map yields one `add` and one nested `add`). The object the
- * policy was given is never changed.
+ * policy was given is never changed. Change the object through the patch only: the working copy
+ * shares with it what no operation has touched, so an edit made to the object directly is
+ * taken as how the object came (and yields no operation).
  */
 export class Patch {
   readonly operations: PatchOperation[] = [];
@@ -78,24 +80,64 @@ export class Patch {
       const path = [...prefix, key];
       const current = getPath(this.#doc, path);
       if (isPlainObject(value) && isPlainObject(current)) this.merge(value, path);
-      else this.set(path, value);
+      // Merged into nothing (or into a non-map), a map still loses its null members (RFC 7386:
+      // the target is taken as {}). Red team: `labels: { old: null, team: 'a' }` on a Pod
+      // without labels added `old: null`.
+      else this.set(path, isPlainObject(value) ? withoutNulls(value) : value);
     }
     return this;
   }
 
-  /** Record raw RFC 6902 operations; each must apply to the object as patched so far. */
+  /**
+   * Record raw RFC 6902 operations; each must apply to the object as patched so far. One that
+   * cannot apply throws a PatchError and changes nothing: those before it stay recorded.
+   */
   apply(...operations: PatchOperation[]): this {
     for (const operation of operations) this.#record(operation);
     return this;
   }
 
-  #record(operation: PatchOperation): this {
-    // The parents of what it changes become the working copy's own first.
-    if (operation.op !== 'test') this.#own(toSegments(operation.path).slice(0, -1));
-    if (operation.op === 'move') this.#own(toSegments(operation.from).slice(0, -1));
-    this.#doc = applyOperation(this.#doc, operation);
+  #record(given: PatchOperation): this {
+    // The operation is copied, its value too: a caller that changes what it passed afterwards
+    // (or passed a piece of ctx.object and edits that) must not change the patch sent.
+    const operation = ownOperation(given);
+    if (operation.op === 'move') this.#move(operation);
+    else {
+      // The parents of what it changes become the working copy's own first.
+      if (operation.op !== 'test') this.#own(toSegments(operation.path).slice(0, -1));
+      this.#doc = applyOperation(this.#doc, operation);
+    }
     this.operations.push(operation);
     return this;
+  }
+
+  /**
+   * Remove, then add where `path` points once the value is gone (RFC 6902 4.4). The parents on
+   * `path` become the working copy's own only after the removal: before it, a list index on the
+   * way named the element that the removal then moved there, which was still the object
+   * given's (red team: a move within a list wrote into the object the policy was given).
+   */
+  #move(operation: { op: 'move' | 'copy'; from: string; path: string }): void {
+    const from = toSegments(operation.from);
+    const path = toSegments(operation.path);
+    if (from.length < path.length && from.every((segment, i) => segment === path[i])) fail(operation, 'cannot move a value into itself');
+    const value = getPath(this.#doc, from);
+    if (value === undefined) fail(operation, `"from" ${operation.from} does not exist`);
+    const parentPath = from.slice(0, -1);
+    this.#own(parentPath);
+    const parent = getPath(this.#doc, parentPath) as JsonObject | JsonValue[];
+    // To put back should the add fail: a move that cannot apply changes nothing.
+    const before = shallowCopy(parent);
+    this.#doc = removeAt(this.#doc, from, operation);
+    this.#own(path.slice(0, -1));
+    try {
+      this.#doc = insert(this.#doc, path, value, operation.path, false);
+    } catch (error) {
+      this.#owned.add(before);
+      if (parentPath.length === 0) this.#doc = before;
+      else setChild(getPath(this.#doc, parentPath.slice(0, -1)) as JsonObject | JsonValue[], parentPath[parentPath.length - 1]!, before);
+      throw error;
+    }
   }
 
   /** Makes the root and the maps and lists down `segments` the working copy's own, copying each shared one. */
@@ -172,6 +214,7 @@ export function applyOperation(doc: JsonValue | undefined, operation: PatchOpera
     case 'move':
     case 'copy': {
       const from = toSegments(operation.from);
+      if (operation.op === 'move' && from.length < segments.length && from.every((segment, i) => segment === segments[i])) fail(operation, 'cannot move a value into itself');
       const value = getPath(doc, from);
       if (value === undefined) fail(operation, `"from" ${operation.from} does not exist`);
       const without = operation.op === 'move' ? removeAt(doc, from, operation) : doc;
@@ -207,7 +250,7 @@ function removeAt(doc: JsonValue | undefined, segments: string[], operation: Pat
     const index = arrayIndex(key, operation.path);
     if (index >= parent.length) fail(operation, 'index out of range');
     parent.splice(index, 1);
-  } else if (isPlainObject(parent) && key in parent) {
+  } else if (isPlainObject(parent) && Object.prototype.hasOwnProperty.call(parent, key)) {
     delete parent[key];
   } else {
     fail(operation, 'the path does not exist');
@@ -282,7 +325,43 @@ export function deepEqual(a: JsonValue | undefined, b: JsonValue | undefined): b
   if (Array.isArray(a) && Array.isArray(b)) return a.length === b.length && a.every((v, i) => deepEqual(v, b[i]));
   const ka = Object.keys(a);
   const kb = Object.keys(b);
-  return ka.length === kb.length && ka.every((k) => deepEqual((a as JsonObject)[k], (b as JsonObject)[k]));
+  // Own keys only: b's "__proto__" read through the prototype is Object.prototype, which equals {} (red team).
+  return ka.length === kb.length && ka.every((k) => Object.prototype.hasOwnProperty.call(b, k) && deepEqual((a as JsonObject)[k], (b as JsonObject)[k]));
+}
+
+/** A map as RFC 7386 merges it into nothing: null members gone, at every level of maps (lists are values). */
+function withoutNulls(value: JsonObject): JsonObject {
+  const out: JsonObject = {};
+  for (const [key, member] of Object.entries(value)) {
+    if (member === null) continue;
+    setChild(out, key, isPlainObject(member) ? withoutNulls(member) : member);
+  }
+  return out;
+}
+
+/**
+ * A copy of an operation with only its own fields, its value cloned, checked for what the
+ * types say (a policy in plain JavaScript may pass anything).
+ */
+function ownOperation(operation: PatchOperation): PatchOperation {
+  if (!isPlainObject(operation)) throw new TypeError(`a patch operation must be an object, not ${JSON.stringify(operation)}`);
+  const { op, path } = operation;
+  if (typeof path !== 'string') throw new TypeError(`patch operation ${JSON.stringify(op)} needs a string "path"`);
+  switch (op) {
+    case 'add':
+    case 'replace':
+    case 'test':
+      if (!('value' in operation) || operation.value === undefined) throw new TypeError(`patch operation "${op}" at ${path} needs a "value"`);
+      return { op, path, value: clone(operation.value) };
+    case 'remove':
+      return { op, path };
+    case 'move':
+    case 'copy':
+      if (typeof operation.from !== 'string') throw new TypeError(`patch operation "${op}" at ${path} needs a string "from"`);
+      return { op, from: operation.from, path };
+    default:
+      throw new TypeError(`unknown patch operation ${JSON.stringify(op)}`);
+  }
 }
 
 function clone(value: JsonValue): JsonValue {

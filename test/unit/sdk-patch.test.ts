@@ -94,6 +94,52 @@ describe('Patch (Kopf-style)', () => {
     expect(() => new Patch(null).set('/a', 1)).toThrow('this request has no object to patch');
   });
 
+  it('moves within a list without writing into the object given (the add goes where its path points after the removal)', () => {
+    const given = { spec: { list: [{ n: 0 }, { n: 1 }, { n: 2 }] } };
+    const patch = new Patch(given).apply({ op: 'move', from: '/spec/list/0', path: '/spec/list/1/x' });
+    expect(given).toEqual({ spec: { list: [{ n: 0 }, { n: 1 }, { n: 2 }] } });
+    expect(patch.result).toEqual({ spec: { list: [{ n: 1 }, { n: 2, x: { n: 0 } }] } });
+    expect(() => new Patch(given).apply({ op: 'move', from: '/spec/list/0', path: '/spec/list/0/x' })).toThrow('cannot move a value into itself');
+  });
+
+  it('changes nothing when an operation cannot apply: a move whose add fails keeps its value where it was', () => {
+    const patch = new Patch({ spec: { a: { keep: 1 }, list: [1, 2] } });
+    expect(() => patch.apply({ op: 'move', from: '/spec/a', path: '/spec/missing/b' })).toThrow(PatchError);
+    expect(() => patch.apply({ op: 'move', from: '/spec/list/0', path: '/spec/list/5' })).toThrow('index out of range');
+    patch.set('/spec/a/x', 1);
+    expect(patch.operations).toEqual([{ op: 'add', path: '/spec/a/x', value: 1 }]);
+    expect(patch.result).toEqual({ spec: { a: { keep: 1, x: 1 }, list: [1, 2] } });
+  });
+
+  it('records copies: changing a value or an operation after passing it does not change the patch', () => {
+    const value = { a: '1' };
+    const op = { op: 'add' as const, path: '/spec/y', value: [1] as number[] };
+    const patch = new Patch({ spec: {} }).set('/spec/x', value).apply(op).merge({ spec: { z: value } });
+    value.a = 'changed';
+    op.path = '/spec/elsewhere';
+    op.value.push(2);
+    expect(patch.operations).toEqual([
+      { op: 'add', path: '/spec/x', value: { a: '1' } }, { op: 'add', path: '/spec/y', value: [1] }, { op: 'add', path: '/spec/z', value: { a: '1' } },
+    ]);
+  });
+
+  it('refuses what RFC 6902 refuses: removing an inherited name, an operation without its value', () => {
+    expect(() => new Patch({ metadata: { labels: {} } }).apply({ op: 'remove', path: '/metadata/labels/constructor' })).toThrow('the path does not exist');
+    expect(() => new Patch({ spec: {} }).apply({ op: 'test', path: '/spec' } as never)).toThrow('needs a "value"');
+    expect(() => new Patch({ spec: {} }).apply({ op: 'copy', path: '/spec/x' } as never)).toThrow('needs a string "from"');
+  });
+
+  it('compares maps by their own keys: "__proto__": {} is not any other one-key map', () => {
+    const given = JSON.parse('{"spec":{"cfg":{"__proto__":{}}}}') as JsonObject;
+    expect(new Patch(given).set('/spec/cfg', { mode: 'strict' }).operations).toEqual([{ op: 'replace', path: '/spec/cfg', value: { mode: 'strict' } }]);
+    expect(() => new Patch(given).apply({ op: 'test', path: '/spec/cfg', value: { mode: 'strict' } })).toThrow('the value differs');
+  });
+
+  it('merges a map into nothing without its null members (RFC 7386)', () => {
+    const patch = new Patch({ metadata: { name: 'x' } }).merge({ metadata: { labels: { old: null, team: 'a', nested: { gone: null } } } });
+    expect(patch.operations).toEqual([{ op: 'add', path: '/metadata/labels', value: { team: 'a', nested: {} } }]);
+  });
+
   it('applyOperation handles array insertion and bounds', () => {
     expect(applyOperation([1, 3], { op: 'add', path: '/1', value: 2 })).toEqual([1, 2, 3]);
     expect(() => applyOperation([1], { op: 'add', path: '/5', value: 2 })).toThrow('index out of range');
