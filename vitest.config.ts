@@ -7,5 +7,6 @@ export default defineConfig({
     hookTimeout: 60_000,
     // Worker-thread sandboxes and real servers: files run in parallel, one fork each.
     pool: 'forks',
+    globalSetup: ['test/helpers/scratch-tmpdir.ts'],
   },
 });
