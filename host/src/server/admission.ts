@@ -11,6 +11,7 @@ import { hasObject, parseScannedReview, parseReviewText } from '../review/parse.
 import { rawRequestSpan, scanReview, type ReviewScan } from '../review/scan.ts';
 import { respond, type AdmissionResponseReview } from '../review/respond.ts';
 import type { SandboxPool } from '../sandbox/pool.ts';
+import type { HostObjects } from '../select/host-objects.ts';
 import { policyMatches, type NamespaceLabels } from '../select/match.ts';
 import type { Logger } from '../util/log.ts';
 import type { Metrics } from './metrics.ts';
@@ -36,6 +37,8 @@ export interface AdmissionDeps {
    * path is the operator's own, and likely a typo.
    */
   allowUnknownPolicies?: boolean;
+  /** The host's own Lease and Secret: allowed without policies (select/host-objects.ts). */
+  hostObjects?: HostObjects;
 }
 
 export type { Caller } from './caller.ts';
@@ -51,6 +54,11 @@ export async function review(deps: AdmissionDeps, caller: Caller, body: string |
   if (typeof body !== 'string') scan ??= scanReview(body);
   const parsed = typeof body === 'string' ? parseReviewText(body) : parseScannedReview(body, scan!);
   const { request } = parsed;
+  const own = deps.hostObjects?.(request);
+  if (own !== undefined) {
+    deps.log.debug('allowed without evaluating policies: the host writes this object itself', { uid: request.uid, object: own, operation: request.operation });
+    return respond(parsed.apiVersion, request.uid, { allowed: true, warnings: [], patch: [] });
+  }
   const set = deps.registry.current;
   set.hold();
   try {

@@ -17,6 +17,8 @@ import type { RegistryOptions } from '../policy/source.ts';
 import { PatchMerger } from '../merge/offload.ts';
 import { SandboxPool } from '../sandbox/pool.ts';
 import type { NamespaceLabels } from '../select/match.ts';
+import { hostObjects } from '../select/host-objects.ts';
+import { hostNamespace } from '../webhooks/build.ts';
 import { createServer } from './http.ts';
 import { createLogger, type Logger } from '../util/log.ts';
 import { Metrics } from './metrics.ts';
@@ -95,11 +97,13 @@ export class PortcullisServer {
     this.pool = new SandboxPool(config.workers > 0 ? config.workers : undefined);
     this.registry = new PolicyRegistry(this.pool, new PolicySet([]));
     this.metrics = new Metrics(this.pool);
+    const own = hostObjects(config, hostNamespace(config.webhooks));
     this.#server = createServer(config.server, tls, {
       registry: this.registry, pool: this.pool, metrics: this.metrics, log, merger: this.merger,
       namespaceLabels: namespaceLabels ?? ((namespace) => this.context.namespaceLabels(namespace)),
       ...(config.server.logAllowedReviews ? { logAllowed: true } : {}),
       ...(config.webhooks.managed ? { allowUnknownPolicies: true } : {}),
+      ...(own ? { hostObjects: own } : {}),
       acceptsReviews: () => this.#ready,
       isReady: () => this.#readiness(),
     });

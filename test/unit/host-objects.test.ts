@@ -1,0 +1,33 @@
+import type { AdmissionRequest } from '@portcullis/sdk';
+import { expect, it } from 'vitest';
+import { parseConfig } from '../../host/src/config/load.ts';
+import { hostObjects } from '../../host/src/select/host-objects.ts';
+
+const request = (group: string, resource: string, namespace: string, name: string) => ({
+  uid: 'u', kind: { group, version: 'v1', kind: 'X' }, resource: { group, version: 'v1', resource }, namespace, name, operation: 'UPDATE',
+  userInfo: {}, object: {}, oldObject: {}, dryRun: false,
+}) as unknown as AdmissionRequest;
+
+it('names the certificate Secret and the Lease, by group, resource, namespace and name', () => {
+  const config = parseConfig(`
+server: { tls: { mode: secret, secretName: portcullis-tls } }
+webhooks: { managed: guard.example.com, service: { name: portcullis, namespace: guards }, leaderElection: true }
+policies: []
+`, 'test.yaml');
+  const own = hostObjects(config, 'guards')!;
+  expect(own(request('', 'secrets', 'guards', 'portcullis-tls'))).toBe("the host's own certificate Secret guards/portcullis-tls");
+  expect(own(request('coordination.k8s.io', 'leases', 'guards', 'guard.example.com'))).toBe("the host's own leader-election Lease guards/guard.example.com");
+  expect(own(request('', 'secrets', 'other', 'portcullis-tls'))).toBeUndefined();
+  expect(own(request('', 'configmaps', 'guards', 'portcullis-tls'))).toBeUndefined();
+  expect(own(request('example.com', 'secrets', 'guards', 'portcullis-tls'))).toBeUndefined();
+  expect(own(request('coordination.k8s.io', 'leases', 'guards', 'guard.example.co'))).toBeUndefined();
+});
+
+it('is nothing when the host writes nothing (no leader election, certificates not in a Secret)', () => {
+  const config = parseConfig(`
+server: { tls: { mode: self-signed } }
+webhooks: { managed: guard.example.com, url: "https://127.0.0.1:1", leaderElection: false }
+policies: []
+`, 'test.yaml');
+  expect(hostObjects(config, 'guards')).toBeUndefined();
+});
