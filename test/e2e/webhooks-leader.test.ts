@@ -137,3 +137,45 @@ describe('a leader frozen past its lease (split brain)', () => {
     }
   });
 });
+
+describe('a replica that does not lead, on exit', () => {
+  const BLOCKER = 'lease-blocker.e2e.dev';
+  afterAll(() => kubectl(['delete', 'validatingwebhookconfiguration', BLOCKER, '--ignore-not-found']));
+
+  it('leaves the configurations to a live leader', async () => {
+    await removeWebhookConfigurations();
+    const a = await startHost({ managed: NAME, policies });
+    await waitFor('A to manage', () => managedBy(a));
+    const b = await startHost({ managed: NAME, policies });
+    await new Promise((r) => setTimeout(r, 1_500));
+    expect(await b.stop('SIGTERM')).toBe(0);
+    expect(b.output()).toMatch(/left to the leader/);
+    expect(await managedBy(a)).toBe(true);
+    expect(await a.stop('SIGTERM')).toBe(0);
+    expect(await getValidating(NAME)).toBeUndefined();
+  });
+
+  it('removes them when nobody leads: a host whose lease renewals failed does not leave its webhooks behind', async () => {
+    await removeWebhookConfigurations();
+    const a = await startHost({ managed: NAME, policies: [policy('require-labels', { modes: ['validate'], failurePolicy: 'Fail', settings: { labels: { team: 'x' } }, rules: [{ operations: ['CREATE'], apiGroups: [''], apiVersions: ['v1'], resources: ['configmaps'] }] })] });
+    await waitFor('A to manage', () => managedBy(a));
+    // Another webhook, which nobody serves, refuses every update of a Lease in the host's
+    // namespace: A's renewals fail, as when a policy denied them (outsider run on 1.20).
+    await kubectlOk(['apply', '-f', '-'], {
+      input: JSON.stringify({
+        apiVersion: 'admissionregistration.k8s.io/v1', kind: 'ValidatingWebhookConfiguration', metadata: { name: BLOCKER },
+        webhooks: [{
+          name: `block.${BLOCKER}`, clientConfig: { url: 'https://127.0.0.1:1/block' }, failurePolicy: 'Fail', sideEffects: 'None', admissionReviewVersions: ['v1'], timeoutSeconds: 2,
+          rules: [{ operations: ['UPDATE'], apiGroups: ['coordination.k8s.io'], apiVersions: ['v1'], resources: ['leases'] }],
+          namespaceSelector: { matchLabels: { 'kubernetes.io/metadata.name': HOST_NAMESPACE } },
+        }],
+      }),
+    });
+    await a.waitForLog(/lost the lease; no longer writing/, 20_000);
+    expect((await lease()).spec.holderIdentity).toBe(leaderIdentity(a));
+    expect(await getValidating(NAME)).toBeDefined();
+    expect(await a.stop('SIGTERM')).toBe(0);
+    expect(a.output()).toMatch(/no replica leads; removing the webhooks of non-persistent policies as the last one out/);
+    expect(await getValidating(NAME)).toBeUndefined();
+  });
+});

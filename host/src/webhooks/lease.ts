@@ -242,6 +242,27 @@ export class LeaderElector {
     await this.release();
   }
 
+  /**
+   * Another replica that holds the lease now (renewed within its duration), read from the
+   * cluster; undefined when nobody else does (free, expired, or still ours). Throws when the
+   * lease cannot be read.
+   */
+  async otherHolder(): Promise<string | undefined> {
+    const { api, name, namespace, server } = this.#o;
+    let lease: V1Lease;
+    try {
+      lease = await kubeCall({ verb: 'get', resource: 'leases', name, namespace }, server, () => api.readNamespacedLease({ name, namespace }, callOptions(this.retryMs)));
+    } catch (error) {
+      if (statusOf(error) === 404) return undefined;
+      throw error;
+    }
+    const holder = lease.spec?.holderIdentity ?? '';
+    if (holder === '' || holder === this.identity) return undefined;
+    const renewed = microTimeMs(lease.spec?.renewTime);
+    const duration = (lease.spec?.leaseDurationSeconds ?? this.#o.leaseDurationSeconds) * 1000;
+    return Number.isNaN(renewed) || renewed + duration > this.#now() ? holder : undefined;
+  }
+
   async release(): Promise<void> {
     if (!this.#leader) return;
     this.#leader = false;

@@ -100,6 +100,8 @@ export class WebhookManager {
   #overlapTimer: NodeJS.Timeout | undefined;
   #warnedName = false;
   #waitingReady = false;
+  /** Stopping with no live leader: this replica removes what a leader would have (see #nobodyElseLeads). */
+  #lastOut = false;
   #syncFailed = false;
   /** The policy set of the last sync that succeeded while ready: what is registered. */
   #applied: readonly ManagedPolicy[] | undefined;
@@ -149,7 +151,7 @@ export class WebhookManager {
    * (LeaderElector.fence); without it, this replica is the only writer.
    */
   async fence<T>(what: string, write: () => Promise<T>): Promise<T> {
-    if (!this.#elector) return write();
+    if (!this.#elector || this.#lastOut) return write();
     if (!this.#elector.isLeader) {
       throw new KubeApiError({ verb: 'patch', resource: 'validatingwebhookconfigurations', name: this.name }, undefined,
         `not writing ${what}: not the leader any more (or not renewed within the renew deadline); leaving it to the leader`, false);
@@ -262,7 +264,8 @@ export class WebhookManager {
     for (const timer of [this.#retryTimer, this.#resyncTimer, this.#overlapTimer]) clearTimeout(timer);
     await this.#running;
     await this.#elector?.halt();
-    if (this.isLeader) {
+    if (!this.isLeader && this.#elector) this.#lastOut = await this.#nobodyElseLeads();
+    if (this.isLeader || this.#lastOut) {
       try {
         // Shutdown has a grace period: retry only what can clear up within it.
         const results = await retry(() => this.#apply(this.#desired(true)), {
@@ -276,6 +279,27 @@ export class WebhookManager {
     }
     await this.#elector?.release();
     this.#started = false;
+  }
+
+  /**
+   * A replica that is not the leader leaves the configurations to the one that is. But with no
+   * live leader, nobody would remove them: a host that lost its lease (its renewals failing, or
+   * denied by a policy) and then stopped left webhooks with failurePolicy Fail that pointed at
+   * nothing, and the cluster refused what they covered (outsider run on 1.20).
+   */
+  async #nobodyElseLeads(): Promise<boolean> {
+    try {
+      const holder = await this.#elector!.otherHolder();
+      if (holder === undefined) {
+        this.#log.warn('webhook configurations: no replica leads; removing the webhooks of non-persistent policies as the last one out', { name: this.name, lease: `${this.namespace}/${this.name}` });
+        return true;
+      }
+      this.#log.info('webhook configurations: left to the leader', { name: this.name, leader: holder });
+    } catch (error) {
+      this.#log.error('webhook configurations: could not read the lease to tell whether another replica leads; left the webhooks in place: remove them by hand if no host is coming back',
+        { name: this.name, lease: `${this.namespace}/${this.name}`, message: errorMessage(error) });
+    }
+    return false;
   }
 
   #onLeading(): void {
@@ -389,7 +413,7 @@ export class WebhookManager {
 
   async #applyOnce(kind: Kind, desired: AnyConfiguration): Promise<Result> {
     const ops = this.#operations(kind);
-    if (!this.isLeader) throw new KubeApiError({ verb: 'patch', resource: ops.resource, name: this.name }, undefined, 'not the leader any more; leaving the configurations to the new leader', false);
+    if (!this.isLeader && !this.#lastOut) throw new KubeApiError({ verb: 'patch', resource: ops.resource, name: this.name }, undefined, 'not the leader any more; leaving the configurations to the new leader', false);
     let current: AnyConfiguration | undefined;
     try {
       current = await ops.get();
