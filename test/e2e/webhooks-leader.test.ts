@@ -142,20 +142,20 @@ describe('a replica that does not lead, on exit', () => {
   const BLOCKER = 'lease-blocker.e2e.dev';
   afterAll(() => kubectl(['delete', 'validatingwebhookconfiguration', BLOCKER, '--ignore-not-found']));
 
-  it('leaves the configurations to a live leader', async () => {
+  it('leaves the configurations to the leader', async () => {
     await removeWebhookConfigurations();
     const a = await startHost({ managed: NAME, policies });
     await waitFor('A to manage', () => managedBy(a));
     const b = await startHost({ managed: NAME, policies });
     await new Promise((r) => setTimeout(r, 1_500));
     expect(await b.stop('SIGTERM')).toBe(0);
-    expect(b.output()).toMatch(/left to the leader/);
+    expect(b.output()).toMatch(/left to the replicas still running/);
     expect(await managedBy(a)).toBe(true);
     expect(await a.stop('SIGTERM')).toBe(0);
     expect(await getValidating(NAME)).toBeUndefined();
   });
 
-  it('removes them when nobody leads: a host whose lease renewals failed does not leave its webhooks behind', async () => {
+  it('removes them when the Lease still names it and nobody took over: a host whose renewals failed does not leave its webhooks behind', async () => {
     await removeWebhookConfigurations();
     const a = await startHost({ managed: NAME, policies: [policy('require-labels', { modes: ['validate'], failurePolicy: 'Fail', settings: { labels: { team: 'x' } }, rules: [{ operations: ['CREATE'], apiGroups: [''], apiVersions: ['v1'], resources: ['configmaps'] }] })] });
     await waitFor('A to manage', () => managedBy(a));
@@ -175,7 +175,7 @@ describe('a replica that does not lead, on exit', () => {
     expect((await lease()).spec.holderIdentity).toBe(leaderIdentity(a));
     expect(await getValidating(NAME)).toBeDefined();
     expect(await a.stop('SIGTERM')).toBe(0);
-    expect(a.output()).toMatch(/no replica leads; removing the webhooks of non-persistent policies as the last one out/);
+    expect(a.output()).toMatch(/still holds the lease but could not renew it, and no replica took over; removing the webhooks of non-persistent policies as the last one out/);
     expect(await getValidating(NAME)).toBeUndefined();
   });
 });

@@ -29,10 +29,13 @@ it('allows the host\'s own Lease without evaluating a policy that covers it', as
   }
   const { body: perPolicy } = await t.post('/validate/require-labels', lease('guard.portcullis.dev', 'portcullis'));
   expect(perPolicy.response.allowed).toBe(true);
+  // A policy this replica does not have is answered as such, not as exempt.
+  const { body: unknown } = await t.post('/validate/no-such-policy', lease('guard.portcullis.dev', 'portcullis'));
+  expect(unknown.response.warnings).toEqual([expect.stringContaining('policy "no-such-policy" (validate) is not configured on this webhook replica')]);
   expect(t.logs.some((line) => line.includes('the host writes this object itself') && line.includes("the host's own leader-election Lease portcullis/guard.portcullis.dev"))).toBe(true);
 });
 
-it('puts any other Lease to the policies: another name, another namespace', async () => {
+it('puts any other Lease to the policies: another name, another namespace (other operations: test/unit/host-objects)', async () => {
   for (const review of [lease('guard.portcullis.dev', 'default'), lease('other', 'portcullis')]) {
     const { body } = await t.post('/validate', review);
     expect(body.response.allowed).toBe(false);

@@ -3,9 +3,9 @@ import { expect, it } from 'vitest';
 import { parseConfig } from '../../host/src/config/load.ts';
 import { hostObjects } from '../../host/src/select/host-objects.ts';
 
-const request = (group: string, resource: string, namespace: string, name: string) => ({
+const request = (group: string, resource: string, namespace: string, name: string, more: Record<string, unknown> = {}) => ({
   uid: 'u', kind: { group, version: 'v1', kind: 'X' }, resource: { group, version: 'v1', resource }, namespace, name, operation: 'UPDATE',
-  userInfo: {}, object: {}, oldObject: {}, dryRun: false,
+  userInfo: {}, object: {}, oldObject: {}, dryRun: false, ...more,
 }) as unknown as AdmissionRequest;
 
 it('names the certificate Secret and the Lease, by group, resource, namespace and name', () => {
@@ -21,6 +21,22 @@ policies: []
   expect(own(request('', 'configmaps', 'guards', 'portcullis-tls'))).toBeUndefined();
   expect(own(request('example.com', 'secrets', 'guards', 'portcullis-tls'))).toBeUndefined();
   expect(own(request('coordination.k8s.io', 'leases', 'guards', 'guard.example.co'))).toBeUndefined();
+});
+
+it('exempts only what the host does to them: not a DELETE, a subresource or a dry run', () => {
+  const config = parseConfig(`
+server: { tls: { mode: secret, secretName: portcullis-tls } }
+webhooks: { managed: guard.example.com, service: { name: portcullis, namespace: guards }, leaderElection: true }
+policies: []
+`, 'test.yaml');
+  const own = hostObjects(config, 'guards')!;
+  const lease = (more: Record<string, unknown>) => own(request('coordination.k8s.io', 'leases', 'guards', 'guard.example.com', more));
+  expect(lease({ operation: 'CREATE' })).toBeDefined();
+  expect(lease({ operation: 'DELETE' })).toBeUndefined();
+  expect(lease({ subResource: 'status' })).toBeUndefined();
+  expect(lease({ dryRun: true })).toBeUndefined();
+  expect(own(request('', 'secrets', 'guards', 'portcullis-tls', { operation: 'CREATE' }))).toBeUndefined();
+  expect(own(request('', 'secrets', 'guards', 'portcullis-tls', { operation: 'DELETE' }))).toBeUndefined();
 });
 
 it('is nothing when the host writes nothing (no leader election, certificates not in a Secret)', () => {

@@ -204,6 +204,31 @@ describe('WebhookManager', () => {
     expect(lines.some((l) => l.includes('does not label namespaces'))).toBe(false);
   });
 
+  it('on stop, a replica that does not lead removes the webhooks only while the Lease still names it: never for another holder, even one its own clock finds expired', async () => {
+    const cases = [
+      { holder: 'me', removed: true, said: 'as the last one out' },
+      // Renewed an hour ago by this machine's clock: a clock skew, or a leader that just crashed
+      // while its replicas still serve (red team). Not this replica's to judge.
+      { holder: 'other', removed: false, said: 'left to the replicas still running' },
+      { holder: '', removed: false, said: 'left to the replicas still running' },
+    ];
+    for (const { holder, removed, said } of cases) {
+      const { store, api } = fakeAdmission();
+      const managed = { 'app.kubernetes.io/managed-by': 'portcullis' };
+      store.validating = { metadata: { name: 'portcullis.dev', resourceVersion: '1', labels: managed }, webhooks: [{}] };
+      const lease = { metadata: { resourceVersion: '7' }, spec: { holderIdentity: holder, leaseDurationSeconds: 15, renewTime: new Date(Date.now() - 3_600_000).toISOString() } };
+      const coordination = { readNamespacedLease: async () => structuredClone(lease) } as unknown as CoordinationV1Api;
+      const lines: string[] = [];
+      const manager = new WebhookManager({
+        clients: { admission: api, coordination, version: { getCode: async () => ({ major: '1', minor: '21' }) } as unknown as VersionApi, server: 'https://fake' },
+        log: createLogger('info', (line) => lines.push(line)), webhooks: () => ({ ...webhooks, leaderElection: true }), policies: () => policies, identity: 'me',
+      });
+      await manager.stop({ timeoutMs: 2_000 });
+      expect({ holder, removed: store.validating === undefined }).toEqual({ holder, removed });
+      expect(lines.some((l) => l.includes(said))).toBe(true);
+    }
+  });
+
   it('on stop, retries a transient failure within the grace period, and gives up on a permanent one with one line', async () => {
     for (const [status, removed] of [[503, true], [403, false]] as const) {
       const { store, api } = fakeAdmission();

@@ -54,11 +54,6 @@ export async function review(deps: AdmissionDeps, caller: Caller, body: string |
   if (typeof body !== 'string') scan ??= scanReview(body);
   const parsed = typeof body === 'string' ? parseReviewText(body) : parseScannedReview(body, scan!);
   const { request } = parsed;
-  const own = deps.hostObjects?.(request);
-  if (own !== undefined) {
-    deps.log.debug('allowed without evaluating policies: the host writes this object itself', { uid: request.uid, object: own, operation: request.operation });
-    return respond(parsed.apiVersion, request.uid, { allowed: true, warnings: [], patch: [] });
-  }
   const set = deps.registry.current;
   set.hold();
   try {
@@ -68,6 +63,11 @@ export async function review(deps: AdmissionDeps, caller: Caller, body: string |
     if (caller.policy !== undefined && !own) {
       if (!deps.allowUnknownPolicies) findPolicy(deps.registry, caller.policy, caller.mode);
       return notHere(deps, caller.policy, caller.mode, parsed.apiVersion, request.uid);
+    }
+    const hostObject = deps.hostObjects?.(request);
+    if (hostObject !== undefined) {
+      deps.log.debug('allowed without evaluating policies: the host writes this object itself', { uid: request.uid, object: hostObject, operation: request.operation });
+      return respond(parsed.apiVersion, request.uid, { allowed: true, warnings: [], patch: [] });
     }
     const candidates = own ? [own] : set.entries;
     const selected = candidates.filter((entry) => policyMatches(entry, caller.mode, request, deps.namespaceLabels));

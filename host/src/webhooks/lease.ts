@@ -243,24 +243,21 @@ export class LeaderElector {
   }
 
   /**
-   * Another replica that holds the lease now (renewed within its duration), read from the
-   * cluster; undefined when nobody else does (free, expired, or still ours). Throws when the
-   * lease cannot be read.
+   * Whether the Lease, read from the cluster now, still names this replica as its holder: it
+   * stopped leading (its renewals failed) and no other replica has taken over. Whether another
+   * holder's lease has expired is not judged here: that would compare two machines' clocks, and
+   * a leader that crashed a moment ago is still served by the replicas behind the Service.
+   * The read is bounded to 3 s: it runs during shutdown. Throws when the Lease cannot be read.
    */
-  async otherHolder(): Promise<string | undefined> {
+  async stillOurs(): Promise<boolean> {
     const { api, name, namespace, server } = this.#o;
-    let lease: V1Lease;
     try {
-      lease = await kubeCall({ verb: 'get', resource: 'leases', name, namespace }, server, () => api.readNamespacedLease({ name, namespace }, callOptions(this.retryMs)));
+      const lease = await kubeCall({ verb: 'get', resource: 'leases', name, namespace }, server, () => api.readNamespacedLease({ name, namespace }, callOptions(Math.min(this.retryMs, 3_000))));
+      return lease.spec?.holderIdentity === this.identity;
     } catch (error) {
-      if (statusOf(error) === 404) return undefined;
+      if (statusOf(error) === 404) return false;
       throw error;
     }
-    const holder = lease.spec?.holderIdentity ?? '';
-    if (holder === '' || holder === this.identity) return undefined;
-    const renewed = microTimeMs(lease.spec?.renewTime);
-    const duration = (lease.spec?.leaseDurationSeconds ?? this.#o.leaseDurationSeconds) * 1000;
-    return Number.isNaN(renewed) || renewed + duration > this.#now() ? holder : undefined;
   }
 
   async release(): Promise<void> {

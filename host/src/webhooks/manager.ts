@@ -100,7 +100,7 @@ export class WebhookManager {
   #overlapTimer: NodeJS.Timeout | undefined;
   #warnedName = false;
   #waitingReady = false;
-  /** Stopping with no live leader: this replica removes what a leader would have (see #nobodyElseLeads). */
+  /** Stopping as the Lease's holder though no longer leading: this replica removes what a leader would have (see #lastOneOut). */
   #lastOut = false;
   #syncFailed = false;
   /** The policy set of the last sync that succeeded while ready: what is registered. */
@@ -151,7 +151,15 @@ export class WebhookManager {
    * (LeaderElector.fence); without it, this replica is the only writer.
    */
   async fence<T>(what: string, write: () => Promise<T>): Promise<T> {
-    if (!this.#elector || this.#lastOut) return write();
+    if (!this.#elector) return write();
+    // Last one out: the Lease is read again before each write, so a replica that took over
+    // meanwhile (it syncs its own set) is not overwritten.
+    if (this.#lastOut) {
+      if (!(await this.#elector.stillOurs())) {
+        throw new KubeApiError({ verb: 'patch', resource: 'validatingwebhookconfigurations', name: this.name }, undefined, `not writing ${what}: another replica holds the lease now; leaving it to that one`, false);
+      }
+      return write();
+    }
     if (!this.#elector.isLeader) {
       throw new KubeApiError({ verb: 'patch', resource: 'validatingwebhookconfigurations', name: this.name }, undefined,
         `not writing ${what}: not the leader any more (or not renewed within the renew deadline); leaving it to the leader`, false);
@@ -264,7 +272,7 @@ export class WebhookManager {
     for (const timer of [this.#retryTimer, this.#resyncTimer, this.#overlapTimer]) clearTimeout(timer);
     await this.#running;
     await this.#elector?.halt();
-    if (!this.isLeader && this.#elector) this.#lastOut = await this.#nobodyElseLeads();
+    if (!this.isLeader && this.#elector) this.#lastOut = await this.#lastOneOut();
     if (this.isLeader || this.#lastOut) {
       try {
         // Shutdown has a grace period: retry only what can clear up within it.
@@ -277,24 +285,27 @@ export class WebhookManager {
           { name: this.name, message: errorMessage(error) });
       }
     }
+    this.#lastOut = false;
     await this.#elector?.release();
     this.#started = false;
   }
 
   /**
-   * A replica that is not the leader leaves the configurations to the one that is. But with no
-   * live leader, nobody would remove them: a host that lost its lease (its renewals failing, or
-   * denied by a policy) and then stopped left webhooks with failurePolicy Fail that pointed at
-   * nothing, and the cluster refused what they covered (outsider run on 1.20).
+   * A replica that is not the leader leaves the configurations to the one that is. But a host
+   * that lost its lease because its own renewals failed (denied by a webhook, say), with no
+   * other replica taking over, is still the Lease's holder, and nobody else would remove them:
+   * it left webhooks with failurePolicy Fail that pointed at nothing, and the cluster refused
+   * what they covered (outsider run on 1.20). Only that case: a Lease free or held by another
+   * replica, even one that looks expired, is left to the replicas still running (red team: a
+   * follower judging expiry by its own clock removed a live leader's webhooks).
    */
-  async #nobodyElseLeads(): Promise<boolean> {
+  async #lastOneOut(): Promise<boolean> {
     try {
-      const holder = await this.#elector!.otherHolder();
-      if (holder === undefined) {
-        this.#log.warn('webhook configurations: no replica leads; removing the webhooks of non-persistent policies as the last one out', { name: this.name, lease: `${this.namespace}/${this.name}` });
+      if (await this.#elector!.stillOurs()) {
+        this.#log.warn('webhook configurations: this host still holds the lease but could not renew it, and no replica took over; removing the webhooks of non-persistent policies as the last one out', { name: this.name, lease: `${this.namespace}/${this.name}` });
         return true;
       }
-      this.#log.info('webhook configurations: left to the leader', { name: this.name, leader: holder });
+      this.#log.info('webhook configurations: left to the replicas still running', { name: this.name });
     } catch (error) {
       this.#log.error('webhook configurations: could not read the lease to tell whether another replica leads; left the webhooks in place: remove them by hand if no host is coming back',
         { name: this.name, lease: `${this.namespace}/${this.name}`, message: errorMessage(error) });
