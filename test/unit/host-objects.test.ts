@@ -8,13 +8,15 @@ const request = (group: string, resource: string, namespace: string, name: strin
   userInfo: {}, object: {}, oldObject: {}, dryRun: false, ...more,
 }) as unknown as AdmissionRequest;
 
-it('names the certificate Secret and the Lease, by group, resource, namespace and name', () => {
-  const config = parseConfig(`
+/** A host with both: leader election, and its certificate in a Secret. */
+const inCluster = () => hostObjects(parseConfig(`
 server: { tls: { mode: secret, secretName: portcullis-tls } }
 webhooks: { managed: guard.example.com, service: { name: portcullis, namespace: guards }, leaderElection: true }
 policies: []
-`, 'test.yaml');
-  const own = hostObjects(config, 'guards')!;
+`, 'test.yaml'), 'guards')!;
+
+it('names the certificate Secret and the Lease, by group, resource, namespace and name', () => {
+  const own = inCluster();
   expect(own(request('', 'secrets', 'guards', 'portcullis-tls'))).toBe("the host's own certificate Secret guards/portcullis-tls");
   expect(own(request('coordination.k8s.io', 'leases', 'guards', 'guard.example.com'))).toBe("the host's own leader-election Lease guards/guard.example.com");
   expect(own(request('', 'secrets', 'other', 'portcullis-tls'))).toBeUndefined();
@@ -24,12 +26,7 @@ policies: []
 });
 
 it('exempts only what the host does to them: not a DELETE, a subresource or a dry run', () => {
-  const config = parseConfig(`
-server: { tls: { mode: secret, secretName: portcullis-tls } }
-webhooks: { managed: guard.example.com, service: { name: portcullis, namespace: guards }, leaderElection: true }
-policies: []
-`, 'test.yaml');
-  const own = hostObjects(config, 'guards')!;
+  const own = inCluster();
   const lease = (more: Record<string, unknown>) => own(request('coordination.k8s.io', 'leases', 'guards', 'guard.example.com', more));
   expect(lease({ operation: 'CREATE' })).toBeDefined();
   expect(lease({ operation: 'DELETE' })).toBeUndefined();
