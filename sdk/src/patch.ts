@@ -120,7 +120,7 @@ export class Patch {
   #move(operation: { op: 'move' | 'copy'; from: string; path: string }): void {
     const from = toSegments(operation.from);
     const path = toSegments(operation.path);
-    if (from.length < path.length && from.every((segment, i) => segment === path[i])) fail(operation, 'cannot move a value into itself');
+    if (isInside(path, from)) fail(operation, 'cannot move a value into itself');
     const value = getPath(this.#doc, from);
     if (value === undefined) fail(operation, `"from" ${operation.from} does not exist`);
     const parentPath = from.slice(0, -1);
@@ -214,7 +214,7 @@ export function applyOperation(doc: JsonValue | undefined, operation: PatchOpera
     case 'move':
     case 'copy': {
       const from = toSegments(operation.from);
-      if (operation.op === 'move' && from.length < segments.length && from.every((segment, i) => segment === segments[i])) fail(operation, 'cannot move a value into itself');
+      if (operation.op === 'move' && isInside(segments, from)) fail(operation, 'cannot move a value into itself');
       const value = getPath(doc, from);
       if (value === undefined) fail(operation, `"from" ${operation.from} does not exist`);
       const without = operation.op === 'move' ? removeAt(doc, from, operation) : doc;
@@ -269,6 +269,11 @@ export class PatchError extends Error {
 
 function fail(operation: PatchOperation, reason: string): never {
   throw new PatchError(operation.path, `${operation.op}: ${reason}`);
+}
+
+/** `path` lies strictly inside `outer` (RFC 6902 4.4: no move into the value itself). */
+function isInside(path: readonly string[], outer: readonly string[]): boolean {
+  return outer.length < path.length && outer.every((segment, i) => segment === path[i]);
 }
 
 function arrayIndex(key: string, path: string): number {
