@@ -72,10 +72,12 @@ const watBytes = (text: string) => [...new TextEncoder().encode(text)].map((b) =
  * `startMillions`, its start function first spins that many million loop turns (a policy slow
  * only to instantiate). Written as text (it needs imports and a data segment), assembled by jco.
  */
-export async function answering(output: unknown, { startMillions }: { startMillions?: number } = {}): Promise<Uint8Array> {
+export async function answering(output: unknown, { startMillions, raw }: { startMillions?: number; raw?: boolean } = {}): Promise<Uint8Array> {
   const { parse } = await import('@bytecodealliance/jco');
-  const bytes = new TextEncoder().encode(JSON.stringify(output));
-  const data = watBytes(JSON.stringify(output));
+  // raw: `output` is the answer's text as is (a value JSON.stringify cannot write, too deep).
+  const text = raw ? String(output) : JSON.stringify(output);
+  const bytes = new TextEncoder().encode(text);
+  const data = watBytes(text);
   const body = `(local $o i64) (local $i i32)
     (local.set $o (call $alloc (i64.const ${bytes.length})))
     (block $done (loop $next

@@ -20,11 +20,24 @@ const ANSWERS = {
   'label-flood': { outcome: 'allow', patch: Array.from({ length: 16_000 }, (_, i) => ({ op: 'add', path: `/metadata/labels/k${i}`, value: 'v' })) },
 };
 
+// Answers nested 100,000 levels (200 KB) where the host names what it refuses: JSON.parse reads
+// them, JSON.stringify overflowed the stack on them (red team, 2026-11-27: every review 500).
+const deep = `${'['.repeat(100_000)}${']'.repeat(100_000)}`;
+const RAW_ANSWERS = {
+  'deep-outcome': `{"outcome":${deep}}`,
+  'deep-code': `{"outcome":"deny","code":${deep}}`,
+  'deep-op': `{"outcome":"allow","patch":[{"op":${deep},"path":"/x"}]}`,
+};
+
 let t: TestServer;
 beforeAll(async () => {
   const dir = await mkdtemp(join(tmpdir(), 'portcullis-answers-'));
-  const entries = await Promise.all(Object.entries(ANSWERS).map(async ([name, output]) => {
-    await writeFile(join(dir, `${name}.wasm`), await answering(output));
+  const modules = [
+    ...Object.entries(ANSWERS).map(([name, output]) => [name, answering(output)] as const),
+    ...Object.entries(RAW_ANSWERS).map(([name, text]) => [name, answering(text, { raw: true })] as const),
+  ];
+  const entries = await Promise.all(modules.map(async ([name, module]) => {
+    await writeFile(join(dir, `${name}.wasm`), await module);
     return `  - { name: ${name}, module: ${join(dir, `${name}.wasm`)}, rules: [{ operations: [CREATE], apiGroups: ["*"], apiVersions: ["*"], resources: ["*"] }] }\n`;
   }));
   t = await startServer(`server: { tls: { mode: self-signed, hostnames: [127.0.0.1] } }\npolicies:\n${entries.join('')}`);
@@ -74,4 +87,18 @@ it('a patch of 16,000 operations fails that policy at once; the host answers on'
   expect(res.body.response).toMatchObject({ allowed: false, status: { code: 500, message: 'policy "label-flood": returned a patch of 16,000 operations; a policy may return at most 10,000, as the apiserver accepts in one JSON patch' } });
   const labeled = await t.post('/mutate/labeler', configMap());
   expect(decodePatch(labeled.body.response)).toEqual([{ op: 'add', path: '/metadata/labels', value: { team: 'x' } }]);
+});
+
+it('an answer nested 100,000 levels deep fails that policy only, by its failurePolicy; the other policies still decide', async () => {
+  for (const [name, what] of [['deep-outcome', 'an unknown outcome'], ['deep-code', 'a denial with an invalid HTTP code'], ['deep-op', 'an invalid patch operation']]) {
+    const alone = await t.post(`/mutate/${name}`, configMap());
+    expect(alone.status).toBe(200);
+    expect(alone.body.response.status.message).toBe(`policy "${name}": returned ${what} (a value nested too deeply to show)`);
+  }
+  // All policies at once: the review is answered (not 500), and an explicit denial (the first
+  // configured denier's) comes before the deep answers' failures.
+  const all = await t.post('/validate', configMap());
+  expect(all.status).toBe(200);
+  expect(all.body.response.status.code).toBe(403);
+  expect(all.body.response.status.message).toMatch(/^policy "long-denial": x{4096}… \(/);
 });

@@ -6,7 +6,7 @@ import type { LoadedPolicy } from '../policy/loaded.ts';
 import type { PolicyEntry } from '../policy/policy-set.ts';
 import type { CallResult, SandboxPool } from '../sandbox/pool.ts';
 import type { Deferred, SharedInput } from '../sandbox/protocol.ts';
-import { ReviewError } from '../errors.ts';
+import { errorMessage, ReviewError } from '../errors.ts';
 import { copyBytes } from '../util/bytes.ts';
 import { cutMessage } from '../util/text.ts';
 import { decodeOutput, MalformedOutput, type Outcome } from './outcome.ts';
@@ -198,8 +198,10 @@ export function toOutcome(policy: string, result: CallResult): Outcome {
   try {
     return { ...decodeOutput(policy, result.output), ...timing };
   } catch (error) {
-    if (!(error instanceof MalformedOutput)) throw error;
-    return { policy, status: 'failed', failure: 'crash', message: error.message, warnings: [], ...timing };
+    // Whatever reading a guest's answer throws is that policy's crash, never the review's: a
+    // check that overflowed on a crafted answer once made every review answer 500 (red team).
+    const message = error instanceof MalformedOutput ? error.message : `returned output the host could not read (${errorMessage(error)})`;
+    return { policy, status: 'failed', failure: 'crash', message, warnings: [], ...timing };
   }
 }
 

@@ -52,7 +52,7 @@ export function decodeOutput(policy: string, text: string): Outcome {
     case 'deny': {
       const code = value.code === undefined ? 403 : value.code;
       if (typeof code !== 'number' || !Number.isInteger(code) || code < 100 || code > 599) {
-        throw new MalformedOutput(`returned a denial with an invalid HTTP code ${JSON.stringify(code)}`);
+        throw new MalformedOutput(`returned a denial with an invalid HTTP code ${shown(code)}`);
       }
       return { policy, status: 'denied', code, message: decodeMessage(value.message), warnings };
     }
@@ -62,7 +62,7 @@ export function decodeOutput(policy: string, text: string): Outcome {
       return { policy, status: 'failed', failure, message: decodeMessage(value.message), warnings };
     }
     default:
-      throw new MalformedOutput(`returned an unknown outcome ${preview(JSON.stringify(value.outcome) ?? 'undefined')}`);
+      throw new MalformedOutput(`returned an unknown outcome ${shown(value.outcome)}`);
   }
 }
 
@@ -146,7 +146,7 @@ function decodePatch(value: unknown): PatchOperation[] {
   }
   for (const op of value) {
     if (!isObject(op) || typeof op.op !== 'string' || !OPS.has(op.op) || typeof op.path !== 'string') {
-      throw new MalformedOutput(`returned an invalid patch operation ${preview(JSON.stringify(op))}`);
+      throw new MalformedOutput(`returned an invalid patch operation ${shown(op)}`);
     }
     checkPointer(op.path);
     if ((op.op === 'move' || op.op === 'copy') && typeof op.from !== 'string') throw new MalformedOutput(`returned a ${op.op} without "from"`);
@@ -163,4 +163,17 @@ function isObject(value: unknown): value is Record<string, unknown> {
 
 function preview(text: string): string {
   return text.length > 80 ? `${text.slice(0, 80)}…` : text;
+}
+
+/**
+ * A guest's value in an error message. JSON.stringify recurses, and JSON.parse does not: an
+ * answer nested 100,000 levels (200 KB, within the output cap) parsed, then overflowed the
+ * stack here, and the whole review answered 500 whatever the other policies said (red team).
+ */
+function shown(value: unknown): string {
+  try {
+    return preview(JSON.stringify(value) ?? 'undefined');
+  } catch {
+    return '(a value nested too deeply to show)';
+  }
 }
