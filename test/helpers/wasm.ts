@@ -19,6 +19,8 @@ export interface ModuleSpec {
   functions?: number[][];
   /** Index of a function to run as the start function (it must be of type () -> ()); see startLoop. */
   startLoop?: boolean;
+  /** i32 locals every function declares (one declaration: 4 bytes, however many). */
+  locals?: number;
 }
 
 /**
@@ -30,7 +32,7 @@ export function module(spec: ModuleSpec): Uint8Array {
   const types = [[0x60, 0, 1, 0x7f], [0x60, 0, 0]];
   const funcTypes = [...bodies.map(() => 0), ...(spec.startLoop ? [1] : [])];
   const code = [...bodies.map((b) => [...b, 0x0b]), ...(spec.startLoop ? [[0x03, 0x40, 0x0c, 0x00, 0x0b, 0x0b]] : [])]
-    .map((body) => { const full = [0, ...body]; return [...leb(full.length), ...full]; });
+    .map((body) => { const full = [...(spec.locals ? [1, ...leb(spec.locals), 0x7f] : [0]), ...body]; return [...leb(full.length), ...full]; });
   const kinds = { func: 0, table: 1, memory: 2, global: 3 } as const;
   const bytes = [
     ...HEADER,
@@ -58,6 +60,9 @@ function sleb(value: number): number[] {
     if (done) return out;
   }
 }
+
+/** `count` empty loops one after another: 3 bytes each. */
+export const emptyLoops = (count: number) => Array.from({ length: count }, () => [0x03, 0x40, 0x0b]).flat();
 
 /** Grows memory `index` by `pages`, leaving the result (-1 when refused) on the stack. */
 export const growMemory = (index: number, pages: number) => [0x41, ...sleb(pages), 0x40, ...leb(index)];

@@ -1,6 +1,7 @@
 // Turns the bytes of a policy into a SandboxSpec: tells component from core module, refuses
-// imports the host does not grant, caps every linear memory, compiles the core modules once
-// (workers receive the compiled modules), and for components caches jco's output on disk by
+// imports the host does not grant, caps every linear memory, tries V8's compilers on each core
+// module in a bounded child (compile-trial.ts), compiles the core modules once (workers receive
+// the compiled modules), and for components caches jco's output on disk by
 // content hash so a restart does not transpile again (transpile.ts runs jco in a bounded child).
 import { randomUUID } from 'node:crypto';
 import { mkdir, readFile, rename, writeFile } from 'node:fs/promises';
@@ -13,6 +14,7 @@ import { applyPlan, capMemory, planBudget, readLayout } from './memory-cap.ts';
 import { checkCodeSection } from './code-walk.ts';
 import { GLUE_REVISION, tuneGlue } from './glue.ts';
 import { transpileIsolated } from './transpile.ts';
+import { trialCompile } from './compile-trial.ts';
 import { mib } from '../util/text.ts';
 import type { SandboxSpec } from './protocol.ts';
 import { PortcullisError } from '../errors.ts';
@@ -76,22 +78,35 @@ async function compile(bytes: Uint8Array<ArrayBuffer>): Promise<WebAssembly.Modu
   if (known) return known;
   let pending = compiling.get(hash);
   if (!pending) {
-    // Before V8 sees it: a body nested deep enough costs the worker's compiler gigabytes later.
-    const { codeSection, types } = readLayout(bytes);
-    if (codeSection) checkCodeSection(bytes, codeSection.start, codeSection.end);
-    processTypes.charge(hash, types);
-    pending = WebAssembly.compile(bytes).then(
+    pending = trialThenCompile(bytes, hash).then(
       (module) => {
         compiled.set(hash, new WeakRef(module));
         return module;
-      },
-      (error: unknown) => {
-        throw new PrepareError(`invalid WebAssembly: ${error instanceof Error ? error.message : String(error)}`);
       },
     ).finally(() => compiling.delete(hash));
     compiling.set(hash, pending);
   }
   return pending;
+}
+
+async function trialThenCompile(bytes: Uint8Array<ArrayBuffer>, hash: string): Promise<WebAssembly.Module> {
+  const refused = refusals.get(hash);
+  if (refused && refused.until > Date.now()) throw new PrepareError(refused.reason);
+  // Before V8 sees it: a body nested deep enough costs the worker's compiler gigabytes later.
+  const { codeSection, types } = readLayout(bytes);
+  if (codeSection) checkCodeSection(bytes, codeSection.start, codeSection.end);
+  // Nesting is one way to make a compiler run away, not the only one: try both where it is safe.
+  const verdict = await trialCompile(bytes, hash);
+  if (!verdict.ok) {
+    if (verdict.lasting) remember(hash, verdict.reason);
+    throw new PrepareError(verdict.reason);
+  }
+  processTypes.charge(hash, types);
+  try {
+    return await WebAssembly.compile(bytes);
+  } catch (error) {
+    throw new PrepareError(`invalid WebAssembly: ${error instanceof Error ? error.message : String(error)}`);
+  }
 }
 
 /**
@@ -160,14 +175,19 @@ interface TranspiledIndex {
 
 const transpiling = new Map<string, Promise<Transpiled>>();
 /**
- * Components whose transpile was refused for what they are (not for a machine-level accident),
- * by digest: a hostile one listed in the configuration holds the one-at-a-time transpiler for
+ * Components whose transpile, or core modules whose compile trial, was refused for what they are
+ * (not for a machine-level accident), by digest: a hostile one listed in the configuration holds the one-at-a-time transpiler for
  * up to its time bound, and would again on every reload. Remembered for a while, not forever,
  * in case the machine was the cause after all.
  */
 const refusals = new Map<string, { reason: string; until: number }>();
 const REFUSAL_MEMORY_MS = 10 * 60_000;
 const MAX_REFUSALS = 256;
+
+function remember(digest: string, reason: string): void {
+  if (refusals.size >= MAX_REFUSALS) refusals.clear();
+  refusals.set(digest, { reason, until: Date.now() + REFUSAL_MEMORY_MS });
+}
 
 /**
  * jco's output, cached on disk by content: `cores/<sha256>.wasm`, `glue/<sha256>.mjs` (one
@@ -189,10 +209,7 @@ function transpileCached(bytes: Uint8Array, digest: string): Promise<Transpiled>
 async function transpileAndStore(bytes: Uint8Array, digest: string): Promise<Transpiled> {
   const out = await transpileIsolated(bytes);
   if (!out.ok) {
-    if (out.lasting) {
-      if (refusals.size >= MAX_REFUSALS) refusals.clear();
-      refusals.set(digest, { reason: out.reason, until: Date.now() + REFUSAL_MEMORY_MS });
-    }
+    if (out.lasting) remember(digest, out.reason);
     throw new PrepareError(out.reason);
   }
   const foreign = out.imports.filter((name: string) => !COMPONENT_IMPORTS.has(name.replace(/@[^/]*$/, '')));

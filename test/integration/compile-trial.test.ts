@@ -1,0 +1,76 @@
+// V8 compiles a policy's functions in the workers, later, and what its compilers take is bounded
+// by nothing the sandbox caps (red team, 2026-11-27: 3 KB of locals and loops took 2.9 GB of the
+// host in the baseline compiler). Every core module is compiled first in a child process bounded
+// in memory and time, with each compiler, and refused when either runs away.
+import { mkdtemp, readFile, writeFile, mkdir } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, expect, it } from 'vitest';
+import { loadPolicy } from '../../host/src/policy/load.ts';
+import { SandboxPool } from '../../host/src/sandbox/pool.ts';
+import { trialCompile, TRIAL_BOUNDS } from '../../host/src/sandbox/compile-trial.ts';
+import { DEFAULT_LIMITS } from '../../host/src/config/limits.ts';
+import { sha256 } from '../../host/src/util/files.ts';
+import { evaluatePolicy } from '../../host/src/evaluate/evaluate.ts';
+import { input, load, wasm } from '../helpers/policies.ts';
+import { emptyLoops, module, RETURN_0 } from '../helpers/wasm.ts';
+
+let pool: SandboxPool;
+let dir: string;
+const cacheBefore = process.env.PORTCULLIS_CACHE;
+
+beforeAll(async () => {
+  pool = new SandboxPool(1);
+  dir = await mkdtemp(join(tmpdir(), 'portcullis-trial-'));
+  // A cache of this file's own: passes recorded here are this test's, and none recorded before counts.
+  process.env.PORTCULLIS_CACHE = join(dir, 'cache');
+});
+afterAll(async () => {
+  if (cacheBefore === undefined) delete process.env.PORTCULLIS_CACHE;
+  else process.env.PORTCULLIS_CACHE = cacheBefore;
+  await pool.close();
+});
+
+/** One function of `locals` i32 locals and `loops` empty loops, exported as validate. */
+const localsAndLoops = (locals: number, loops: number) => module({
+  memories: [{ min: 1 }], locals, functions: [[...emptyLoops(loops), ...RETURN_0]],
+  exports: [{ name: 'validate', kind: 'func', index: 0 }, { name: 'memory', kind: 'memory', index: 0 }],
+});
+
+it('refuses at load a 3 KB module whose baseline compile would take 600 MB, naming the compiler and the bound', async () => {
+  const bytes = localsAndLoops(50_000, 1_000);
+  expect(bytes.length).toBeLessThan(4_000);
+  const file = join(dir, 'locals-loops.wasm');
+  await writeFile(file, bytes);
+  await expect(loadPolicy(pool, { name: 'locals-loops', module: file, settings: {}, limits: DEFAULT_LIMITS, failurePolicy: 'Fail', enforcement: 'enforce', isolation: 'reuse' }))
+    .rejects.toThrow(`policy "locals-loops" could not be loaded: compiling it with V8's baseline (Liftoff) compiler took more than ${TRIAL_BOUNDS.growthMiB} MiB of memory`);
+  // The host is well: a real policy loads and answers.
+  const numbers = await load(pool, 'numbers');
+  expect(await evaluatePolicy(pool, numbers, 'validate', input({ object: { spec: { numbers: [500] } } }))).toMatchObject({ status: 'denied', code: 499 });
+}, 60_000);
+
+it('tries the optimising compiler too: a module within the bound for one and not the other is refused', async () => {
+  // 3,000 locals × 2,000 loops: about 80 MiB in Liftoff and 135 MiB in TurboFan on Node 24.
+  const bytes = localsAndLoops(3_000, 2_000);
+  const verdict = await trialCompile(bytes, sha256(bytes), { ...TRIAL_BOUNDS, growthMiB: 100 });
+  expect(verdict).toEqual({ ok: false, lasting: true, reason: 'compiling it with V8\'s optimising (TurboFan) compiler took more than 100 MiB of memory (policies\' compile to a few MiB)' });
+}, 60_000);
+
+it('refuses a compile that takes longer than its bound', async () => {
+  const bytes = await readFile(wasm('no-delete'));
+  const verdict = await trialCompile(bytes, 'not-tried-before', { ...TRIAL_BOUNDS, liftoffMs: 1 });
+  expect(verdict).toMatchObject({ ok: false, lasting: true, reason: 'compiling it with V8\'s baseline (Liftoff) compiler took longer than 0.001s' });
+}, 60_000);
+
+it('remembers a pass by content, on disk, for this V8: the next load does not try again', async () => {
+  const bytes = await readFile(wasm('no-delete'));
+  const hash = sha256(bytes);
+  expect(await trialCompile(bytes, hash)).toEqual({ ok: true });
+  const passed = join(process.env.PORTCULLIS_CACHE!, 'compile-trials', `${hash}-v8-${process.versions.v8}`);
+  expect(await readFile(passed, 'utf8')).toBe('passed');
+  // What is read is the record, not the bytes: a record under a hostile module's hash lets it by.
+  const hostile = localsAndLoops(50_000, 1_000);
+  await mkdir(join(process.env.PORTCULLIS_CACHE!, 'compile-trials'), { recursive: true });
+  await writeFile(join(process.env.PORTCULLIS_CACHE!, 'compile-trials', `${sha256(hostile)}-v8-${process.versions.v8}`), 'passed');
+  expect(await trialCompile(hostile, sha256(hostile))).toEqual({ ok: true });
+}, 60_000);
