@@ -50,7 +50,7 @@ options:
 `;
 
 const ENVIRONMENT = `environment:
-  PORTCULLIS_CACHE                where pulled modules and transpiled components are cached (default ~/.cache/portcullis)
+  PORTCULLIS_CACHE                where pulled modules, transpiled components and compile trials are cached (default ~/.cache/portcullis)
   PORTCULLIS_INSECURE_REGISTRIES  comma-separated HOST:PORT registries reached over plain HTTP
   PORTCULLIS_REGISTRY_CA          a PEM file of extra CAs trusted for registries
   DOCKER_CONFIG                   folder of the config.json with registry credentials (default ~/.docker)
