@@ -3,9 +3,10 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { expect, it } from 'vitest';
-import { checkCodeSection, MAX_NESTING } from '../../host/src/sandbox/code-walk.ts';
+import { checkCodeSection, MAX_BODY_BYTES, MAX_NESTING } from '../../host/src/sandbox/code-walk.ts';
 import { readLayout, writeLeb as leb } from '../../host/src/sandbox/memory-cap.ts';
 import { root, wasm } from '../helpers/policies.ts';
+import { module as handMade, RETURN_0 } from '../helpers/wasm.ts';
 
 const packageDir = (name: string) => join(root, 'node_modules', name);
 
@@ -42,4 +43,11 @@ it('counts every structured instruction and refuses one level past the bound', (
 it('refuses an instruction it cannot decode rather than guess its length', () => {
   const bytes = Uint8Array.from([0, 0x61, 0x73, 0x6d, 1, 0, 0, 0, 1, 4, 1, 0x60, 0, 0, 3, 2, 1, 0, 10, 5, 1, 3, 0, 0xf0, 0x0b]);
   expect(() => walk(bytes)).toThrow(/function body 0 uses instruction 0xf0 \(byte 23\), which the host does not accept in a policy/);
+});
+
+it('refuses a function body larger than 512 KiB, whatever it holds, and accepts one just below', () => {
+  // Bodies of `nop`s: the optimising compiler's memory grows with a body's size (red team: 2 GB for 7.6 MB).
+  const ofSize = (bytes: number) => handMade({ functions: [[...Array<number>(bytes - RETURN_0.length - 2).fill(0x01), ...RETURN_0]] });
+  expect(() => walk(ofSize(MAX_BODY_BYTES))).not.toThrow();
+  expect(() => walk(ofSize(MAX_BODY_BYTES + 1))).toThrow(/function body 0 is 512 KiB; a policy's functions may be at most 512 KiB each/);
 });

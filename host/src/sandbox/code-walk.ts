@@ -1,4 +1,4 @@
-// Bounds how deeply a policy's function bodies nest blocks. V8 compiles a function lazily, in
+// Bounds how large a policy's function bodies are, and how deeply they nest blocks. V8 compiles a function lazily, in
 // the worker, on its first call, and its compiler's memory grows with the nesting depth (about
 // 650 bytes a level, outside every heap limit): a 26 MB module of four functions with 2.3
 // million nested `block`s each took 1.5 GB per call, and terminated workers released it only
@@ -11,6 +11,15 @@ import { readLeb } from './memory-cap.ts';
 
 /** Toolchains nest a few hundred levels at most; this leaves room and caps the compiler's memory. */
 export const MAX_NESTING = 10_000;
+
+/**
+ * The largest function body a policy may have. V8's optimising compiler takes memory in step
+ * with a function's size (red team: 2 GB for a 7.6 MB body, on a background thread after the
+ * call), and the compile trial allows a large module's code room to grow with its size, so one
+ * large function must not hide there. Real toolchains stay far below: 53 KiB in QuickJS, 168 KiB
+ * in SpiderMonkey (componentize-js).
+ */
+export const MAX_BODY_BYTES = 512 * 1024;
 
 class CodeWalkError extends PortcullisError {
   constructor(message: string) {
@@ -76,6 +85,10 @@ export function checkCodeSection(bytes: Uint8Array, start: number, end: number):
     const bodyStart = at + sizeLength;
     const bodyEnd = bodyStart + size;
     if (bodyEnd > end) throw new CodeWalkError(`function body ${i} runs past the code section`);
+    if (size > MAX_BODY_BYTES) {
+      throw new CodeWalkError(`function body ${i} is ${Math.round(size / 1024)} KiB; a policy's functions may be at most ${MAX_BODY_BYTES / 1024} KiB each, ` +
+        'since compiling one takes memory in step with its size (toolchains make them far smaller)');
+    }
     checkBody(new Reader(bytes, bodyStart, bodyEnd), i);
     at = bodyEnd;
   }

@@ -14,24 +14,29 @@ import { dirname, join } from 'node:path';
 import { cacheDir } from '../util/files.ts';
 
 export interface TrialBounds {
-  /** How much the child may grow while compiling, MiB. */
+  /** What one function's compile may take, MiB: how much the child may grow beyond the code it keeps. */
   growthMiB: number;
-  /** Per compiler, ms. */
+  /** The code a compiler keeps, per byte of module: the child may grow this much more. */
+  keptPerByte: number;
+  /** Per compiler: a fixed part and a part per MiB of module, ms. */
   liftoffMs: number;
   turbofanMs: number;
+  msPerMiB: number;
 }
 
 /**
- * One function at a time (one compile task), as a worker compiles. Our largest module, the
- * QuickJS runtime of TypeScript policies (1.3 MB), grows the child by 10 MiB in 50 ms with
- * Liftoff and 35 MiB in 2 s with TurboFan. A host runs a handful of such compiles at once (each
- * worker's Liftoff, V8's few background threads), so a function may take little of the pod.
+ * One function at a time (one compile task), as a worker compiles. Measured on Node 24: QuickJS
+ * (1.3 MB, every TypeScript policy's runtime) grows the child by 9 MiB in 0.1 s with Liftoff and
+ * 36 MiB in 2 s with TurboFan; SpiderMonkey (10 MB) by 58 MiB in 0.4 s and 146 MiB in 14 s.
+ * What TurboFan keeps is about 15 bytes per byte of module: 16 leaves room. At run time V8 may
+ * compile a few functions at once (each worker's Liftoff, and TurboFan on Node's four background
+ * threads), so the host's worst case is several times growthMiB, not one.
  */
-export const TRIAL_BOUNDS: TrialBounds = { growthMiB: 128, liftoffMs: 10_000, turbofanMs: 30_000 };
+export const TRIAL_BOUNDS: TrialBounds = { growthMiB: 128, keptPerByte: 16, liftoffMs: 10_000, turbofanMs: 30_000, msPerMiB: 3_000 };
 
 const COMPILERS = [
-  { name: 'baseline (Liftoff)', flag: '--liftoff-only', bound: (b: TrialBounds) => b.liftoffMs },
-  { name: 'optimising (TurboFan)', flag: '--no-liftoff', bound: (b: TrialBounds) => b.turbofanMs },
+  { name: 'baseline (Liftoff)', flag: '--liftoff-only', ms: (b: TrialBounds) => b.liftoffMs },
+  { name: 'optimising (TurboFan)', flag: '--no-liftoff', ms: (b: TrialBounds) => b.turbofanMs },
 ] as const;
 
 /** A module passes its trial when both compilers stay in bounds; invalid WebAssembly passes too, and the real compile says why. */
@@ -40,21 +45,37 @@ export type TrialVerdict = { ok: true } | { ok: false; reason: string; lasting: 
 /**
  * The child: JavaScript, not a file of this package, so that Node compiles no WebAssembly of its
  * own under the trial's flags (a .ts file would make it compile its type stripper, 3 s with
- * TurboFan). The module comes on stdin; the child says how big it was before compiling and its
- * high-water mark after, one line each, on stdout.
+ * TurboFan). The module comes on stdin. A thread of its own watches its size every 2 ms, since
+ * V8 may compile on the main thread, and kills the process past the bound, saying `over` first;
+ * the host's event loop, busy with other policies' checks, is no watchman (red team: a child
+ * watched from there reached 1.3 GB). The last line on stdout says how it ended.
  */
 const CHILD = `
-const hwm = () => process.resourceUsage().maxRSS * 1024;
+const { Worker } = require('node:worker_threads');
+const allowance = Number(process.argv[1]);
+const size = () => { try { return process.memoryUsage.rss(); } catch { return process.resourceUsage().maxRSS * 1024; } };
 const chunks = [];
 process.stdin.on('data', (chunk) => chunks.push(chunk));
 process.stdin.on('end', () => {
   const bytes = Buffer.concat(chunks);
-  process.stdout.write('base ' + Math.max(hwm(), process.memoryUsage.rss()) + '\\n', () => {
-    // An asynchronous compile does not keep Node's event loop alive: this does.
-    const alive = setInterval(() => {}, 1000);
-    const done = () => process.stdout.write('peak ' + hwm() + '\\n', () => process.exit(0));
-    // Invalid WebAssembly passes: the host's own compile says why.
-    WebAssembly.compile(bytes).then(done, done);
+  const watch = new Worker(\`
+    const { parentPort, workerData } = require('node:worker_threads');
+    const { writeSync } = require('node:fs');
+    parentPort.once('message', (base) => setInterval(() => {
+      let rss;
+      try { rss = process.memoryUsage.rss(); } catch { return; }
+      if (rss - base > workerData) { writeSync(1, 'over\\\\n'); process.kill(process.pid, 'SIGKILL'); }
+    }, 2));
+  \`, { eval: true, workerData: allowance });
+  watch.once('online', () => {
+    // Measured with the watching thread running: its own memory is not the module's.
+    const base = Math.max(size(), process.resourceUsage().maxRSS * 1024);
+    watch.postMessage(base);
+    const end = (how) => () => {
+      const grew = process.resourceUsage().maxRSS * 1024 - base;
+      process.stdout.write((grew > allowance ? 'over' : how) + '\\n', () => process.exit(0));
+    };
+    WebAssembly.compile(bytes).then(end('compiled'), end('invalid'));
   });
 });
 `;
@@ -66,8 +87,11 @@ let queue: Promise<unknown> = Promise.resolve();
  * listed many times holds one child at a time. Never throws for what the module does.
  */
 export async function trialCompile(bytes: Uint8Array, hash: string, bounds: TrialBounds = TRIAL_BOUNDS): Promise<TrialVerdict> {
-  // Outside the queue: modules tried before do not wait behind a hostile one's bounds.
-  const passed = join(cacheDir(), 'compile-trials', `${hash}-v8-${process.versions.v8}`);
+  // Kept per V8 version and bounds (in the name): another V8 compiles differently, and tighter
+  // bounds must try again. Read outside the queue: modules tried before do not wait behind a
+  // hostile one's bounds.
+  const version = `v8-${process.versions.v8}-${bounds.growthMiB}-${bounds.keptPerByte}`;
+  const passed = join(cacheDir(), 'compile-trials', `${hash}-${version}`);
   if (await readFile(passed, 'utf8').then((text) => text === 'passed', () => false)) return { ok: true };
   const run = queue.then(() => trial(bytes, passed, bounds));
   queue = run.catch(() => undefined);
@@ -75,13 +99,15 @@ export async function trialCompile(bytes: Uint8Array, hash: string, bounds: Tria
 }
 
 async function trial(bytes: Uint8Array, passed: string, bounds: TrialBounds): Promise<TrialVerdict> {
+  const allowance = (bounds.growthMiB * 2 ** 20) + (bounds.keptPerByte * bytes.length);
   for (const compiler of COMPILERS) {
-    const verdict = await runChild(bytes, compiler.flag, bounds.growthMiB, compiler.bound(bounds));
-    if (!verdict.ok) return { ...verdict, reason: `compiling it with V8's ${compiler.name} compiler ${verdict.reason}` };
+    const timeoutMs = compiler.ms(bounds) + Math.ceil((bytes.length / 2 ** 20) * bounds.msPerMiB);
+    const verdict = await runChild(bytes, compiler.flag, allowance, timeoutMs);
+    if (verdict === 'invalid') return { ok: true };
+    if (verdict !== 'compiled') return { ...verdict, reason: `compiling it with V8's ${compiler.name} compiler ${verdict.reason}` };
   }
-  // Kept per V8 version (in the name): another V8 compiles differently. Written under a
-  // temporary name and renamed, so a concurrent reader never sees half of it; a cache that
-  // cannot be written costs the next load another trial, nothing else.
+  // Written under a temporary name and renamed, so a concurrent reader never sees half of it; a
+  // cache that cannot be written costs the next load another trial, nothing else.
   const tmp = `${passed}.tmp-${process.pid}-${Math.random().toString(36).slice(2)}`;
   await mkdir(dirname(passed), { recursive: true })
     .then(() => writeFile(tmp, 'passed'))
@@ -90,34 +116,23 @@ async function trial(bytes: Uint8Array, passed: string, bounds: TrialBounds): Pr
   return { ok: true };
 }
 
-function runChild(bytes: Uint8Array, flag: string, growthMiB: number, timeoutMs: number): Promise<TrialVerdict> {
-  const limit = growthMiB * 2 ** 20;
+type ChildVerdict = 'compiled' | 'invalid' | { ok: false; reason: string; lasting: boolean };
+
+function runChild(bytes: Uint8Array, flag: string, allowance: number, timeoutMs: number): Promise<ChildVerdict> {
+  const over = `took more than ${Math.round(allowance / 2 ** 20)} MiB of memory`;
   return new Promise((resolve) => {
     const child = spawn(process.execPath, [
-      '--no-wasm-lazy-compilation', flag, '--wasm-num-compilation-tasks=1', '--no-warnings', '-e', CHILD,
+      '--no-wasm-lazy-compilation', flag, '--wasm-num-compilation-tasks=1', '--no-warnings', '-e', CHILD, String(allowance),
     ], { stdio: ['pipe', 'pipe', 'pipe'], env: { ...process.env, NODE_OPTIONS: '' } });
     // Linux: the child, not the host, is the one to go when memory runs out.
     if (child.pid !== undefined) writeFile(`/proc/${child.pid}/oom_score_adj`, '1000').catch(() => undefined);
     let out = '';
     let err = '';
-    let stopped: string | undefined;
-    const stop = (reason: string) => {
-      stopped ??= reason;
+    let timedOut = false;
+    const timer = setTimeout(() => {
+      timedOut = true;
       child.kill('SIGKILL');
-    };
-    const timer = setTimeout(() => stop(`took longer than ${timeoutMs / 1000}s`), timeoutMs);
-    const base = () => Number(/^base (\d+)$/m.exec(out)?.[1] ?? NaN);
-    // Watched from here: V8 may compile on the child's only JavaScript thread, which then cannot
-    // watch itself. Polled every 10 ms, a runaway is stopped long before its gigabytes (Linux;
-    // elsewhere only the high-water mark after the compile is checked).
-    const over = `took more than ${growthMiB} MiB of memory (policies' compile to a few MiB)`;
-    const watch = setInterval(() => {
-      if (child.pid === undefined || Number.isNaN(base())) return;
-      readFile(`/proc/${child.pid}/status`, 'utf8').then((status) => {
-        const rss = Number(/VmRSS:\s+(\d+)/.exec(status)?.[1] ?? 0) * 1024;
-        if (rss - base() > limit) stop(over);
-      }, () => undefined);
-    }, 10);
+    }, timeoutMs);
     child.stdout.on('data', (chunk: Buffer) => {
       if (out.length < 1024) out += chunk.toString('utf8');
     });
@@ -127,23 +142,24 @@ function runChild(bytes: Uint8Array, flag: string, growthMiB: number, timeoutMs:
     child.stdin.on('error', () => undefined); // a child that dies early closes its stdin
     child.stdin.end(bytes);
     let settled = false;
-    const settle = (verdict: TrialVerdict) => {
+    const settle = (verdict: ChildVerdict) => {
       if (settled) return;
       settled = true;
       clearTimeout(timer);
-      clearInterval(watch);
       resolve(verdict);
     };
     child.on('error', (error) => settle({ ok: false, reason: `could not be tried: ${error.message}`, lasting: false }));
     child.on('close', (code, signal) => {
-      if (stopped !== undefined) return settle({ ok: false, reason: stopped, lasting: true });
-      const peak = Number(/^peak (\d+)$/m.exec(out)?.[1] ?? NaN);
-      // The kernel's high-water mark catches a peak between two polls.
-      if (code === 0 && peak - base() > limit) return settle({ ok: false, reason: over, lasting: true });
-      if (code === 0 && !Number.isNaN(peak)) return settle({ ok: true });
-      // Killed from outside (the kernel's OOM killer) or failed: the machine's doing as much as the module's.
-      const last = err.trim().split('\n').filter((l) => l.trim() !== '').at(-1)?.slice(0, 300) ?? 'no message';
-      settle({ ok: false, reason: `failed (${signal ?? `exit ${code}`}): ${last}`, lasting: false });
+      const last = out.trim().split('\n').at(-1);
+      if (last === 'over') return settle({ ok: false, reason: over, lasting: true });
+      if (timedOut) return settle({ ok: false, reason: `took longer than ${timeoutMs >= 1000 ? `${Math.round(timeoutMs / 1000)} s` : `${timeoutMs} ms`}`, lasting: true });
+      if (code === 0 && (last === 'compiled' || last === 'invalid')) return settle(last);
+      // Killed from outside (the kernel's OOM killer) or failed: the machine's doing as much as
+      // the module's. Node ends an uncaught error's report with its version: the first line that
+      // names an error says more.
+      const lines = err.split('\n').map((l) => l.trim()).filter((l) => l !== '');
+      const said = (lines.find((l) => /error/i.test(l)) ?? lines[0] ?? 'no message').slice(0, 300);
+      settle({ ok: false, reason: `failed (${signal ?? `exit ${code}`}): ${said}`, lasting: false });
     });
   });
 }
