@@ -191,8 +191,19 @@ ${table}
 How to read it: the last but one column is the CPU each review cost, across all the server's
 threads, then on its main threads. Portcullis spends about twice the CPU per review that the
 limit server calling the policy in its own thread does: the difference is the hop (the message to
-a worker, the worker's wake-up, the answer back). A second Portcullis process adds intake but not
-CPU, and the machine has two cores for both servers and the load: it gains little or loses. The
-intake-thread design gains with a second process, because nothing waits on another thread.
+a worker, the worker's wake-up, the answer back). A second Portcullis process adds intake, not
+less CPU per review, and two cores hold both processes, their workers and the load: with two
+workers each it loses, with one worker each it gains a little, far below the limit-based rows.
+The intake-thread design gains most from a second process, since nothing waits on another thread.
+
+What would remove the floor, then: evaluate a cheap core-module policy in the thread that took
+the request, and run more than one such thread. Not built, because the sandbox's deadline is
+enforced today by terminating the worker, and a policy evaluated in the intake thread cannot be
+stopped that way: it would need a deadline inside the module (the module rewritten at load with
+a fuel counter checked at every function entry and loop head, as wasmtime's fuel or Wasmer's
+metering do; sandbox/code-walk.ts already decodes every instruction), a small fuel budget in
+that thread with the call handed to a worker when it runs out, and the intake threads (worker
+threads or processes sharing the port) with one place for webhook management, certificates,
+metrics and the context cache.
 `);
 }
