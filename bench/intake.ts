@@ -6,11 +6,11 @@
 // review). Writes bench/INTAKE.md (with --only: prints the table, writes nothing).
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
-import { createServer } from 'node:net';
 import { availableParallelism, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { Agent, request } from 'undici';
+import { freePort } from './free-port.ts';
 import type { LoadResult } from './load.ts';
 import { ONE_AS, root, writeConfig } from './policies.ts';
 import { reviewBody } from './review.ts';
@@ -20,17 +20,6 @@ const body = reviewBody();
 const work = await mkdtemp(join(tmpdir(), 'portcullis-intake-'));
 const insecure = new Agent({ connect: { rejectUnauthorized: false } });
 const HZ = 100;
-
-async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address() as { port: number };
-      server.close(() => resolve(port));
-    });
-  });
-}
 
 async function cpuTicks(pid: number, tid = pid): Promise<number> {
   const stat = await readFile(`/proc/${pid}/task/${tid}/stat`, 'utf8');

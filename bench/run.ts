@@ -12,11 +12,11 @@
 // bench/PROFILE.md). BENCH_KEEP=1 keeps the work folder (server logs, configurations).
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdir, mkdtemp, open, readFile, rm, writeFile } from 'node:fs/promises';
-import { createServer } from 'node:net';
 import { availableParallelism, cpus, release, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { Agent, request } from 'undici';
+import { freePort } from './free-port.ts';
 import type { LoadResult, LoadSpec, Percentiles } from './load.ts';
 import { many, MIXED_10, MUTATE_5, ONE_AS, ONE_TS, root, writeConfig, type BenchPolicy } from './policies.ts';
 import { renderProfiles, summariseProfiles } from './profile.ts';
@@ -61,17 +61,6 @@ interface Running {
   /** performance.now() just before the process was spawned. */
   spawnedAt: number;
   stop(): Promise<void>;
-}
-
-async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address() as { port: number };
-      server.close(() => resolve(port));
-    });
-  });
 }
 
 let serial = 0;
