@@ -27,6 +27,8 @@ const RAW_ANSWERS = {
   'deep-outcome': `{"outcome":${deep}}`,
   'deep-code': `{"outcome":"deny","code":${deep}}`,
   'deep-op': `{"outcome":"allow","patch":[{"op":${deep},"path":"/x"}]}`,
+  // Accepted, but only with the members RFC 6902 names: the rest never reaches the response.
+  'deep-extra': `{"outcome":"allow","patch":[{"op":"add","path":"/metadata/labels","value":{"team":"x"},"junk":${deep}}]}`,
 };
 
 let t: TestServer;
@@ -95,6 +97,10 @@ it('an answer nested 100,000 levels deep fails that policy only, by its failureP
     expect(alone.status).toBe(200);
     expect(alone.body.response.status.message).toBe(`policy "${name}": returned ${what} (a value nested too deeply to show)`);
   }
+  // A patch operation with a member RFC 6902 does not name: the operation is applied, the member dropped.
+  const extra = await t.post('/mutate/deep-extra', configMap());
+  expect(extra.status).toBe(200);
+  expect(decodePatch(extra.body.response)).toEqual([{ op: 'add', path: '/metadata/labels', value: { team: 'x' } }]);
   // All policies at once: the review is answered (not 500), and an explicit denial (the first
   // configured denier's) comes before the deep answers' failures.
   const all = await t.post('/validate', configMap());

@@ -1,6 +1,6 @@
 // The typed result of evaluating one policy, and the validation of what a guest returned.
 // Guest output is untrusted: anything not in the contract's shape is a crash of that policy.
-import type { PatchOperation } from '@portcullis/sdk';
+import type { JsonValue, PatchOperation } from '@portcullis/sdk';
 import { PortcullisError } from '../errors.ts';
 import { cutMessage } from '../util/text.ts';
 
@@ -144,17 +144,24 @@ function decodePatch(value: unknown): PatchOperation[] {
   if (value.length > MAX_PATCH_OPERATIONS) {
     throw new MalformedOutput(`returned a patch of ${value.length.toLocaleString('en')} operations; a policy may return at most ${MAX_PATCH_OPERATIONS.toLocaleString('en')}, as the apiserver accepts in one JSON patch`);
   }
-  for (const op of value) {
+  // Each operation is rebuilt from the members RFC 6902 gives it: anything else a guest adds
+  // would travel to the apiserver unchecked (red team: a member nested 100,000 levels deep made
+  // the response's JSON.stringify overflow, and every /mutate review answer 500).
+  return value.map((op: unknown): PatchOperation => {
     if (!isObject(op) || typeof op.op !== 'string' || !OPS.has(op.op) || typeof op.path !== 'string') {
       throw new MalformedOutput(`returned an invalid patch operation ${shown(op)}`);
     }
     checkPointer(op.path);
-    if ((op.op === 'move' || op.op === 'copy') && typeof op.from !== 'string') throw new MalformedOutput(`returned a ${op.op} without "from"`);
-    if (op.op === 'move' || op.op === 'copy') checkPointer(op.from as string);
-    if ((op.op === 'add' || op.op === 'replace' || op.op === 'test') && !('value' in op)) throw new MalformedOutput(`returned an ${op.op} without "value"`);
-    if ('value' in op) checkPatchValue(op.value, `${op.op} ${preview(op.path)}`);
-  }
-  return value as PatchOperation[];
+    if (op.op === 'move' || op.op === 'copy') {
+      if (typeof op.from !== 'string') throw new MalformedOutput(`returned a ${op.op} without "from"`);
+      checkPointer(op.from);
+      return { op: op.op, from: op.from, path: op.path };
+    }
+    if (op.op === 'remove') return { op: op.op, path: op.path };
+    if (!('value' in op)) throw new MalformedOutput(`returned an ${op.op} without "value"`);
+    checkPatchValue(op.value, `${op.op} ${preview(op.path)}`);
+    return { op: op.op as 'add' | 'replace' | 'test', path: op.path, value: op.value as JsonValue };
+  });
 }
 
 function isObject(value: unknown): value is Record<string, unknown> {
@@ -173,7 +180,7 @@ function preview(text: string): string {
 function shown(value: unknown): string {
   try {
     return preview(JSON.stringify(value) ?? 'undefined');
-  } catch {
-    return '(a value nested too deeply to show)';
+  } catch (error) {
+    return error instanceof RangeError ? '(a value nested too deeply to show)' : '(a value that cannot be shown)';
   }
 }
