@@ -1,11 +1,13 @@
-// Bounds how large a policy's function bodies are, and how deeply they nest blocks. V8 compiles a function lazily, in
-// the worker, on its first call, and its compiler's memory grows with the nesting depth (about
-// 650 bytes a level, outside every heap limit): a 26 MB module of four functions with 2.3
-// million nested `block`s each took 1.5 GB per call, and terminated workers released it only
-// seconds later (red-team). Depth is not visible without decoding every instruction, so this
-// walks the code section once, instruction by instruction, and refuses a body nested deeper
-// than MAX_NESTING or an instruction it cannot decode (it knows the MVP and the standard
-// extensions V8 ships: bulk memory, reference types, SIMD, threads, exceptions, tail calls).
+// Bounds how large a policy's function bodies are, and how deeply they nest blocks. V8 compiles
+// a function lazily, in the worker, on its first call, and its compilers' memory grows with the
+// nesting depth (about 650 bytes a level, outside every heap limit) and with the body's size: a
+// 26 MB module of four functions with 2.3 million nested `block`s each took 1.5 GB per call, and
+// terminated workers released it only seconds later; one 7.6 MB body took 2 GB in TurboFan
+// (red teams). Depth is not visible without decoding every instruction, so this walks the code
+// section once, instruction by instruction, and refuses a body larger than MAX_BODY_BYTES,
+// nested deeper than MAX_NESTING, or holding an instruction it cannot decode (it knows the MVP
+// and the standard extensions V8 ships: bulk memory, reference types, SIMD, threads, exceptions,
+// tail calls). What else makes a compiler run away is left to the compile trial.
 import { PortcullisError } from '../errors.ts';
 import { readLeb } from './memory-cap.ts';
 
@@ -86,7 +88,7 @@ export function checkCodeSection(bytes: Uint8Array, start: number, end: number):
     const bodyEnd = bodyStart + size;
     if (bodyEnd > end) throw new CodeWalkError(`function body ${i} runs past the code section`);
     if (size > MAX_BODY_BYTES) {
-      throw new CodeWalkError(`function body ${i} is ${Math.round(size / 1024)} KiB; a policy's functions may be at most ${MAX_BODY_BYTES / 1024} KiB each, ` +
+      throw new CodeWalkError(`function body ${i} is ${size} bytes; a policy's functions may be at most ${MAX_BODY_BYTES / 1024} KiB (${MAX_BODY_BYTES} bytes) each, ` +
         'since compiling one takes memory in step with its size (toolchains make them far smaller)');
     }
     checkBody(new Reader(bytes, bodyStart, bodyEnd), i);

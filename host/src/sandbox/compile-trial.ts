@@ -11,17 +11,18 @@
 import { spawn } from 'node:child_process';
 import { mkdir, readFile, rename, writeFile } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
-import { cacheDir } from '../util/files.ts';
+import { cacheDir, sha256 } from '../util/files.ts';
 
 export interface TrialBounds {
   /** What one function's compile may take, MiB: how much the child may grow beyond the code it keeps. */
   growthMiB: number;
   /** The code a compiler keeps, per byte of module: the child may grow this much more. */
   keptPerByte: number;
-  /** Per compiler: a fixed part and a part per MiB of module, ms. */
+  /** Per compiler: a fixed part and a part per MiB of module, ms, at most maxMs in all. */
   liftoffMs: number;
   turbofanMs: number;
   msPerMiB: number;
+  maxMs: number;
 }
 
 /**
@@ -32,15 +33,18 @@ export interface TrialBounds {
  * compile a few functions at once (each worker's Liftoff, and TurboFan on Node's four background
  * threads), so the host's worst case is several times growthMiB, not one.
  */
-export const TRIAL_BOUNDS: TrialBounds = { growthMiB: 128, keptPerByte: 16, liftoffMs: 10_000, turbofanMs: 30_000, msPerMiB: 3_000 };
+export const TRIAL_BOUNDS: TrialBounds = { growthMiB: 128, keptPerByte: 16, liftoffMs: 10_000, turbofanMs: 30_000, msPerMiB: 3_000, maxMs: 60_000 };
 
 const COMPILERS = [
   { name: 'baseline (Liftoff)', flag: '--liftoff-only', ms: (b: TrialBounds) => b.liftoffMs },
   { name: 'optimising (TurboFan)', flag: '--no-liftoff', ms: (b: TrialBounds) => b.turbofanMs },
 ] as const;
 
-/** A module passes its trial when both compilers stay in bounds; invalid WebAssembly passes too, and the real compile says why. */
-export type TrialVerdict = { ok: true } | { ok: false; reason: string; lasting: boolean };
+/**
+ * A module passes its trial when both compilers stay in bounds. WebAssembly the child finds
+ * invalid passes as `invalid`: the host's own compile says why, and must refuse it too.
+ */
+export type TrialVerdict = { ok: true; invalid?: true } | { ok: false; reason: string; lasting: boolean };
 
 /**
  * The child: JavaScript, not a file of this package, so that Node compiles no WebAssembly of its
@@ -53,6 +57,8 @@ export type TrialVerdict = { ok: true } | { ok: false; reason: string; lasting: 
 const CHILD = `
 const { Worker } = require('node:worker_threads');
 const allowance = Number(process.argv[1]);
+const deadline = Date.now() + Number(process.argv[2]);
+const parent = process.ppid;
 const size = () => { try { return process.memoryUsage.rss(); } catch { return process.resourceUsage().maxRSS * 1024; } };
 const chunks = [];
 process.stdin.on('data', (chunk) => chunks.push(chunk));
@@ -61,18 +67,24 @@ process.stdin.on('end', () => {
   const watch = new Worker(\`
     const { parentPort, workerData } = require('node:worker_threads');
     const { writeSync } = require('node:fs');
+    // Written if the host still reads it: to a host that is gone the write fails, and the kill must not wait on it.
+    const end = (why) => { try { writeSync(1, why + '\\\\n'); } catch {} process.kill(process.pid, 'SIGKILL'); };
     parentPort.once('message', (base) => setInterval(() => {
+      // The host's timer and the host itself may be gone (killed mid-trial): time is watched here too.
+      if (Date.now() > workerData.deadline) end('late');
+      if (process.ppid !== workerData.parent) end('orphan');
       let rss;
       try { rss = process.memoryUsage.rss(); } catch { return; }
-      if (rss - base > workerData) { writeSync(1, 'over\\\\n'); process.kill(process.pid, 'SIGKILL'); }
+      if (rss - base > workerData.allowance) end('over');
     }, 2));
-  \`, { eval: true, workerData: allowance });
+  \`, { eval: true, workerData: { allowance, deadline, parent } });
   watch.once('online', () => {
     // Measured with the watching thread running: its own memory is not the module's.
     const base = Math.max(size(), process.resourceUsage().maxRSS * 1024);
     watch.postMessage(base);
     const end = (how) => () => {
       const grew = process.resourceUsage().maxRSS * 1024 - base;
+      process.stdout.on('error', () => process.exit(0));
       process.stdout.write((grew > allowance ? 'over' : how) + '\\n', () => process.exit(0));
     };
     WebAssembly.compile(bytes).then(end('compiled'), end('invalid'));
@@ -87,10 +99,10 @@ let queue: Promise<unknown> = Promise.resolve();
  * listed many times holds one child at a time. Never throws for what the module does.
  */
 export async function trialCompile(bytes: Uint8Array, hash: string, bounds: TrialBounds = TRIAL_BOUNDS): Promise<TrialVerdict> {
-  // Kept per V8 version and bounds (in the name): another V8 compiles differently, and tighter
+  // Kept per V8 version and bounds (in the name): another V8 compiles differently, and other
   // bounds must try again. Read outside the queue: modules tried before do not wait behind a
   // hostile one's bounds.
-  const version = `v8-${process.versions.v8}-${bounds.growthMiB}-${bounds.keptPerByte}`;
+  const version = `v8-${process.versions.v8}-${sha256(Buffer.from(JSON.stringify(bounds))).slice(0, 12)}`;
   const passed = join(cacheDir(), 'compile-trials', `${hash}-${version}`);
   if (await readFile(passed, 'utf8').then((text) => text === 'passed', () => false)) return { ok: true };
   const run = queue.then(() => trial(bytes, passed, bounds));
@@ -100,10 +112,12 @@ export async function trialCompile(bytes: Uint8Array, hash: string, bounds: Tria
 
 async function trial(bytes: Uint8Array, passed: string, bounds: TrialBounds): Promise<TrialVerdict> {
   const allowance = (bounds.growthMiB * 2 ** 20) + (bounds.keptPerByte * bytes.length);
+  const over = `took more than ${Math.round(allowance / 2 ** 20)} MiB of memory (${bounds.growthMiB} MiB, ` +
+    `and ${bounds.keptPerByte} bytes per byte of module for the code it keeps)`;
   for (const compiler of COMPILERS) {
-    const timeoutMs = compiler.ms(bounds) + Math.ceil((bytes.length / 2 ** 20) * bounds.msPerMiB);
-    const verdict = await runChild(bytes, compiler.flag, allowance, timeoutMs);
-    if (verdict === 'invalid') return { ok: true };
+    const timeoutMs = Math.min(bounds.maxMs, compiler.ms(bounds) + Math.ceil((bytes.length / 2 ** 20) * bounds.msPerMiB));
+    const verdict = await runChild(bytes, compiler.flag, { allowance, over, timeoutMs });
+    if (verdict === 'invalid') return { ok: true, invalid: true };
     if (verdict !== 'compiled') return { ...verdict, reason: `compiling it with V8's ${compiler.name} compiler ${verdict.reason}` };
   }
   // Written under a temporary name and renamed, so a concurrent reader never sees half of it; a
@@ -118,11 +132,12 @@ async function trial(bytes: Uint8Array, passed: string, bounds: TrialBounds): Pr
 
 type ChildVerdict = 'compiled' | 'invalid' | { ok: false; reason: string; lasting: boolean };
 
-function runChild(bytes: Uint8Array, flag: string, allowance: number, timeoutMs: number): Promise<ChildVerdict> {
-  const over = `took more than ${Math.round(allowance / 2 ** 20)} MiB of memory`;
+function runChild(
+  bytes: Uint8Array, flag: string, { allowance, over, timeoutMs }: { allowance: number; over: string; timeoutMs: number },
+): Promise<ChildVerdict> {
   return new Promise((resolve) => {
     const child = spawn(process.execPath, [
-      '--no-wasm-lazy-compilation', flag, '--wasm-num-compilation-tasks=1', '--no-warnings', '-e', CHILD, String(allowance),
+      '--no-wasm-lazy-compilation', flag, '--wasm-num-compilation-tasks=1', '--no-warnings', '-e', CHILD, String(allowance), String(timeoutMs),
     ], { stdio: ['pipe', 'pipe', 'pipe'], env: { ...process.env, NODE_OPTIONS: '' } });
     // Linux: the child, not the host, is the one to go when memory runs out.
     if (child.pid !== undefined) writeFile(`/proc/${child.pid}/oom_score_adj`, '1000').catch(() => undefined);
@@ -152,11 +167,16 @@ function runChild(bytes: Uint8Array, flag: string, allowance: number, timeoutMs:
     child.on('close', (code, signal) => {
       const last = out.trim().split('\n').at(-1);
       if (last === 'over') return settle({ ok: false, reason: over, lasting: true });
-      if (timedOut) return settle({ ok: false, reason: `took longer than ${timeoutMs >= 1000 ? `${Math.round(timeoutMs / 1000)} s` : `${timeoutMs} ms`}`, lasting: true });
+      if (timedOut || last === 'late') {
+        return settle({ ok: false, reason: `took longer than ${timeoutMs >= 1000 ? `${Math.round(timeoutMs / 1000)} s` : `${timeoutMs} ms`}`, lasting: true });
+      }
       if (code === 0 && (last === 'compiled' || last === 'invalid')) return settle(last);
-      // Killed from outside (the kernel's OOM killer) or failed: the machine's doing as much as
-      // the module's. Node ends an uncaught error's report with its version: the first line that
+      // Killed from outside or failed: the machine's doing as much as the module's, so not
+      // remembered. Node ends an uncaught error's report with its version: the first line that
       // names an error says more.
+      if (signal === 'SIGKILL') {
+        return settle({ ok: false, reason: 'was killed (SIGKILL), most likely by the kernel for want of memory in the Pod or on the machine; it is tried again at the next load', lasting: false });
+      }
       const lines = err.split('\n').map((l) => l.trim()).filter((l) => l !== '');
       const said = (lines.find((l) => /error/i.test(l)) ?? lines[0] ?? 'no message').slice(0, 300);
       settle({ ok: false, reason: `failed (${signal ?? `exit ${code}`}): ${said}`, lasting: false });

@@ -102,11 +102,16 @@ async function trialThenCompile(bytes: Uint8Array<ArrayBuffer>, hash: string): P
     throw new PrepareError(verdict.reason);
   }
   processTypes.charge(hash, types);
+  let module: WebAssembly.Module;
   try {
-    return await WebAssembly.compile(bytes);
+    module = await WebAssembly.compile(bytes);
   } catch (error) {
     throw new PrepareError(`invalid WebAssembly: ${error instanceof Error ? error.message : String(error)}`);
   }
+  // The trial runs without the host's NODE_OPTIONS: a feature enabled only here would make the
+  // module invalid there, and untried.
+  if (verdict.invalid) throw new PrepareError('V8 compiles it in the host but refused it in the compile trial, which runs without NODE_OPTIONS; do not enable WebAssembly features there');
+  return module;
 }
 
 /**
@@ -175,10 +180,10 @@ interface TranspiledIndex {
 
 const transpiling = new Map<string, Promise<Transpiled>>();
 /**
- * Components whose transpile, or core modules whose compile trial, was refused for what they are
- * (not for a machine-level accident), by digest: a hostile one listed in the configuration holds the one-at-a-time transpiler for
- * up to its time bound, and would again on every reload. Remembered for a while, not forever,
- * in case the machine was the cause after all.
+ * Components whose transpile, and core modules whose compile trial, was refused for what they
+ * are (not for a machine-level accident), by digest: a hostile one listed in the configuration
+ * holds the one-at-a-time transpiler or trial for up to its time bound, and would again on every
+ * reload. Remembered for a while, not forever, in case the machine was the cause after all.
  */
 const refusals = new Map<string, { reason: string; until: number }>();
 const REFUSAL_MEMORY_MS = 10 * 60_000;
