@@ -70,12 +70,13 @@ async function readyz(origin: string): Promise<boolean> {
   }
 }
 
-async function start(scenario: Scenario): Promise<{ port: number; procs: ChildProcess[] }> {
+/** Starts the scenario's processes into `procs` (so that the caller stops them whatever fails), on one port. */
+async function start(scenario: Scenario, procs: ChildProcess[]): Promise<number> {
   const port = await freePort();
-  const procs: ChildProcess[] = [];
   for (let i = 0; i < scenario.processes; i++) {
     const args = await scenario.args(port);
     const proc = spawn(process.execPath, ['--import', './bench/reuse-port.ts', ...args], { cwd: root, stdio: ['ignore', 'pipe', 'pipe'] });
+    procs.push(proc);
     let out = '';
     const listening = new Promise<void>((resolve, reject) => {
       const seen = (d: Buffer) => {
@@ -85,13 +86,16 @@ async function start(scenario: Scenario): Promise<{ port: number; procs: ChildPr
       proc.stdout.on('data', seen);
       proc.stderr.on('data', seen);
       proc.once('exit', (code) => reject(new Error(`${scenario.id}: process exited ${code}:\n${out.slice(-2000)}`)));
+      setTimeout(() => reject(new Error(`${scenario.id}: not listening after 120 s:\n${out.slice(-2000)}`)), 120_000).unref();
     });
     await listening;
-    procs.push(proc);
   }
   const origin = `https://127.0.0.1:${port}`;
-  for (let i = 0; i < 600 && !(await readyz(origin)); i++) await new Promise((r) => setTimeout(r, 100));
-  return { port, procs };
+  for (let i = 0; !(await readyz(origin)); i++) {
+    if (i === 600) throw new Error(`${scenario.id}: /readyz did not answer 200 within 60 s`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  return port;
 }
 
 async function saturate(origin: string, durationSec: number): Promise<LoadResult> {
@@ -109,9 +113,9 @@ interface Row {
 const rows: Row[] = [];
 for (const scenario of SCENARIOS) {
   if (flags.only && !flags.only.split(',').includes(scenario.id)) continue;
-  const { port, procs } = await start(scenario);
-  const origin = `https://127.0.0.1:${port}`;
+  const procs: ChildProcess[] = [];
   try {
+    const origin = `https://127.0.0.1:${await start(scenario, procs)}`;
     const probe = await request(`${origin}/validate`, { dispatcher: insecure, method: 'POST', headers: { 'content-type': 'application/json' }, body });
     const answer = (await probe.body.json()) as { response?: { allowed?: boolean } };
     const pids = procs.map((p) => p.pid!);

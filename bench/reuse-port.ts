@@ -9,7 +9,7 @@ Server.prototype.listen = function (this: Server, ...args: unknown[]) {
   const [first] = args;
   if (typeof first === 'object' && first !== null && !Array.isArray(first)) {
     args[0] = { ...(first), reusePort: true };
-  } else if (typeof first === 'number' || typeof first === 'string') {
+  } else if (typeof first === 'number' || (typeof first === 'string' && /^\d+$/.test(first))) {
     const host = typeof args[1] === 'string' ? args[1] : undefined;
     const callback = args.find((a) => typeof a === 'function');
     return listen.call(this, { port: Number(first), ...(host ? { host } : {}), reusePort: true }, callback as () => void);
