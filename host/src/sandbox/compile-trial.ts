@@ -16,8 +16,9 @@ import { cacheDir, sha256 } from '../util/files.ts';
 export interface TrialBounds {
   /** What one function's compile may take, MiB: how much the child may grow beyond the code it keeps. */
   growthMiB: number;
-  /** The code a compiler keeps, per byte of module: the child may grow this much more. */
+  /** The code a compiler keeps, per byte of module: the child may grow this much more, up to keptMaxMiB. */
   keptPerByte: number;
+  keptMaxMiB: number;
   /** Per compiler: a fixed part and a part per MiB of module, ms, at most maxMs in all. */
   liftoffMs: number;
   turbofanMs: number;
@@ -29,11 +30,14 @@ export interface TrialBounds {
  * One function at a time (one compile task), as a worker compiles. Measured on Node 24: QuickJS
  * (1.3 MB, every TypeScript policy's runtime) grows the child by 9 MiB in 0.1 s with Liftoff and
  * 36 MiB in 2 s with TurboFan; SpiderMonkey (10 MB) by 58 MiB in 0.4 s and 146 MiB in 14 s.
- * What TurboFan keeps is about 15 bytes per byte of module: 16 leaves room. At run time V8 may
+ * What TurboFan keeps is about 15 bytes per byte of module: 16 leaves room, up to 384 MiB (a
+ * 24 MiB module), so that a trial beside the host stays well inside a 1 GiB Pod. At run time V8 may
  * compile a few functions at once (each worker's Liftoff, and TurboFan on Node's four background
  * threads), so the host's worst case is several times growthMiB, not one.
  */
-export const TRIAL_BOUNDS: TrialBounds = { growthMiB: 128, keptPerByte: 16, liftoffMs: 10_000, turbofanMs: 30_000, msPerMiB: 3_000, maxMs: 60_000 };
+export const TRIAL_BOUNDS: TrialBounds = {
+  growthMiB: 128, keptPerByte: 16, keptMaxMiB: 384, liftoffMs: 10_000, turbofanMs: 30_000, msPerMiB: 3_000, maxMs: 60_000,
+};
 
 const COMPILERS = [
   { name: 'baseline (Liftoff)', flag: '--liftoff-only', ms: (b: TrialBounds) => b.liftoffMs },
@@ -111,9 +115,9 @@ export async function trialCompile(bytes: Uint8Array, hash: string, bounds: Tria
 }
 
 async function trial(bytes: Uint8Array, passed: string, bounds: TrialBounds): Promise<TrialVerdict> {
-  const allowance = (bounds.growthMiB * 2 ** 20) + (bounds.keptPerByte * bytes.length);
+  const allowance = (bounds.growthMiB * 2 ** 20) + Math.min(bounds.keptPerByte * bytes.length, bounds.keptMaxMiB * 2 ** 20);
   const over = `took more than ${Math.round(allowance / 2 ** 20)} MiB of memory (${bounds.growthMiB} MiB, ` +
-    `and ${bounds.keptPerByte} bytes per byte of module for the code it keeps)`;
+    `and ${bounds.keptPerByte} bytes per byte of module, at most ${bounds.keptMaxMiB} MiB, for the code it keeps)`;
   for (const compiler of COMPILERS) {
     const timeoutMs = Math.min(bounds.maxMs, compiler.ms(bounds) + Math.ceil((bytes.length / 2 ** 20) * bounds.msPerMiB));
     const verdict = await runChild(bytes, compiler.flag, { allowance, over, timeoutMs });
