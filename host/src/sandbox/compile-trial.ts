@@ -62,7 +62,8 @@ const CHILD = `
 const { Worker } = require('node:worker_threads');
 const allowance = Number(process.argv[1]);
 const deadline = Date.now() + Number(process.argv[2]);
-const parent = process.ppid;
+// The host's pid, passed in: a child whose host died before it started must not take init for it.
+const parent = Number(process.argv[3]);
 const size = () => { try { return process.memoryUsage.rss(); } catch { return process.resourceUsage().maxRSS * 1024; } };
 const chunks = [];
 process.stdin.on('data', (chunk) => chunks.push(chunk));
@@ -141,7 +142,7 @@ function runChild(
 ): Promise<ChildVerdict> {
   return new Promise((resolve) => {
     const child = spawn(process.execPath, [
-      '--no-wasm-lazy-compilation', flag, '--wasm-num-compilation-tasks=1', '--no-warnings', '-e', CHILD, String(allowance), String(timeoutMs),
+      '--no-wasm-lazy-compilation', flag, '--wasm-num-compilation-tasks=1', '--no-warnings', '-e', CHILD, String(allowance), String(timeoutMs), String(process.pid),
     ], { stdio: ['pipe', 'pipe', 'pipe'], env: { ...process.env, NODE_OPTIONS: '' } });
     // Linux: the child, not the host, is the one to go when memory runs out.
     if (child.pid !== undefined) writeFile(`/proc/${child.pid}/oom_score_adj`, '1000').catch(() => undefined);
