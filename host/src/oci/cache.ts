@@ -2,9 +2,10 @@
 // and index.json mapping "registry/repo:tag" to the manifest digest last seen for it. It is
 // what lets the host start when the registry is down. Every read is re-hashed, so a damaged
 // cache file is a miss, never a wrong policy.
-import { createHash, randomUUID } from 'node:crypto';
-import { mkdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
-import { dirname, join } from 'node:path';
+import { createHash } from 'node:crypto';
+import { readFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { atomicWrite } from '../util/files.ts';
 import { DIGEST } from './reference.ts';
 
 export class BlobCache {
@@ -65,15 +66,3 @@ export function sha256Digest(bytes: Uint8Array): string {
   return `sha256:${createHash('sha256').update(bytes).digest('hex')}`;
 }
 
-// Readers (other processes included) see the old file or the new one, never half of one.
-async function atomicWrite(path: string, bytes: Uint8Array): Promise<void> {
-  await mkdir(dirname(path), { recursive: true });
-  const temp = `${path}.${randomUUID()}.tmp`;
-  try {
-    await writeFile(temp, bytes);
-    await rename(temp, path);
-  } catch (error) {
-    await rm(temp, { force: true });
-    throw error;
-  }
-}

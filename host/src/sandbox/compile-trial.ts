@@ -9,9 +9,9 @@
 // and refuses the module; a module that passes is remembered by content, on disk, so a restart
 // or another policy with the same bytes (every TypeScript policy's QuickJS) does not pay again.
 import { spawn } from 'node:child_process';
-import { mkdir, readFile, rename, writeFile } from 'node:fs/promises';
-import { dirname, join } from 'node:path';
-import { cacheDir, sha256 } from '../util/files.ts';
+import { readFile, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { atomicWrite, cacheDir, sha256 } from '../util/files.ts';
 
 export interface TrialBounds {
   /** What one function's compile may take, MiB: how much the child may grow beyond the code it keeps. */
@@ -125,13 +125,8 @@ async function trial(bytes: Uint8Array, passed: string, bounds: TrialBounds): Pr
     if (verdict === 'invalid') return { ok: true, invalid: true };
     if (verdict !== 'compiled') return { ...verdict, reason: `compiling it with V8's ${compiler.name} compiler ${verdict.reason}` };
   }
-  // Written under a temporary name and renamed, so a concurrent reader never sees half of it; a
-  // cache that cannot be written costs the next load another trial, nothing else.
-  const tmp = `${passed}.tmp-${process.pid}-${Math.random().toString(36).slice(2)}`;
-  await mkdir(dirname(passed), { recursive: true })
-    .then(() => writeFile(tmp, 'passed'))
-    .then(() => rename(tmp, passed))
-    .catch(() => undefined);
+  // A cache that cannot be written costs the next load another trial, nothing else.
+  await atomicWrite(passed, 'passed').catch(() => undefined);
   return { ok: true };
 }
 

@@ -3,12 +3,11 @@
 // module in a bounded child (compile-trial.ts), compiles the core modules once (workers receive
 // the compiled modules), and for components caches jco's output on disk by
 // content hash so a restart does not transpile again (transpile.ts runs jco in a bounded child).
-import { randomUUID } from 'node:crypto';
-import { mkdir, readFile, rename, writeFile } from 'node:fs/promises';
-import { dirname, join } from 'node:path';
+import { readFile } from 'node:fs/promises';
+import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import type { SandboxLimits } from '../config/limits.ts';
-import { cacheDir, sha256 } from '../util/files.ts';
+import { atomicWrite, cacheDir, sha256 } from '../util/files.ts';
 import { moduleKind, type ModuleKind } from './module-kind.ts';
 import { applyPlan, capMemory, planBudget, readLayout } from './memory-cap.ts';
 import { checkCodeSection } from './code-walk.ts';
@@ -246,10 +245,7 @@ async function transpileAndStore(bytes: Uint8Array, digest: string): Promise<Tra
 async function writeOnce(path: string, content: Uint8Array): Promise<void> {
   const existing = await readFile(path).catch(() => undefined);
   if (existing && sha256(existing) === sha256(content)) return;
-  await mkdir(dirname(path), { recursive: true });
-  const tmp = `${path}.tmp-${process.pid}-${randomUUID()}`;
-  await writeFile(tmp, content);
-  await rename(tmp, path);
+  await atomicWrite(path, content);
 }
 
 async function readTranspiled(digest: string): Promise<Transpiled> {
