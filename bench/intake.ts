@@ -5,12 +5,13 @@
 // saturating load as `npm run bench` (autocannon, 16 keep-alive connections, the same 5 KB Pod
 // review). Writes bench/INTAKE.md (with --only: prints the table, writes nothing).
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
-import { availableParallelism, tmpdir } from 'node:os';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { Agent, request } from 'undici';
 import { freePort } from './free-port.ts';
+import { gitState, HZ, machine, machineCpu, processCpu } from './machine.ts';
 import type { LoadResult } from './load.ts';
 import { ONE_AS, root, writeConfig } from './policies.ts';
 import { reviewBody } from './review.ts';
@@ -19,22 +20,7 @@ const { values: flags } = parseArgs({ options: { only: { type: 'string' }, secon
 const body = reviewBody();
 const work = await mkdtemp(join(tmpdir(), 'portcullis-intake-'));
 const insecure = new Agent({ connect: { rejectUnauthorized: false } });
-const HZ = 100;
-
-async function cpuTicks(pid: number, tid = pid): Promise<number> {
-  const stat = await readFile(`/proc/${pid}/task/${tid}/stat`, 'utf8');
-  const after = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-  return Number(after[11]) + Number(after[12]);
-}
-async function processTicks(pid: number): Promise<number> {
-  const stat = await readFile(`/proc/${pid}/stat`, 'utf8');
-  const after = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-  return Number(after[11]) + Number(after[12]);
-}
-async function machineBusy(): Promise<number> {
-  const f = (await readFile('/proc/stat', 'utf8')).split('\n')[0]!.trim().split(/\s+/).slice(1).map(Number);
-  return f.reduce((a, b) => a + b, 0) - f[3]! - f[4]!;
-}
+const machineBusy = async () => (await machineCpu()).busy;
 
 interface Scenario {
   id: string;
@@ -119,10 +105,10 @@ for (const scenario of SCENARIOS) {
     const probe = await request(`${origin}/validate`, { dispatcher: insecure, method: 'POST', headers: { 'content-type': 'application/json' }, body });
     const answer = (await probe.body.json()) as { response?: { allowed?: boolean } };
     const pids = procs.map((p) => p.pid!);
-    const before = await Promise.all([...pids.map(processTicks), ...pids.map((p) => cpuTicks(p)), machineBusy()]);
+    const before = await Promise.all([...pids.map((p) => processCpu(p)), ...pids.map((p) => processCpu(p, p)), machineBusy()]);
     const w0 = performance.now();
     const result = await saturate(origin, Number(flags.seconds));
-    const after = await Promise.all([...pids.map(processTicks), ...pids.map((p) => cpuTicks(p)), machineBusy()]);
+    const after = await Promise.all([...pids.map((p) => processCpu(p)), ...pids.map((p) => processCpu(p, p)), machineBusy()]);
     const seconds = (performance.now() - w0) / 1000;
     const n = pids.length;
     const cores = (from: number, to: number) => after.slice(from, to).reduce((a, v, i) => a + v - before[from + i]!, 0) / HZ / seconds;
@@ -156,19 +142,13 @@ const table = [
 if (flags.only) {
   console.log(table);
 } else {
-  const head = await new Promise<string>((resolve) => {
-    const git = spawn('git', ['rev-parse', '--short', 'HEAD'], { cwd: root, stdio: ['ignore', 'pipe', 'ignore'] });
-    let out = '';
-    git.stdout.on('data', (d: Buffer) => (out += d.toString()));
-    git.once('close', () => resolve(out.trim() || 'unknown'));
-  });
-  const cpu = /model name\s*:\s*(.*)/.exec(await readFile('/proc/cpuinfo', 'utf8'))?.[1] ?? 'unknown';
+  const [head, { cores, cpuModel }] = [await gitState(), await machine()];
   await writeFile(join(root, 'bench', 'INTAKE.md'), `# One intake thread or two, a hop or none (issue 14 experiment)
 
 - **Date:** ${new Date().toISOString()}
 - **Command:** \`npm run bench:intake\` (bench/intake.ts)
 - **Code:** ${head}
-- **Machine:** ${availableParallelism()} cores, ${cpu}, Node ${process.version}
+- **Machine:** ${cores} cores, ${cpuModel}, Node ${process.version}
 - **Load:** autocannon, 16 keep-alive HTTPS connections, ${flags.seconds} s after 3 s of warm-up, the 5 KB Pod review of \`npm run bench\`; load generator on the same cores.
 
 Why: with one AssemblyScript policy, Portcullis reaches 35–40% of the limit, and its main thread

@@ -12,11 +12,12 @@
 // bench/PROFILE.md). BENCH_KEEP=1 keeps the work folder (server logs, configurations).
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdir, mkdtemp, open, readFile, rm, writeFile } from 'node:fs/promises';
-import { availableParallelism, cpus, release, tmpdir } from 'node:os';
+import { availableParallelism, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { Agent, request } from 'undici';
 import { freePort } from './free-port.ts';
+import { gitState, HZ, machine, machineCpu, processCpu } from './machine.ts';
 import type { LoadResult, LoadSpec, Percentiles } from './load.ts';
 import { many, MIXED_10, MUTATE_5, ONE_AS, ONE_TS, root, writeConfig, type BenchPolicy } from './policies.ts';
 import { renderProfiles, summariseProfiles } from './profile.ts';
@@ -131,25 +132,6 @@ async function memory(pid: number): Promise<{ rssMiB: number; hwmMiB: number }> 
 }
 
 // ---- CPU accounting: how much of the machine others used while we measured ----
-
-const HZ = 100; // USER_HZ: /proc/stat and /proc/PID/stat count in 1/100 s
-
-async function machineCpu(): Promise<{ busy: number; total: number }> {
-  const fields = (await readFile('/proc/stat', 'utf8')).split('\n')[0]!.trim().split(/\s+/).slice(1).map(Number);
-  const total = fields.reduce((a, b) => a + b, 0);
-  return { busy: total - fields[3]! - fields[4]!, total };
-}
-
-/** utime + stime of a process, or of one of its threads (`tid`: the main thread's is the pid). */
-async function processCpu(pid: number, tid?: number): Promise<number> {
-  try {
-    const stat = await readFile(tid === undefined ? `/proc/${pid}/stat` : `/proc/${pid}/task/${tid}/stat`, 'utf8');
-    const after = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-    return Number(after[11]) + Number(after[12]); // utime + stime
-  } catch {
-    return NaN;
-  }
-}
 
 interface CpuShare {
   /** Average cores busy during the measurement: the server, the load generator, anything else. */
@@ -579,31 +561,6 @@ interface Target {
   target: string;
   value: string;
   met: boolean;
-}
-
-async function gitState(): Promise<string> {
-  const run = (args: string[]) => new Promise<string>((resolve) => {
-    const proc = spawn('git', args, { cwd: root, stdio: ['ignore', 'pipe', 'ignore'] });
-    let out = '';
-    proc.stdout.on('data', (d: Buffer) => (out += d.toString()));
-    proc.once('close', () => resolve(out.trim()));
-    proc.once('error', () => resolve(''));
-  });
-  const head = await run(['rev-parse', '--short', 'HEAD']);
-  const dirty = (await run(['status', '--porcelain', '--', 'host', 'sdk', 'policies'])).split('\n').filter(Boolean).length;
-  return head ? `${head}${dirty ? ` + ${dirty} uncommitted change(s) in host/sdk/policies` : ''}` : 'unknown';
-}
-
-async function machine() {
-  const cpuinfo = await readFile('/proc/cpuinfo', 'utf8');
-  const meminfo = await readFile('/proc/meminfo', 'utf8');
-  return {
-    cpuModel: /model name\s*:\s*(.*)/.exec(cpuinfo)?.[1] ?? cpus()[0]?.model ?? 'unknown',
-    cores: availableParallelism(),
-    memoryGiB: round(Number(/MemTotal:\s+(\d+)/.exec(meminfo)?.[1]) / 2 ** 20, 1),
-    node: process.version,
-    kernel: release(),
-  };
 }
 
 const ms = (v: number | undefined) => (v === undefined || Number.isNaN(v) ? '–' : v < 10 ? v.toFixed(2) : v.toFixed(1));
