@@ -77,8 +77,45 @@ class Reader {
   }
 }
 
-/** Walks the code section (id 10) between `start` and `end`. */
-export function checkCodeSection(bytes: Uint8Array, start: number, end: number): void {
+/**
+ * What metering.ts needs to give a module a deadline of its own, noted by the same walk: per
+ * function body, where its code starts, what each stretch of straight-line code can cost, and
+ * where the instructions whose cost depends on an operand are.
+ */
+export interface CodeMeter {
+  /** Functions the module imports (host functions): a `call` below this index leaves the guest. */
+  importedFunctions: number;
+  bodies: BodyPlan[];
+  /** It uses an atomic instruction (`memory.atomic.wait` can block its thread). */
+  atomics: boolean;
+}
+
+export interface BodyPlan {
+  /** Where its local declarations start (just past the body's size). */
+  start: number;
+  /** Where its instructions start. */
+  codeStart: number;
+  end: number;
+  /** Locals it declares (not counting parameters). */
+  declaredLocals: number;
+  /**
+   * Charges to insert: at the body's first instruction (the first entry) and just past each
+   * `loop`'s block type. Each is the most that can run before control passes the next charge: the
+   * instructions of the function (or loop) outside any loop nested in it, a host call counting
+   * HOST_CALL_COST. Only `loop` branches backwards, so nothing runs twice without passing one.
+   */
+  charges: { at: number; cost: number }[];
+  /** Bulk instructions (their first byte), charged by their count operand shifted left by `shift`. */
+  bulk: { at: number; shift: number }[];
+}
+
+/** What a call to a host function is charged: about what one costs, in instructions. */
+export const HOST_CALL_COST = 1000;
+/** An indirect call may land on a host function placed in a table. */
+export const INDIRECT_CALL_COST = 50;
+
+/** Walks the code section (id 10) between `start` and `end`; with `meter`, notes where to charge (see CodeMeter). */
+export function checkCodeSection(bytes: Uint8Array, start: number, end: number, meter?: CodeMeter): void {
   const [count, countLength] = readLeb(bytes, start, end);
   if (count > end - start) throw new CodeWalkError(`the code section claims ${count} bodies in ${end - start} bytes`);
   let at = start + countLength;
@@ -91,22 +128,35 @@ export function checkCodeSection(bytes: Uint8Array, start: number, end: number):
       throw new CodeWalkError(`function body ${i} is ${size} bytes; a policy's functions may be at most ${MAX_BODY_BYTES / 1024} KiB (${MAX_BODY_BYTES} bytes) each, ` +
         'since compiling one takes memory in step with its size (toolchains make them far smaller)');
     }
-    checkBody(new Reader(bytes, bodyStart, bodyEnd), i);
+    checkBody(new Reader(bytes, bodyStart, bodyEnd), i, meter);
     at = bodyEnd;
   }
 }
 
-function checkBody(r: Reader, index: number): void {
+/** Which open blocks are loops, by depth (metering only). One walk runs at a time. */
+const loopAt = new Uint8Array(MAX_NESTING + 2);
+/** For each open loop, by depth, the charge that was current when it opened (it is again when the loop ends). */
+const outerCharge = new Uint32Array(MAX_NESTING + 2);
+
+function checkBody(r: Reader, index: number, meter?: CodeMeter): void {
+  const start = r.at;
   const groups = r.leb();
   if (groups > r.end - r.at) throw new CodeWalkError(`function body ${index} claims ${groups} local groups`);
+  let declaredLocals = 0;
   for (let g = 0; g < groups; g++) {
-    r.leb();
+    declaredLocals += r.leb();
     r.valueType();
   }
+  const plan: BodyPlan | undefined = meter ? { start, codeStart: r.at, end: r.end, declaredLocals, charges: [{ at: r.at, cost: 0 }], bulk: [] } : undefined;
+  // The charge the instruction being read counts towards: the innermost open loop's, or the entry's.
+  let charge = 0;
   // The body is itself a block: its final `end` brings the depth to zero.
   let depth = 1;
+  if (plan) loopAt[1] = 0;
   while (r.at < r.end) {
+    const opAt = r.at;
     const op = r.byte();
+    if (plan) plan.charges[charge]!.cost++;
     switch (op) {
       case 0x02: case 0x03: case 0x04: case 0x06: case 0x1f: // block, loop, if, try, try_table
         r.blockType();
@@ -114,8 +164,17 @@ function checkBody(r: Reader, index: number): void {
         if (++depth > MAX_NESTING) {
           throw new CodeWalkError(`function body ${index} nests blocks more than ${MAX_NESTING} deep; compiling it would take the host's memory`);
         }
+        if (plan) {
+          loopAt[depth] = op === 0x03 ? 1 : 0;
+          if (op === 0x03) {
+            outerCharge[depth] = charge;
+            charge = plan.charges.length;
+            plan.charges.push({ at: r.at, cost: 0 });
+          }
+        }
         break;
       case 0x0b: // end
+        if (plan && loopAt[depth] === 1) charge = outerCharge[depth]!;
         depth--;
         break;
       case 0x18: // delegate: ends a try
@@ -125,9 +184,18 @@ function checkBody(r: Reader, index: number): void {
       case 0x00: case 0x01: case 0x05: case 0x0a: case 0x0f: case 0x19: case 0x1a: case 0x1b:
       case 0xd1: case 0xd3: case 0xd4:
         break;
-      case 0x07: case 0x08: case 0x09: case 0x0c: case 0x0d: case 0x10: case 0x12: case 0x14: case 0x15:
+      case 0x10: case 0x12: { // call, return_call
+        const callee = r.leb();
+        if (plan && callee < meter!.importedFunctions) plan.charges[charge]!.cost += HOST_CALL_COST;
+        break;
+      }
+      case 0x40: // memory.grow: by pages, which the kernel zeroes as they are first touched (~4 µs each)
+        r.leb();
+        plan?.bulk.push({ at: opAt, shift: 12 });
+        break;
+      case 0x07: case 0x08: case 0x09: case 0x0c: case 0x0d: case 0x14: case 0x15:
       case 0x20: case 0x21: case 0x22: case 0x23: case 0x24: case 0x25: case 0x26:
-      case 0x3f: case 0x40: case 0x41: case 0x42: case 0xd2: case 0xd5: case 0xd6:
+      case 0x3f: case 0x41: case 0x42: case 0xd2: case 0xd5: case 0xd6:
         r.leb();
         break;
       case 0x0e: { // br_table
@@ -138,6 +206,7 @@ function checkBody(r: Reader, index: number): void {
       case 0x11: case 0x13: // call_indirect, return_call_indirect
         r.leb();
         r.leb();
+        if (plan) plan.charges[charge]!.cost += INDIRECT_CALL_COST;
         break;
       case 0x1c: { // select with types
         const types = r.leb();
@@ -156,14 +225,17 @@ function checkBody(r: Reader, index: number): void {
       case 0xfb:
         gcInstruction(r, index);
         break;
-      case 0xfc:
-        miscInstruction(r, index);
+      case 0xfc: {
+        const shift = miscInstruction(r, index);
+        if (plan && shift !== undefined) plan.bulk.push({ at: opAt, shift });
         break;
+      }
       case 0xfd:
         simdInstruction(r);
         break;
       case 0xfe:
         atomicInstruction(r);
+        if (meter) meter.atomics = true;
         break;
       default:
         if (op >= 0x28 && op <= 0x3e) r.memarg();
@@ -172,6 +244,7 @@ function checkBody(r: Reader, index: number): void {
     }
   }
   if (depth !== 0) throw new CodeWalkError(`function body ${index} does not end where its size says`);
+  if (plan) meter!.bodies.push(plan);
 }
 
 /** try_table's catch clauses: a kind, a tag for `catch` and `catch_ref`, then a label. */
@@ -201,17 +274,21 @@ function gcInstruction(r: Reader, index: number): void {
   } else if (sub < 0x1a || sub > 0x1e) throw unknown(index, 0xfb, r.at, sub); // i31 and extern/any conversions have no immediates
 }
 
-function miscInstruction(r: Reader, index: number): void {
+/** Reads one 0xfc instruction; for a bulk one, says by how many bits to shift its count into a charge. */
+function miscInstruction(r: Reader, index: number): number | undefined {
   const sub = r.leb();
-  if (sub <= 7) return; // saturating truncations
+  if (sub <= 7) return undefined; // saturating truncations
   switch (sub) {
     case 8: case 10: case 12: case 14: // memory.init, memory.copy, table.init, table.copy
       r.leb();
       r.leb();
-      return;
-    case 9: case 11: case 13: case 15: case 16: case 17: // data.drop, memory.fill, elem.drop, table.grow/size/fill
+      return sub === 12 || sub === 14 ? 3 : 0;
+    case 11: case 15: case 17: // memory.fill, table.grow, table.fill: a byte, or an entry of 8, each
       r.leb();
-      return;
+      return sub === 11 ? 0 : 3;
+    case 9: case 13: case 16: // data.drop, elem.drop, table.size
+      r.leb();
+      return undefined;
     default:
       throw unknown(index, 0xfc, r.at, sub);
   }

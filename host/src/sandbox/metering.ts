@@ -1,0 +1,306 @@
+// Gives a core module a deadline of its own: a fuel counter it cannot see, charged at the start
+// of every function and loop turn and by the size of every bulk operation, that makes the guest
+// trap (`unreachable`, which no `catch_all` catches) when it falls below zero.
+//
+// Why: a sandbox worker enforces a policy's CPU deadline by being terminated from outside, which
+// only a thread of its own allows. A guest metered this way can be stopped where it runs, so the
+// host may call a cheap policy in the thread that took the request, with no hop to a worker
+// (sandbox/inline-lane.ts, issue 14), and hand the call to a worker when the fuel runs out.
+//
+// The counter is a new mutable i64 global, appended after the module's own (no index moves) and
+// exported as FUEL_EXPORT, so the host sets it before each call. Instructions are charged one
+// each, a host call HOST_CALL_COST, bulk memory and table operations by their count (bytes, or
+// entries), memory.grow by the pages it adds. Only `loop` branches backwards, so the charge at
+// a function's start or a loop's head covers everything that can run before the next charge.
+//
+// The module was checked by code-walk.ts, which also found the places to charge; this file
+// reads only the few sections it needs, already bounded by readLayout.
+import { checkCodeSection, MAX_BODY_BYTES, type BodyPlan, type CodeMeter } from './code-walk.ts';
+import { readLayout, readLeb, writeLeb } from './memory-cap.ts';
+
+/** The exported counter. The host writes it before each call and reads it after a trap. */
+export const FUEL_EXPORT = 'portcullis_fuel';
+/**
+ * The module's start function, exported under this name instead of run by instantiation: the
+ * counter starts at zero (a guest run before the host sets it traps at once), and the host
+ * sets it before calling this. A worker's start function is timed by the pool; an inline
+ * instance's, in the main thread, gets START_FUEL.
+ */
+export const START_EXPORT = 'portcullis_start';
+/** What an inline instance's start function may burn (a few ms to tens of ms). */
+export const START_FUEL = 20_000_000n;
+/** What a worker gives each call: more than any deadline allows to burn. The deadline stops it there. */
+export const UNLIMITED_FUEL = 2n ** 62n;
+
+const GLOBAL_SECTION = 6;
+const EXPORT_SECTION = 7;
+const START_SECTION = 8;
+const CODE_SECTION = 10;
+/** Where each section id goes in a module (the spec's order; tags, 13, sit between memory and global). */
+const ORDER: Record<number, number> = { 1: 1, 2: 2, 3: 3, 4: 4, 5: 5, 13: 6, 6: 7, 7: 8, 8: 9, 9: 10, 12: 11, 10: 12, 11: 13 };
+const I32 = 0x7f;
+/** V8's limit on a function's locals, parameters included. */
+const MAX_LOCALS = 50_000;
+const I64 = 0x7e;
+
+export type Metering = { bytes: Uint8Array<ArrayBuffer> } | { unmetered: string };
+
+/**
+ * The module with a fuel counter, or why it stays as it is (then it runs only in workers,
+ * which the deadline stops from outside).
+ */
+export function meterModule(bytes: Uint8Array): Metering {
+  const layout = readLayout(bytes);
+  if (!layout.codeSection) return { unmetered: 'it has no code' };
+  // 64-bit memories and tables count in i64, and a memory.copy between the two kinds in i32:
+  // not worth the cases for what no policy toolchain emits.
+  if (layout.memories.some((m) => m.flags & 0x04) || layout.tables.some((t) => t.flags & 0x04)) return { unmetered: 'it has a 64-bit memory or table' };
+  const sections = readSections(bytes);
+  const imports = sections.get(2) ? readImports(bytes, sections.get(2)!) : { functions: 0, globals: 0, memory64: false };
+  if (!imports) return { unmetered: 'it imports something of a kind the host does not know' };
+  if (imports.memory64) return { unmetered: 'it imports a 64-bit memory or table' };
+  const meter: CodeMeter = { importedFunctions: imports.functions, bodies: [], atomics: false };
+  checkCodeSection(bytes, layout.codeSection.start, layout.codeSection.end, meter);
+  // memory.atomic.wait blocks its thread until another writes: the thread must be a worker.
+  if (meter.atomics) return { unmetered: 'it uses atomic instructions' };
+  const exported = sections.get(EXPORT_SECTION);
+  if (!exported) return { unmetered: 'it exports nothing' };
+  const names = exportNames(bytes, exported);
+  for (const taken of [FUEL_EXPORT, START_EXPORT]) if (names.has(taken)) return { unmetered: `it exports a name of its own called ${taken}` };
+  // Extism calls hs_init as it instantiates, before the host could set the counter.
+  if (names.has('hs_init')) return { unmetered: 'it exports hs_init, which Extism runs while instantiating' };
+  const startSection = sections.get(START_SECTION);
+  const start = startSection ? readLeb(bytes, startSection.start, startSection.end)[0] : undefined;
+  const fuel = imports.globals + layout.globals;
+  const params = paramCounts(bytes, sections.get(1), sections.get(3));
+  if (params.length !== meter.bodies.length) return { unmetered: 'its function and code sections disagree' };
+  // A bulk charge needs one more local, and V8 refuses a function with more than MAX_LOCALS.
+  if (meter.bodies.some((plan, i) => plan.bulk.length > 0 && params[i]! + plan.declaredLocals >= MAX_LOCALS)) return { unmetered: 'a function has as many locals as V8 allows' };
+
+  const replaced = new Map<number, number[]>();
+  replaced.set(GLOBAL_SECTION, appendEntry(bytes, sections.get(GLOBAL_SECTION), [I64, 0x01, 0x42, 0x00, 0x0b]));
+  const startExport = start === undefined ? [] : [[...name(START_EXPORT), 0x00, ...writeLeb(start)]];
+  replaced.set(EXPORT_SECTION, appendEntries(bytes, exported, [[...name(FUEL_EXPORT), 0x03, ...writeLeb(fuel)], ...startExport]));
+  const bodies = meter.bodies.map((plan, i) => meterBody(bytes, plan, fuel, params[i]!));
+  if (bodies.some((body) => body.length > MAX_BODY_BYTES)) return { unmetered: `charging it would take a function past ${MAX_BODY_BYTES} bytes` };
+  const codeSize = writeLeb(bodies.length).length + bodies.reduce((n, b) => n + b.length, 0);
+
+  const out: (Uint8Array | number[])[] = [bytes.subarray(0, 8)];
+  let globalWritten = false;
+  const writeGlobal = () => {
+    if (!globalWritten) out.push(sectionOf(GLOBAL_SECTION, replaced.get(GLOBAL_SECTION)!));
+    globalWritten = true;
+  };
+  for (const [id, span] of sections.all) {
+    if (id !== 0 && ORDER[id]! > ORDER[GLOBAL_SECTION]!) writeGlobal();
+    if (id === 0 && isCodeMetadata(bytes, span)) continue; // offsets into the code, which moved
+    if (id === START_SECTION) continue; // exported instead (START_EXPORT)
+    if (id === GLOBAL_SECTION) writeGlobal();
+    else if (id === EXPORT_SECTION) out.push(sectionOf(id, replaced.get(id)!));
+    else if (id === CODE_SECTION) out.push([CODE_SECTION, ...writeLeb(codeSize), ...writeLeb(bodies.length)], ...bodies);
+    else out.push(bytes.subarray(span.header, span.end));
+  }
+  writeGlobal();
+  return { bytes: concat(out) };
+}
+
+interface SectionSpan {
+  header: number;
+  start: number;
+  end: number;
+}
+
+function readSections(bytes: Uint8Array): { all: [number, SectionSpan][]; get(id: number): SectionSpan | undefined } {
+  const all: [number, SectionSpan][] = [];
+  let offset = 8;
+  while (offset < bytes.length) {
+    const id = bytes[offset]!;
+    const [size, sizeLength] = readLeb(bytes, offset + 1, bytes.length);
+    const start = offset + 1 + sizeLength;
+    all.push([id, { header: offset, start, end: start + size }]);
+    offset = start + size;
+  }
+  const byId = new Map(all.filter(([id]) => id !== 0));
+  return { all, get: (id) => byId.get(id) };
+}
+
+/** A Reader-like cursor for the few sections read here. */
+class Cursor {
+  readonly bytes: Uint8Array;
+  at: number;
+  readonly end: number;
+  constructor(bytes: Uint8Array, at: number, end: number) {
+    this.bytes = bytes;
+    this.at = at;
+    this.end = end;
+  }
+  leb(): number {
+    const [value, length] = readLeb(this.bytes, this.at, this.end);
+    this.at += length;
+    return value;
+  }
+  byte(): number {
+    return this.bytes[this.at++]!;
+  }
+  skipName(): void {
+    const length = this.leb();
+    this.at += length;
+  }
+  valueType(): void {
+    const type = this.byte();
+    if (type === 0x63 || type === 0x64) this.leb();
+  }
+  /** Limits; says whether they are 64-bit. */
+  limits(): boolean {
+    const flags = this.byte();
+    this.leb();
+    if (flags & 0x01) this.leb();
+    return (flags & 0x04) !== 0;
+  }
+}
+
+/** What the module imports, or undefined for an import of a kind this does not know. */
+function readImports(bytes: Uint8Array, span: SectionSpan): { functions: number; globals: number; memory64: boolean } | undefined {
+  const c = new Cursor(bytes, span.start, span.end);
+  const count = c.leb();
+  let functions = 0;
+  let globals = 0;
+  let memory64 = false;
+  for (let i = 0; i < count; i++) {
+    c.skipName();
+    c.skipName();
+    const kind = c.byte();
+    if (kind === 0x00) {
+      c.leb();
+      functions++;
+    } else if (kind === 0x01) {
+      c.valueType();
+      memory64 = c.limits() || memory64;
+    } else if (kind === 0x02) memory64 = c.limits() || memory64;
+    else if (kind === 0x03) {
+      c.valueType();
+      c.byte();
+      globals++;
+    } else if (kind === 0x04) {
+      c.byte();
+      c.leb();
+    } else return undefined;
+  }
+  return { functions, globals, memory64 };
+}
+
+function exportNames(bytes: Uint8Array, span: SectionSpan): Set<string> {
+  const c = new Cursor(bytes, span.start, span.end);
+  const names = new Set<string>();
+  const decoder = new TextDecoder();
+  for (let i = c.leb(); i > 0; i--) {
+    const length = c.leb();
+    names.add(decoder.decode(bytes.subarray(c.at, c.at + length)));
+    c.at += length;
+    c.byte();
+    c.leb();
+  }
+  return names;
+}
+
+/** Parameters of each function the module defines, in order. */
+function paramCounts(bytes: Uint8Array, types?: SectionSpan, functions?: SectionSpan): number[] {
+  const perType: number[] = [];
+  if (types) {
+    const c = new Cursor(bytes, types.start, types.end);
+    for (let i = c.leb(); i > 0; i--) {
+      c.byte(); // 0x60: readLayout refused every other form
+      const params = c.leb();
+      for (let p = 0; p < params; p++) c.valueType();
+      for (let r = c.leb(); r > 0; r--) c.valueType();
+      perType.push(params);
+    }
+  }
+  if (!functions) return [];
+  const c = new Cursor(bytes, functions.start, functions.end);
+  const out: number[] = [];
+  for (let i = c.leb(); i > 0; i--) out.push(perType[c.leb()] ?? 0);
+  return out;
+}
+
+/** A vector section's payload with one more entry (a new section when there is none). */
+function appendEntry(bytes: Uint8Array, span: SectionSpan | undefined, entry: number[]): number[] {
+  return appendEntries(bytes, span, [entry]);
+}
+
+function appendEntries(bytes: Uint8Array, span: SectionSpan | undefined, entries: number[][]): number[] {
+  if (!span) return [...writeLeb(entries.length), ...entries.flat()];
+  const [count, countLength] = readLeb(bytes, span.start, span.end);
+  return [...writeLeb(count + entries.length), ...bytes.subarray(span.start + countLength, span.end), ...entries.flat()];
+}
+
+/**
+ * One body with its charges. A static charge subtracts its cost; a bulk charge takes the count
+ * off the stack into a scratch local, subtracts it (shifted), and puts it back. Either traps
+ * when the counter is below zero.
+ */
+function meterBody(bytes: Uint8Array, plan: BodyPlan, fuel: number, params: number): Uint8Array {
+  const scratch = params + plan.declaredLocals;
+  const trapIfSpent = [0x23, ...writeLeb(fuel), 0x42, 0x00, 0x53, 0x04, 0x40, 0x00, 0x0b];
+  const subtract = (cost: number[]) => [0x23, ...writeLeb(fuel), ...cost, 0x7d, 0x24, ...writeLeb(fuel), ...trapIfSpent];
+  const inserts: { at: number; code: number[] }[] = [
+    ...plan.charges.map(({ at, cost }) => ({ at, code: subtract([0x42, ...sleb(BigInt(cost))]) })),
+    ...plan.bulk.map(({ at, shift }) => ({
+      at,
+      code: [0x21, ...writeLeb(scratch), ...subtract([0x20, ...writeLeb(scratch), 0xad, ...(shift ? [0x42, shift, 0x86] : [])]), 0x20, ...writeLeb(scratch)],
+    })),
+  ].sort((a, b) => a.at - b.at);
+  const parts: (Uint8Array | number[])[] = [];
+  // Local declarations: one more group, a single i32, when a bulk charge needs the scratch local.
+  const [groups, groupsLength] = readLeb(bytes, plan.start, plan.end);
+  if (plan.bulk.length > 0) parts.push(writeLeb(groups + 1), bytes.subarray(plan.start + groupsLength, plan.codeStart), [1, I32]);
+  else parts.push(bytes.subarray(plan.start, plan.codeStart));
+  let at = plan.codeStart;
+  for (const insert of inserts) {
+    parts.push(bytes.subarray(at, insert.at), insert.code);
+    at = insert.at;
+  }
+  parts.push(bytes.subarray(at, plan.end));
+  const body = concat(parts);
+  return concat([writeLeb(body.length), body]);
+}
+
+/** Custom sections that point into the code by offset (branch hints and other code metadata). */
+function isCodeMetadata(bytes: Uint8Array, span: SectionSpan): boolean {
+  const [length, lengthSize] = readLeb(bytes, span.start, span.end);
+  const prefix = 'metadata.code.';
+  if (length < prefix.length) return false;
+  const text = new TextDecoder().decode(bytes.subarray(span.start + lengthSize, span.start + lengthSize + prefix.length));
+  return text === prefix;
+}
+
+function sectionOf(id: number, payload: number[]): number[] {
+  return [id, ...writeLeb(payload.length), ...payload];
+}
+
+function name(text: string): number[] {
+  const encoded = [...new TextEncoder().encode(text)];
+  return [...writeLeb(encoded.length), ...encoded];
+}
+
+/** Signed LEB128 of an i64. */
+function sleb(value: bigint): number[] {
+  const out: number[] = [];
+  for (;;) {
+    const byte = Number(value & 0x7fn);
+    value >>= 7n;
+    const done = (value === 0n && (byte & 0x40) === 0) || (value === -1n && (byte & 0x40) !== 0);
+    out.push(done ? byte : byte | 0x80);
+    if (done) return out;
+  }
+}
+
+function concat(parts: (Uint8Array | number[])[]): Uint8Array<ArrayBuffer> {
+  const result = new Uint8Array(parts.reduce((n, p) => n + p.length, 0));
+  let offset = 0;
+  for (const part of parts) {
+    result.set(part, offset);
+    offset += part.length;
+  }
+  return result;
+}

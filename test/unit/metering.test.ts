@@ -1,0 +1,132 @@
+// The fuel counter metering.ts writes into core modules: what it charges, that a guest cannot
+// escape it, that it changes nothing else a module does, and which modules it leaves alone.
+import { readdirSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { HOST_CALL_COST } from '../../host/src/sandbox/code-walk.ts';
+import { FUEL_EXPORT, meterModule, START_EXPORT } from '../../host/src/sandbox/metering.ts';
+import { moduleKind } from '../../host/src/sandbox/module-kind.ts';
+import { root, wasm } from '../helpers/policies.ts';
+
+async function wat(text: string): Promise<Uint8Array<ArrayBuffer>> {
+  const { parse } = await import('@bytecodealliance/jco');
+  return new Uint8Array(await parse(text));
+}
+
+function metered(bytes: Uint8Array): Uint8Array<ArrayBuffer> {
+  const result = meterModule(bytes);
+  if (!('bytes' in result)) throw new Error(`not metered: ${result.unmetered}`);
+  return result.bytes;
+}
+
+/** Instantiates a metered module, returning its exports and its counter. */
+async function instance(bytes: Uint8Array, imports: WebAssembly.Imports = {}) {
+  const made = await WebAssembly.instantiate(new WebAssembly.Module(metered(bytes)), imports);
+  const fuel = made.exports[FUEL_EXPORT] as WebAssembly.Global;
+  return { exports: made.exports as Record<string, (...args: number[]) => number>, fuel };
+}
+
+describe('metering', () => {
+  it('stops a loop that never ends, where it runs, with the fuel it was given', async () => {
+    const { exports, fuel } = await instance(await wat('(module (func (export "spin") (result i32) (loop $l (br $l)) (i32.const 0)))'));
+    fuel.value = 100_000n;
+    expect(() => exports.spin!()).toThrow(/unreachable/);
+    expect(fuel.value).toBeLessThan(0n);
+  });
+
+  it('changes no answer: a computation gives the same result, and costs about its instructions', async () => {
+    const text = `(module (func (export "sum") (param $n i32) (result i32) (local $i i32) (local $s i32)
+      (block $done (loop $l (br_if $done (i32.ge_u (local.get $i) (local.get $n)))
+        (local.set $s (i32.add (local.get $s) (i32.mul (local.get $i) (local.get $i))))
+        (local.set $i (i32.add (local.get $i) (i32.const 1))) (br $l)))
+      (local.get $s)))`;
+    const plain = (await WebAssembly.instantiate(new WebAssembly.Module(await wat(text)))).exports as { sum: (n: number) => number };
+    const { exports, fuel } = await instance(await wat(text));
+    fuel.value = 10_000_000n;
+    expect(exports.sum!(1000)).toBe(plain.sum(1000));
+    // 1,000 turns of a loop of about 20 instructions.
+    const spent = 10_000_000n - (fuel.value as bigint);
+    expect(spent).toBeGreaterThan(10_000n);
+    expect(spent).toBeLessThan(40_000n);
+  });
+
+  it('charges a bulk operation by its size, so one instruction cannot run for long on little fuel', async () => {
+    const { exports, fuel } = await instance(await wat(`(module (memory 16)
+      (func (export "fill") (param $n i32) (result i32) (memory.fill (i32.const 0) (i32.const 7) (local.get $n)) (i32.const 0)))`));
+    fuel.value = 500_000n;
+    expect(exports.fill!(400_000)).toBe(0);
+    fuel.value = 500_000n;
+    expect(() => exports.fill!(600_000)).toThrow(/unreachable/);
+  });
+
+  it('charges a host call more than an instruction', async () => {
+    let calls = 0;
+    const { exports, fuel } = await instance(await wat(`(module (import "env" "f" (func $f))
+      (func (export "call") (param $n i32) (result i32)
+        (loop $l (call $f) (local.set $n (i32.sub (local.get $n) (i32.const 1))) (br_if $l (local.get $n))) (i32.const 0)))`), { env: { f: () => { calls++; } } });
+    fuel.value = BigInt(HOST_CALL_COST * 50);
+    expect(() => exports.call!(1000)).toThrow(/unreachable/);
+    expect(calls).toBeLessThan(50);
+  });
+
+  it('cannot be caught by the guest: catch_all does not catch the trap', async () => {
+    const { exports, fuel } = await instance(await wat(`(module (tag $e)
+      (func (export "hide") (result i32)
+        (loop $again (block $h (try_table (catch_all $h) (loop $l (br $l)))) (br $again)) (i32.const 0)))`));
+    fuel.value = 100_000n;
+    expect(() => exports.hide!()).toThrow(/unreachable/);
+  });
+
+  it('stops recursion and tail calls that never return, at each function entry', async () => {
+    const { exports, fuel } = await instance(await wat(`(module
+      (func $tail (export "tail") (result i32) (return_call $tail))
+      (func $deep (export "deep") (result i32) (call $deep)))`));
+    fuel.value = 100_000n;
+    expect(() => exports.tail!()).toThrow(/unreachable/);
+    fuel.value = 100n;
+    expect(() => exports.deep!()).toThrow(/unreachable/);
+  });
+
+  it('runs no guest code before the host sets the counter: the start function is exported, not run', async () => {
+    const text = `(module (memory (export "memory") 1)
+      (func $start (i32.store (i32.const 0) (i32.const 42)))
+      (start $start)
+      (func (export "read") (result i32) (i32.load (i32.const 0))))`;
+    const { exports, fuel } = await instance(await wat(text));
+    expect(fuel.value).toBe(0n);
+    fuel.value = 1000n;
+    expect(exports.read!()).toBe(0);
+    exports[START_EXPORT]!();
+    expect(exports.read!()).toBe(42);
+    fuel.value = 0n;
+    expect(() => exports[START_EXPORT]!()).toThrow(/unreachable/);
+  });
+
+  it('leaves alone what it cannot meter, and says why', async () => {
+    const reason = async (text: string) => {
+      const result = meterModule(await wat(text));
+      return 'unmetered' in result ? result.unmetered : 'metered';
+    };
+    expect(await reason(`(module (global (export "${FUEL_EXPORT}") i32 (i32.const 0)) (func (export "f")))`)).toMatch(/exports a name of its own/);
+    expect(await reason('(module (func (export "hs_init")))')).toMatch(/hs_init/);
+    expect(await reason('(module (memory 1 1 shared) (func (export "f") (drop (memory.atomic.notify (i32.const 0) (i32.const 1)))))')).toMatch(/atomic/);
+    expect(await reason('(module (memory i64 1) (func (export "f")))')).toMatch(/64-bit/);
+  });
+
+  it('keeps every real module valid: the examples and every core fixture', () => {
+    const fixtures = join(root, 'test/fixtures/policies');
+    const files = [wasm('no-delete'), wasm('added-by'), ...readdirSync(fixtures).flatMap((dir) =>
+      readdirSync(join(fixtures, dir)).filter((f) => f.endsWith('.wasm')).map((f) => join(fixtures, dir, f)))];
+    let checked = 0;
+    for (const file of files) {
+      const bytes = readFileSync(file);
+      if (moduleKind(bytes) !== 'core') continue;
+      const result = meterModule(bytes);
+      if ('bytes' in result) {
+        expect(WebAssembly.validate(result.bytes), file).toBe(true);
+        checked++;
+      }
+    }
+    expect(checked).toBeGreaterThanOrEqual(4);
+  });
+});
