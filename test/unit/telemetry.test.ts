@@ -26,7 +26,7 @@ it('LineThrottle lets one line per key and interval through, and counts the rest
 it('recordReview logs a repeated policy failure once, and still counts every one in the metrics', async () => {
   const lines: { msg: string }[] = [];
   const log = createLogger('info', (line) => void lines.push(JSON.parse(line) as { msg: string }));
-  const metrics = new Metrics({ stats: { size: 1, workers: 1, busy: 0, queued: 0, restarts: 0 } } as SandboxPool);
+  const metrics = new Metrics({ stats: { size: 1, workers: 1, busy: 0, queued: 0, restarts: 0, inlineCalls: 0 } } as SandboxPool);
   const request = { uid: 'u1', operation: 'CREATE', kind: { group: '', version: 'v1', kind: 'Pod' }, userInfo: {} } as unknown as AdmissionRequest;
   const failed: Outcome = { policy: 'p', status: 'failed', failure: 'temporary', message: 'not started: the sandboxes are overloaded', warnings: [] };
   const decision = { allowed: false, patch: [], warnings: [], status: { code: 500, message: 'x' } } as never;
@@ -48,7 +48,7 @@ it('recordReview logs a repeated policy failure once, and still counts every one
 });
 
 it('counts survive repeated scrapes exactly, and a refused call (never started) has no duration', async () => {
-  const metrics = new Metrics({ stats: { size: 1, workers: 1, busy: 0, queued: 0, restarts: 0 } } as SandboxPool);
+  const metrics = new Metrics({ stats: { size: 1, workers: 1, busy: 0, queued: 0, restarts: 0, inlineCalls: 0 } } as SandboxPool);
   const refused: Outcome = { policy: 'p', status: 'failed', failure: 'temporary', message: 'not started: the sandboxes are overloaded', warnings: [] };
   const ran: Outcome = { policy: 'p', status: 'allowed', patch: [], warnings: [], totalMicros: 1500 };
   for (let i = 0; i < 3; i++) metrics.recordOutcome(refused);

@@ -7,6 +7,7 @@ import { copyBytes } from '../util/bytes.ts';
 import { inputBytes, inputParts, inputText } from './input.ts';
 import type { CallInput, FaultKind, GuestFunction, LogEntry, SandboxSpec } from './protocol.ts';
 import { PortcullisError } from '../errors.ts';
+import { FUEL_EXPORT, START_EXPORT, UNLIMITED_FUEL } from './metering.ts';
 
 export class GuestFault extends PortcullisError {
   readonly fault: FaultKind;
@@ -25,6 +26,8 @@ const REQUEST_DECODER = new TextDecoder();
 
 export interface Guest {
   call(fn: GuestFunction, input: CallInput): Promise<string>;
+  /** A metered core module's fuel left after its last call (below zero: it ran out), else undefined. */
+  fuelLeft(): bigint | undefined;
   /** Bytes of the largest linear memory of the instance. */
   memoryBytes(): number;
   /** Bytes of all its linear memories: what dropping it leaves for the collector. */
@@ -48,8 +51,19 @@ export class LogBuffer {
   }
 }
 
-export async function instantiateGuest(spec: SandboxSpec, logs: LogBuffer): Promise<Guest> {
-  return spec.kind === 'component' ? instantiateComponent(spec, logs) : instantiateCore(spec, logs);
+/**
+ * What a metered core module (metering.ts) may burn: in its start function, and in each call. A
+ * worker gives it no limit (the pool's deadline stops it); the inline lane a small one.
+ */
+export interface FuelBudget {
+  start: bigint;
+  call: bigint;
+}
+
+const NO_FUEL_LIMIT: FuelBudget = { start: UNLIMITED_FUEL, call: UNLIMITED_FUEL };
+
+export async function instantiateGuest(spec: SandboxSpec, logs: LogBuffer, fuel = NO_FUEL_LIMIT): Promise<Guest> {
+  return spec.kind === 'component' ? instantiateComponent(spec, logs) : instantiateCore(spec, logs, fuel);
 }
 
 interface ComponentExports {
@@ -106,6 +120,7 @@ async function instantiateComponent(spec: SandboxSpec, logs: LogBuffer): Promise
   };
   return {
     call: (fn, input) => Promise.resolve(fns[fn](inputText(input))),
+    fuelLeft: () => undefined,
     memoryBytes: () => largest(memories),
     footprintBytes: () => total(memories),
     close: () => {},
@@ -139,7 +154,7 @@ const CORE_EXPORTS: Record<GuestFunction, string> = {
   mutate: 'mutate',
 };
 
-async function instantiateCore(spec: SandboxSpec, logs: LogBuffer): Promise<Guest> {
+async function instantiateCore(spec: SandboxSpec, logs: LogBuffer, budget: FuelBudget): Promise<Guest> {
   const module = spec.modules['policy.wasm']!;
   const exported = new Set(WebAssembly.Module.exports(module).map((e) => e.name));
   const logger = {
@@ -274,12 +289,22 @@ async function instantiateCore(spec: SandboxSpec, logs: LogBuffer): Promise<Gues
         'extism:host/user': { portcullis_context_read, portcullis_context_call, portcullis_context_answer, portcullis_input_length, portcullis_input_read } },
     });
   } catch (error) {
-    // A start function runs before any call: Extism's output, error and input functions then
-    // fail inside the kernel with a TypeError that names none of it (red team).
-    if (error instanceof TypeError) throw new Error(`its start function called a host function that works only during a call (${error.message})`);
-    throw error;
+    throw startError(error);
   }
   const instance = await plugin.getInstance();
+  // A metered module's start function is an export, run now on the start budget (metering.ts).
+  const fuel = instance.exports[FUEL_EXPORT] instanceof WebAssembly.Global ? instance.exports[FUEL_EXPORT] : undefined;
+  if (fuel) {
+    fuel.value = budget.start;
+    const start = instance.exports[START_EXPORT];
+    try {
+      if (typeof start === 'function') (start as () => void)();
+    } catch (error) {
+      void plugin.close();
+      if (fuel.value < 0n) throw new Error(`its start function ran past the ${budget.start} units of fuel it may use here`);
+      throw startError(error);
+    }
+  }
   let returned: unknown;
   keepReturnValues(plugin, Object.values(CORE_EXPORTS).filter((name) => exported.has(name)), (value) => {
     returned = value;
@@ -297,6 +322,7 @@ async function instantiateCore(spec: SandboxSpec, logs: LogBuffer): Promise<Gues
       allocated = 0;
       fault = undefined;
       returned = undefined;
+      if (fuel) fuel.value = budget.call;
       if (oneCopy) parts = inputParts(input);
       try {
         const output = await plugin.call(name, oneCopy ? undefined : inputBytes(input));
@@ -322,10 +348,20 @@ async function instantiateCore(spec: SandboxSpec, logs: LogBuffer): Promise<Gues
         await plugin.reset();
       }
     },
+    fuelLeft: () => (fuel ? (fuel.value as bigint) : undefined),
     memoryBytes: () => largest(memories),
     footprintBytes: () => total(memories),
     close: () => void plugin.close(),
   };
+}
+
+/**
+ * A start function runs before any call: Extism's output, error and input functions then fail
+ * inside the kernel with a TypeError that names none of it (red team).
+ */
+function startError(error: unknown): unknown {
+  if (error instanceof TypeError) return new Error(`its start function called a host function that works only during a call (${error.message})`);
+  return error;
 }
 
 /**

@@ -11,6 +11,7 @@ import { atomicWrite, cacheDir, sha256 } from '../util/files.ts';
 import { moduleKind, type ModuleKind } from './module-kind.ts';
 import { applyPlan, capMemory, planBudget, readLayout } from './memory-cap.ts';
 import { checkCodeSection } from './code-walk.ts';
+import { meterModule } from './metering.ts';
 import { GLUE_REVISION, tuneGlue } from './glue.ts';
 import { transpileIsolated } from './transpile.ts';
 import { trialCompile } from './compile-trial.ts';
@@ -50,8 +51,10 @@ export async function prepareSandbox(
   const capBytes = limits.memoryMiB * 2 ** 20;
   const base = { key: `${policy}@${digest.slice(0, 12)}`, policy, kind, memoryCapBytes: capBytes, maxOutputBytes: limits.maxOutputBytes, fresh, digest };
   if (kind === 'core') {
-    const module = await compile(capMemory(bytes, capBytes));
+    const capped = capMemory(bytes, capBytes);
+    const module = await compile(capped);
     checkCoreImports(module);
+    cappedBytes.set(module, capped);
     return { ...base, modules: { 'policy.wasm': module } };
   }
   const transpiled = await transpileCached(bytes, digest);
@@ -63,6 +66,31 @@ export async function prepareSandbox(
     modules[name] = await compile(applyPlan(core, layout, plan.memoryMax[i]!, plan.tableMax[i]!));
   }
   return { ...base, modules, glue: transpiled.glue };
+}
+
+/**
+ * A core policy's bytes as its workers run them, by its compiled module (which every copy of its
+ * spec shares), for a metered copy (meteredCopy). Not posted to workers.
+ */
+const cappedBytes = new WeakMap<WebAssembly.Module, Uint8Array<ArrayBuffer>>();
+
+/**
+ * The core policy's module with a fuel counter (metering.ts), compiled after its own compile
+ * trial, for the inline lane; or why there is none. Made only when the lane wants it: metering
+ * costs a guest about a third of its time, so workers keep running the module as it came.
+ */
+export async function meteredCopy(spec: SandboxSpec, maxBytes: number): Promise<WebAssembly.Module | { unmetered: string }> {
+  const core = spec.kind === 'core' ? spec.modules['policy.wasm'] : undefined;
+  const bytes = core && cappedBytes.get(core);
+  if (!bytes) return { unmetered: 'it is not a core module prepared here' };
+  const metering = meterModule(bytes);
+  if (!('bytes' in metering)) return metering;
+  if (metering.bytes.length > maxBytes) return { unmetered: `its metered copy is ${metering.bytes.length} bytes, more than ${maxBytes}` };
+  try {
+    return await compile(metering.bytes);
+  } catch (error) {
+    return { unmetered: `its metered copy was refused: ${error instanceof Error ? error.message : String(error)}` };
+  }
 }
 
 // Every TypeScript policy carries the same QuickJS runtime (a 1.3 MB core module) and the

@@ -81,6 +81,7 @@ export class Metrics {
       },
     });
     new Gauge({ name: 'portcullis_sandbox_restarts', help: 'Sandbox workers replaced after a deadline or crash', registers, collect() { this.set(pool.stats.restarts); } });
+    new Gauge({ name: 'portcullis_sandbox_inline_calls', help: 'Policy calls answered in the main thread by the inline lane, with no hop to a worker (an idle host\'s cheap core policies)', registers, collect() { this.set(pool.stats.inlineCalls); } });
   }
 
   /** Where portcullis_leader reads leadership from (the webhook manager, once started). */

@@ -1,0 +1,139 @@
+// The inline lane (sandbox/inline-lane.ts): on an idle host a trusted core policy is called in
+// the main thread, metered, with no hop to a worker. It must answer as a worker would, and any
+// policy that misbehaves there must cost the main thread one bounded call and then be answered
+// by a worker, as before.
+import { mkdtemp, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { evaluatePolicy } from '../../host/src/evaluate/evaluate.ts';
+import type { LoadedPolicy } from '../../host/src/policy/loaded.ts';
+import { SandboxPool } from '../../host/src/sandbox/pool.ts';
+import { DEFAULT_LIMITS } from '../../host/src/config/limits.ts';
+import { input, load } from '../helpers/policies.ts';
+
+let pool: SandboxPool;
+let dir: string;
+beforeAll(async () => {
+  pool = new SandboxPool(2);
+  dir = await mkdtemp(join(tmpdir(), 'portcullis-inline-'));
+});
+afterAll(() => pool.close());
+
+/** Calls `policy` one review at a time, a little apart (an idle host), until the lane has answered `calls` more, or gives up. */
+async function untilInline(policy: LoadedPolicy, calls = 1): Promise<void> {
+  const target = pool.stats.inlineCalls + calls;
+  for (let i = 0; i < 400 && pool.stats.inlineCalls < target; i++) {
+    await evaluatePolicy(pool, policy, 'validate', input());
+    await sleep(20);
+  }
+  expect(pool.stats.inlineCalls).toBeGreaterThanOrEqual(target);
+}
+
+/**
+ * A core module that allows. With `loopsAfter`, it loops forever from that many calls on (each
+ * instance counts its own); with `costlyStart`, its start function burns that many million
+ * units of fuel while running in microseconds (a loop whose large body is never entered).
+ */
+async function allowing(name: string, { loopsAfter = 1e9, costlyStart }: { loopsAfter?: number; costlyStart?: number } = {}): Promise<string> {
+  const { parse } = await import('@bytecodealliance/jco');
+  const answer = '{"outcome":"allow"}';
+  const start = costlyStart === undefined ? '' : `
+    (func $start (local $i i32)
+      (loop $l
+        (if (i32.eq (local.get $i) (i32.const -1)) (then ${'nop '.repeat(10_000)}))
+        (local.set $i (i32.add (local.get $i) (i32.const 1)))
+        (br_if $l (i32.lt_u (local.get $i) (i32.const ${costlyStart * 100})))))
+    (start $start)`;
+  const bytes = await parse(`(module
+    (import "extism:host/env" "alloc" (func $alloc (param i64) (result i64)))
+    (import "extism:host/env" "store_u8" (func $store (param i64 i32)))
+    (import "extism:host/env" "output_set" (func $output (param i64 i64)))
+    (memory (export "memory") 1)
+    (data (i32.const 0) "${answer.replaceAll('"', '\\"')}")
+    (global $calls (mut i32) (i32.const 0))${start}
+    (func (export "validate") (result i32) (local $o i64) (local $i i32)
+      (global.set $calls (i32.add (global.get $calls) (i32.const 1)))
+      (if (i32.gt_u (global.get $calls) (i32.const ${Math.min(loopsAfter, 2 ** 31 - 1)})) (then (loop $l (br $l))))
+      (local.set $o (call $alloc (i64.const ${answer.length})))
+      (block $done (loop $next
+        (br_if $done (i32.ge_u (local.get $i) (i32.const ${answer.length})))
+        (call $store (i64.add (local.get $o) (i64.extend_i32_u (local.get $i))) (i32.load8_u (local.get $i)))
+        (local.set $i (i32.add (local.get $i) (i32.const 1)))
+        (br $next)))
+      (call $output (local.get $o) (i64.const ${answer.length}))
+      (i32.const 0)))`);
+  const file = join(dir, `${name}.wasm`);
+  await writeFile(file, bytes);
+  return file;
+}
+
+describe('inline lane', () => {
+  it('answers a trusted AssemblyScript policy in the main thread, as a worker does', async () => {
+    const noDelete = await load(pool, 'no-delete');
+    await untilInline(noDelete, 3);
+    const before = pool.stats.inlineCalls;
+    const allowed = await evaluatePolicy(pool, noDelete, 'validate', input({ operation: 'CREATE' }));
+    await sleep(20);
+    const denied = await evaluatePolicy(pool, noDelete, 'validate', input({ operation: 'DELETE', name: 'x', object: null, oldObject: { metadata: { name: 'x', labels: { 'portcullis.dev/no-delete': 'true' } } } }));
+    expect(pool.stats.inlineCalls).toBe(before + 2);
+    // The same reviews in a pool without the lane.
+    const workersOnly = new SandboxPool(1, { inline: false });
+    try {
+      const reference = await load(workersOnly, 'no-delete');
+      const strip = ({ guestMicros: _g, totalMicros: _t, ...rest }: Record<string, unknown>) => rest;
+      expect(strip({ ...allowed })).toEqual(strip({ ...await evaluatePolicy(workersOnly, reference, 'validate', input({ operation: 'CREATE' })) }));
+      expect(strip({ ...denied })).toEqual(strip({ ...await evaluatePolicy(workersOnly, reference, 'validate', input({ operation: 'DELETE', name: 'x', object: null, oldObject: { metadata: { name: 'x', labels: { 'portcullis.dev/no-delete': 'true' } } } })) }));
+      expect(denied.status).toBe('denied');
+      expect(workersOnly.stats.inlineCalls).toBe(0);
+    } finally {
+      await workersOnly.close();
+    }
+  });
+
+  it('stops a policy that loops inline by its fuel, lets a worker answer the call, and keeps it out of the lane', async () => {
+    // The inline instance loops from its 101st call; the workers' instances answer fewer (only
+    // the calls before the lane had its instance ready).
+    const policy = await load(pool, 'loops-after', { module: await allowing('loops-after', { loopsAfter: 100 }), limits: { ...DEFAULT_LIMITS, timeoutMs: 1000 } });
+    await untilInline(policy);
+    let outcome;
+    let slowest = 0;
+    for (let i = 0; i < 150 && pool.inlineOut(policy.key) === undefined; i++) {
+      const started = performance.now();
+      let ticked = 0;
+      const ticker = setImmediate(() => { ticked = performance.now() - started; });
+      outcome = await evaluatePolicy(pool, policy, 'validate', input());
+      clearImmediate(ticker);
+      slowest = Math.max(slowest, ticked);
+      await sleep(5);
+    }
+    expect(pool.inlineOut(policy.key)).toBe('it ran out of inline fuel');
+    // The call the lane gave up on was answered by a worker (its instance had not reached its loop).
+    expect(outcome).toMatchObject({ status: 'allowed' });
+    // The main thread was held for the fuel's worth at most, not the policy's 1 s deadline.
+    expect(slowest).toBeLessThan(250);
+    const inline = pool.stats.inlineCalls;
+    await evaluatePolicy(pool, policy, 'validate', input());
+    expect(pool.stats.inlineCalls).toBe(inline);
+  });
+
+  it('keeps out a policy whose start function would take the main thread long', async () => {
+    const policy = await load(pool, 'costly-start', { module: await allowing('costly-start', { costlyStart: 30 }) });
+    for (let i = 0; i < 200 && pool.inlineOut(policy.key) === undefined; i++) {
+      expect(await evaluatePolicy(pool, policy, 'validate', input())).toMatchObject({ status: 'allowed' });
+      await sleep(20);
+    }
+    expect(pool.inlineOut(policy.key)).toMatch(/start function ran past the 20000000 units of fuel it may use here/);
+  });
+
+  it('never takes a policy that wants a fresh instance per call', async () => {
+    const fresh = await load(pool, 'fresh-no-delete', { file: 'no-delete', isolation: 'fresh' });
+    const inline = pool.stats.inlineCalls;
+    for (let i = 0; i < 20; i++) {
+      expect(await evaluatePolicy(pool, fresh, 'validate', input())).toMatchObject({ status: 'allowed' });
+      await sleep(10);
+    }
+    expect(pool.stats.inlineCalls).toBe(inline);
+  });
+});
