@@ -11,7 +11,14 @@ import { evaluatePolicy } from '../../host/src/evaluate/evaluate.ts';
 import type { LoadedPolicy } from '../../host/src/policy/loaded.ts';
 import { SandboxPool } from '../../host/src/sandbox/pool.ts';
 import { DEFAULT_LIMITS } from '../../host/src/config/limits.ts';
+import { meterModule } from '../../host/src/sandbox/metering.ts';
 import { input, load } from '../helpers/policies.ts';
+
+function metered(bytes: Uint8Array): Uint8Array<ArrayBuffer> {
+  const result = meterModule(bytes);
+  if (!('bytes' in result)) throw new Error(`not metered: ${result.unmetered}`);
+  return result.bytes;
+}
 
 let pool: SandboxPool;
 let dir: string;
@@ -74,9 +81,12 @@ describe('inline lane', () => {
     const noDelete = await load(pool, 'no-delete');
     await untilInline(noDelete, 3);
     const before = pool.stats.inlineCalls;
+    // Idle, as the lane wants the main thread (it looks at the last 50 ms or more).
+    await sleep(100);
     const allowed = await evaluatePolicy(pool, noDelete, 'validate', input({ operation: 'CREATE' }));
-    await sleep(20);
+    await sleep(100);
     const denied = await evaluatePolicy(pool, noDelete, 'validate', input({ operation: 'DELETE', name: 'x', object: null, oldObject: { metadata: { name: 'x', labels: { 'portcullis.dev/no-delete': 'true' } } } }));
+    expect(pool.inlineOut(noDelete.key)).toBeUndefined();
     expect(pool.stats.inlineCalls).toBe(before + 2);
     // The same reviews in a pool without the lane.
     const workersOnly = new SandboxPool(1, { inline: false });
@@ -125,6 +135,36 @@ describe('inline lane', () => {
       await sleep(20);
     }
     expect(pool.inlineOut(policy.key)).toMatch(/start function ran past the 20000000 units of fuel it may use here/);
+  });
+
+  it('bounds by time what the host does for an inline guest: past it every host function throws and the counter is emptied, so catching the throw does not help', async () => {
+    const { parse } = await import('@bytecodealliance/jco');
+    // var_get on a 4 KiB name, forever, each call inside a catch_all.
+    const module = await WebAssembly.compile(metered(await parse(`(module
+      (import "extism:host/env" "alloc" (func $alloc (param i64) (result i64)))
+      (import "extism:host/env" "var_get" (func $get (param i64) (result i64)))
+      (memory (export "memory") 1)
+      (func (export "validate") (result i32) (local $name i64)
+        (local.set $name (call $alloc (i64.const 4096)))
+        (loop $l (block $h (try_table (catch_all $h) (drop (call $get (local.get $name))))) (br $l))
+        (i32.const 0)))`)));
+    const { instantiateGuest, LogBuffer } = await import('../../host/src/sandbox/guest.ts');
+    const spec = { key: 'k', policy: 'var-loop', kind: 'core' as const, modules: { 'policy.wasm': module }, memoryCapBytes: 2 ** 26, maxOutputBytes: 2 ** 20, fresh: false };
+    const guest = await instantiateGuest(spec, new LogBuffer(), { start: 10n ** 12n, call: 10n ** 12n, wallMs: 5 });
+    const started = performance.now();
+    await expect(guest.call('validate', '{}')).rejects.toThrow(/ran past the 5 ms an inline call may take/);
+    expect(performance.now() - started).toBeLessThan(500);
+    expect(guest.fuelLeft()).toBeLessThan(0n);
+    guest.close();
+  });
+
+  it('takes only a module with one memory, exported, so that it sees all the memory the policy holds', async () => {
+    const { parse } = await import('@bytecodealliance/jco');
+    const bytes = await parse(`(module (memory (export "memory") 1) (memory $hidden 1)
+      (func (export "validate") (result i32) (i32.store $hidden (i32.const 0) (i32.const 1)) (i32.const 0)))`);
+    const { prepareSandbox, meteredCopy } = await import('../../host/src/sandbox/prepare.ts');
+    const spec = await prepareSandbox('two-memories', bytes, DEFAULT_LIMITS, false);
+    expect(await meteredCopy(spec, { maxBytes: 2 ** 20, memoryBytes: 2 ** 23 })).toEqual({ unmetered: 'it has 2 memories, 1 exported (the lane takes one, exported)' });
   });
 
   it('never takes a policy that wants a fresh instance per call', async () => {

@@ -3,7 +3,7 @@
 import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { HOST_CALL_COST } from '../../host/src/sandbox/code-walk.ts';
+import { HOST_CALL_COST, RUNTIME_COST } from '../../host/src/sandbox/code-walk.ts';
 import { FUEL_EXPORT, meterModule, START_EXPORT } from '../../host/src/sandbox/metering.ts';
 import { moduleKind } from '../../host/src/sandbox/module-kind.ts';
 import { root, wasm } from '../helpers/policies.ts';
@@ -67,6 +67,30 @@ describe('metering', () => {
     fuel.value = BigInt(HOST_CALL_COST * 50);
     expect(() => exports.call!(1000)).toThrow(/unreachable/);
     expect(calls).toBeLessThan(50);
+  });
+
+  it('charges what V8 runs outside compiled code: an indirect call as a host call, memory.grow and table.set by hundreds, locals at entry', async () => {
+    const { exports, fuel } = await instance(await wat(`(module (memory 1) (table $t 2 funcref) (type $v (func))
+      (func $nop) (elem declare func $nop)
+      (func $many (local i64 i64 i64 i64 i64 i64 i64 i64 i64 i64))
+      (func (export "grow") (param $n i32) (result i32)
+        (loop $l (drop (memory.grow (i32.const 0))) (local.set $n (i32.sub (local.get $n) (i32.const 1))) (br_if $l (local.get $n))) (i32.const 0))
+      (func (export "set") (param $n i32) (result i32)
+        (loop $l (table.set $t (i32.const 1) (ref.func $nop)) (local.set $n (i32.sub (local.get $n) (i32.const 1))) (br_if $l (local.get $n))) (i32.const 0))
+      (func (export "indirect") (param $n i32) (result i32)
+        (table.set $t (i32.const 0) (ref.func $nop))
+        (loop $l (call_indirect (type $v) (i32.const 0)) (local.set $n (i32.sub (local.get $n) (i32.const 1))) (br_if $l (local.get $n))) (i32.const 0))
+      (func (export "locals") (param $n i32) (result i32)
+        (loop $l (call $many) (local.set $n (i32.sub (local.get $n) (i32.const 1))) (br_if $l (local.get $n))) (i32.const 0)))`));
+    const spent = (name: string, turns: number) => {
+      fuel.value = 10n ** 12n;
+      exports[name]!(turns);
+      return Number(10n ** 12n - (fuel.value as bigint)) / turns;
+    };
+    expect(spent('grow', 100)).toBeGreaterThanOrEqual(HOST_CALL_COST);
+    expect(spent('set', 100)).toBeGreaterThanOrEqual(2 * RUNTIME_COST);
+    expect(spent('indirect', 100)).toBeGreaterThanOrEqual(HOST_CALL_COST);
+    expect(spent('locals', 100)).toBeGreaterThanOrEqual(10);
   });
 
   it('cannot be caught by the guest: catch_all does not catch the trap', async () => {

@@ -102,17 +102,33 @@ export interface BodyPlan {
    * Charges to insert: at the body's first instruction (the first entry) and just past each
    * `loop`'s block type. Each is the most that can run before control passes the next charge: the
    * instructions of the function (or loop) outside any loop nested in it, a host call counting
-   * HOST_CALL_COST. Only `loop` branches backwards, so nothing runs twice without passing one.
+   * HOST_CALL_COST and a few RUNTIME_COST; a function's entry also counts its locals, which V8
+   * zeroes on every call. Only `loop` branches backwards, so nothing runs twice without passing one.
    */
   charges: { at: number; cost: number }[];
   /** Bulk instructions (their first byte), charged by their count operand shifted left by `shift`. */
   bulk: { at: number; shift: number }[];
 }
 
-/** What a call to a host function is charged: about what one costs, in instructions. */
+/**
+ * What a call to a host function is charged: about what one costs, in instructions. An indirect
+ * call (call_indirect, call_ref) is charged the same, since it may land on a host function
+ * placed in a table or taken with ref.func (red team: 1 unit a call_ref to var_get held the main
+ * thread 11.5 s).
+ */
 export const HOST_CALL_COST = 1000;
-/** An indirect call may land on a host function placed in a table. */
-export const INDIRECT_CALL_COST = 50;
+/**
+ * Instructions V8 runs in its runtime rather than in compiled code, charged as a few hundred:
+ * memory.grow, table.get/set, throw, data.drop and the table operations (red team: memory.grow
+ * by 0 pages, charged as one instruction, took 0.6 s of 10 million units).
+ */
+export const RUNTIME_COST = 200;
+/** Extra charge per opcode (RUNTIME_COST, HOST_CALL_COST); 0xfc operations are charged in miscInstruction. */
+const OPCODE_COST = new Uint16Array(256);
+for (const op of [0x08, 0x09, 0x0a]) OPCODE_COST[op] = RUNTIME_COST; // throw, rethrow, throw_ref
+OPCODE_COST[0x25] = OPCODE_COST[0x26] = OPCODE_COST[0xd2] = 2 * RUNTIME_COST; // table.get, table.set, ref.func (0.3-0.5 µs each)
+// call_indirect, return_call_indirect, call_ref, return_call_ref, and memory.grow (0.9 µs even by 0 pages)
+for (const op of [0x11, 0x13, 0x14, 0x15, 0x40]) OPCODE_COST[op] = HOST_CALL_COST;
 
 /** Walks the code section (id 10) between `start` and `end`; with `meter`, notes where to charge (see CodeMeter). */
 export function checkCodeSection(bytes: Uint8Array, start: number, end: number, meter?: CodeMeter): void {
@@ -147,7 +163,10 @@ function checkBody(r: Reader, index: number, meter?: CodeMeter): void {
     declaredLocals += r.leb();
     r.valueType();
   }
-  const plan: BodyPlan | undefined = meter ? { start, codeStart: r.at, end: r.end, declaredLocals, charges: [{ at: r.at, cost: 0 }], bulk: [] } : undefined;
+  // The entry's charge counts the locals too: V8 zeroes them on every call.
+  const plan: BodyPlan | undefined = meter
+    ? { start, codeStart: r.at, end: r.end, declaredLocals, charges: [{ at: r.at, cost: declaredLocals }], bulk: [] }
+    : undefined;
   // The charge the instruction being read counts towards: the innermost open loop's, or the entry's.
   let charge = 0;
   // The body is itself a block: its final `end` brings the depth to zero.
@@ -156,7 +175,7 @@ function checkBody(r: Reader, index: number, meter?: CodeMeter): void {
   while (r.at < r.end) {
     const opAt = r.at;
     const op = r.byte();
-    if (plan) plan.charges[charge]!.cost++;
+    if (plan) plan.charges[charge]!.cost += 1 + OPCODE_COST[op]!;
     switch (op) {
       case 0x02: case 0x03: case 0x04: case 0x06: case 0x1f: // block, loop, if, try, try_table
         r.blockType();
@@ -206,7 +225,6 @@ function checkBody(r: Reader, index: number, meter?: CodeMeter): void {
       case 0x11: case 0x13: // call_indirect, return_call_indirect
         r.leb();
         r.leb();
-        if (plan) plan.charges[charge]!.cost += INDIRECT_CALL_COST;
         break;
       case 0x1c: { // select with types
         const types = r.leb();
@@ -226,8 +244,11 @@ function checkBody(r: Reader, index: number, meter?: CodeMeter): void {
         gcInstruction(r, index);
         break;
       case 0xfc: {
-        const shift = miscInstruction(r, index);
-        if (plan && shift !== undefined) plan.bulk.push({ at: opAt, shift });
+        const { shift, cost } = miscInstruction(r, index);
+        if (plan) {
+          plan.charges[charge]!.cost += cost;
+          if (shift !== undefined) plan.bulk.push({ at: opAt, shift });
+        }
         break;
       }
       case 0xfd:
@@ -274,21 +295,27 @@ function gcInstruction(r: Reader, index: number): void {
   } else if (sub < 0x1a || sub > 0x1e) throw unknown(index, 0xfb, r.at, sub); // i31 and extern/any conversions have no immediates
 }
 
-/** Reads one 0xfc instruction; for a bulk one, says by how many bits to shift its count into a charge. */
-function miscInstruction(r: Reader, index: number): number | undefined {
+/**
+ * Reads one 0xfc instruction: its extra charge, and for a bulk one by how many bits to shift its
+ * count (bytes, or entries of 8 bytes) into a charge of its own.
+ */
+function miscInstruction(r: Reader, index: number): { shift?: number; cost: number } {
   const sub = r.leb();
-  if (sub <= 7) return undefined; // saturating truncations
+  if (sub <= 7) return { cost: 0 }; // saturating truncations
   switch (sub) {
     case 8: case 10: case 12: case 14: // memory.init, memory.copy, table.init, table.copy
       r.leb();
       r.leb();
-      return sub === 12 || sub === 14 ? 3 : 0;
-    case 11: case 15: case 17: // memory.fill, table.grow, table.fill: a byte, or an entry of 8, each
+      return sub === 10 ? { shift: 0, cost: 20 } : sub === 8 ? { shift: 0, cost: 50 } : { shift: 3, cost: RUNTIME_COST };
+    case 11: case 15: case 17: // memory.fill, table.grow, table.fill
       r.leb();
-      return sub === 11 ? 0 : 3;
-    case 9: case 13: case 16: // data.drop, elem.drop, table.size
+      return sub === 11 ? { shift: 0, cost: 20 } : { shift: 3, cost: sub === 15 ? HOST_CALL_COST : RUNTIME_COST };
+    case 9: case 13: // data.drop, elem.drop
       r.leb();
-      return undefined;
+      return { cost: RUNTIME_COST };
+    case 16: // table.size
+      r.leb();
+      return { cost: 0 };
     default:
       throw unknown(index, 0xfc, r.at, sub);
   }

@@ -58,6 +58,13 @@ export class LogBuffer {
 export interface FuelBudget {
   start: bigint;
   call: bigint;
+  /**
+   * The inline lane's bound on a call's time (ms), checked by every host function the host
+   * provides: past it the fuel counter is emptied and the function throws, so the guest traps at
+   * its next charge even if it catches the throw. A host function's work is not fuel (red team:
+   * 150 config_get calls on a 60 MB block, 1.5% of a call's fuel, held the main thread 6 s).
+   */
+  wallMs?: number;
 }
 
 const NO_FUEL_LIMIT: FuelBudget = { start: UNLIMITED_FUEL, call: UNLIMITED_FUEL };
@@ -272,6 +279,35 @@ async function instantiateCore(spec: SandboxSpec, logs: LogBuffer, budget: FuelB
     logs.push(level, LOG_DECODER.decode(block.bytes().subarray(0, MAX_LOG_LENGTH * 4)));
   };
   const oneCopy = WebAssembly.Module.imports(module).some((i) => i.module === 'extism:host/user' && i.name === 'portcullis_input_read');
+  // Extism's own config_get decodes the whole block it is named, however large, to look up a
+  // configuration policies are never given: the answer is always "none" (0).
+  const config_get = (): bigint => 0n;
+  // Set once the instance exists; the host functions are made before it.
+  const metered: { fuel?: WebAssembly.Global } = {};
+  let callStarted = 0;
+  const functions: Record<string, Record<string, (context: CallContext, ...args: never[]) => unknown>> = {
+    'extism:host/env': {
+      alloc, var_get, var_set, config_get,
+      log_info: logTo('info'), log_warn: logTo('warn'), log_error: logTo('error'), log_debug: logTo('debug'), log_trace: logTo('debug'),
+      // Extism 1.0 has no get_log_level; PDKs ask it to skip formatting logs nobody reads. Every level is kept (64 lines a call at most).
+      get_log_level: () => 0,
+    },
+    'extism:host/user': { portcullis_context_read, portcullis_context_call, portcullis_context_answer, portcullis_input_length, portcullis_input_read },
+  };
+  const { wallMs } = budget;
+  if (wallMs !== undefined) {
+    for (const namespace of Object.values(functions)) {
+      for (const [name, fn] of Object.entries(namespace)) {
+        namespace[name] = (context, ...args) => {
+          if (performance.now() - callStarted > wallMs) {
+            if (metered.fuel) metered.fuel.value = -1n;
+            throw kept(new GuestFault('trap', `ran past the ${wallMs} ms an inline call may take`));
+          }
+          return fn(context, ...args);
+        };
+      }
+    }
+  }
   let plugin: Plugin;
   try {
     // The module itself, not a manifest naming it: Extism checks a manifest against the global
@@ -279,14 +315,7 @@ async function instantiateCore(spec: SandboxSpec, logs: LogBuffer, budget: FuelB
     // built-in undici into the worker, ~30 ms of its start and its memory. Nothing is fetched.
     plugin = await createPlugin(module, {
       useWasi: false, runInWorker: false, logger, allowedHosts: [], fetch: noFetch,
-      functions: {
-        'extism:host/env': {
-          alloc, var_get, var_set,
-          log_info: logTo('info'), log_warn: logTo('warn'), log_error: logTo('error'), log_debug: logTo('debug'), log_trace: logTo('debug'),
-          // Extism 1.0 has no get_log_level; PDKs ask it to skip formatting logs nobody reads. Every level is kept (64 lines a call at most).
-          get_log_level: () => 0,
-        },
-        'extism:host/user': { portcullis_context_read, portcullis_context_call, portcullis_context_answer, portcullis_input_length, portcullis_input_read } },
+      functions: functions as NonNullable<Parameters<typeof createPlugin>[1]>['functions'],
     });
   } catch (error) {
     throw startError(error);
@@ -294,8 +323,10 @@ async function instantiateCore(spec: SandboxSpec, logs: LogBuffer, budget: FuelB
   const instance = await plugin.getInstance();
   // A metered module's start function is an export, run now on the start budget (metering.ts).
   const fuel = instance.exports[FUEL_EXPORT] instanceof WebAssembly.Global ? instance.exports[FUEL_EXPORT] : undefined;
+  metered.fuel = fuel;
   if (fuel) {
     fuel.value = budget.start;
+    callStarted = performance.now();
     const start = instance.exports[START_EXPORT];
     try {
       if (typeof start === 'function') (start as () => void)();
@@ -323,9 +354,13 @@ async function instantiateCore(spec: SandboxSpec, logs: LogBuffer, budget: FuelB
       fault = undefined;
       returned = undefined;
       if (fuel) fuel.value = budget.call;
+      callStarted = performance.now();
       if (oneCopy) parts = inputParts(input);
       try {
-        const output = await plugin.call(name, oneCopy ? undefined : inputBytes(input));
+        const output = await plugin.call(name, oneCopy ? undefined : inputBytes(input)).catch((error: unknown) => {
+          // A guest that caught a host function's fault and then trapped failed for that fault.
+          throw fault ?? error;
+        });
         // Set by the host functions during the call, which the compiler cannot see from here.
         const caught = fault as GuestFault | undefined;
         if (caught) throw caught;

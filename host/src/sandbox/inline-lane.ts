@@ -11,7 +11,7 @@
 // one such call. Only policies the pool already trusts come here: answered from a worker, not
 // costly or distrusted, quick to instantiate, no context grants (reads are answered by the
 // workers' replicas), not fresh per call.
-import type { Guest, LogBuffer as LogBufferType } from './guest.ts';
+import type { Guest, LogBuffer } from './guest.ts';
 import type { CallInput, GuestFunction, LogEntry, SandboxSpec } from './protocol.ts';
 import { meteredCopy } from './prepare.ts';
 import { START_FUEL } from './metering.ts';
@@ -37,21 +37,35 @@ export const INLINE_SLOW_CALLS = 3;
 export const INLINE_FIRST_CALL_MS = 25;
 /** Metered modules larger than this stay in workers: compiling them would hold the main thread. */
 export const INLINE_MAX_MODULE_BYTES = 256 * 1024;
-/** An inline instance whose memories grow past this ends its inline life: the main thread keeps little. */
+/**
+ * An inline copy's memory cap (its one memory is capped again at this): the main thread keeps
+ * little. A policy that needs more traps there and is answered by a worker, with its own cap.
+ */
 export const INLINE_MAX_MEMORY_BYTES = 8 * 2 ** 20;
+/**
+ * The most an inline call may take (ms), checked in every host function it calls (see
+ * FuelBudget.wallMs): fuel bounds the guest's own code, this the host's work for it.
+ */
+export const INLINE_WALL_MS = 10;
 /** Inline instances the main thread holds at most. */
 export const INLINE_MAX_POLICIES = 16;
 
 export type InlineAnswer = { ok: true; output: string; guestMicros: number; logs: LogEntry[] };
 
+/** One policy's inline instance, its own log buffer, and its slow calls so far (undefined: it has not answered yet). */
+interface Entry {
+  guest: Guest;
+  logs: LogBuffer;
+  slowCalls: number | undefined;
+}
+
 export class InlineLane {
-  readonly #guests = new Map<string, Guest>();
-  /** Instances that have answered a call (their first call compiled what it ran), with their slow calls so far. */
-  readonly #warm = new Map<Guest, number>();
+  readonly #entries = new Map<string, Entry>();
   readonly #preparing = new Set<string>();
+  /** Keys unloaded while their instance was being made. */
+  readonly #gone = new Set<string>();
   /** Policies out of the lane, and why (for tests and logs). */
   readonly #out = new Map<string, string>();
-  #logs: LogBufferType | undefined;
   #busy = false;
   #calls = 0;
   #closed = false;
@@ -63,7 +77,7 @@ export class InlineLane {
 
   /** Whether `key` can be called inline now (its instance is ready and no inline call runs). */
   ready(key: string): boolean {
-    return !this.#busy && this.#guests.has(key);
+    return !this.#busy && this.#entries.has(key);
   }
 
   /** Why the policy left the lane, if it did. */
@@ -74,72 +88,72 @@ export class InlineLane {
   /** Makes the policy's inline instance in the background, once; it is used when ready. */
   want(spec: SandboxSpec): void {
     const { key } = spec;
-    if (this.#closed || this.#guests.has(key) || this.#preparing.has(key) || this.#out.has(key)) return;
-    if (this.#guests.size + this.#preparing.size >= INLINE_MAX_POLICIES) return;
+    if (this.#closed || this.#entries.has(key) || this.#preparing.has(key) || this.#out.has(key)) return;
+    if (this.#entries.size + this.#preparing.size >= INLINE_MAX_POLICIES) return;
     this.#preparing.add(key);
-    void this.#prepare(spec).finally(() => this.#preparing.delete(key));
+    void this.#prepare(spec).finally(() => {
+      this.#preparing.delete(key);
+      this.#gone.delete(key);
+    });
   }
 
   async #prepare(spec: SandboxSpec): Promise<void> {
-    const module = await meteredCopy(spec, INLINE_MAX_MODULE_BYTES);
+    const module = await meteredCopy(spec, { maxBytes: INLINE_MAX_MODULE_BYTES, memoryBytes: INLINE_MAX_MEMORY_BYTES });
     if (!(module instanceof WebAssembly.Module)) {
       this.#out.set(spec.key, module.unmetered);
       return;
     }
     // Imported only now: Extism pulls in node:wasi, and a host with no core policy never needs it.
     await import('./quiet-wasi-warning.ts');
-    const { instantiateGuest, LogBuffer } = await import('./guest.ts');
-    this.#logs ??= new LogBuffer();
+    const { instantiateGuest, LogBuffer: Logs } = await import('./guest.ts');
+    const logs = new Logs();
     try {
-      const guest = await instantiateGuest({ ...spec, modules: { 'policy.wasm': module } }, this.#logs, { start: START_FUEL, call: INLINE_FUEL });
-      this.#logs.take();
+      const guest = await instantiateGuest({ ...spec, modules: { 'policy.wasm': module } }, logs, { start: START_FUEL, call: INLINE_FUEL, wallMs: INLINE_WALL_MS });
+      logs.take();
       // Unloaded or closed meanwhile: nobody will call it.
       if (this.#closed || this.#out.has(spec.key) || this.#gone.has(spec.key)) guest.close();
-      else this.#guests.set(spec.key, guest);
+      else this.#entries.set(spec.key, { guest, logs, slowCalls: undefined });
     } catch (error) {
       this.#out.set(spec.key, `its inline instance failed: ${error instanceof Error ? error.message : String(error)}`);
-    } finally {
-      this.#gone.delete(spec.key);
     }
   }
 
-  /** Keys unloaded while their instance was being made. */
-  readonly #gone = new Set<string>();
-
   /**
-   * Calls the policy inline. undefined: not answered here (out of fuel, a trap, a fault, an
-   * error answer, too slow, too large): the caller runs the call in a worker, and the policy
-   * leaves the lane.
+   * Calls the policy inline. undefined: not answered here (out of fuel or time, a trap, a fault,
+   * an error answer, too large, later than its deadline): the caller runs the call in a worker,
+   * and the policy leaves the lane. A slow or growing policy's answer counts, and it leaves.
    */
-  async call(spec: SandboxSpec, fn: GuestFunction, input: CallInput): Promise<InlineAnswer | undefined> {
-    const guest = this.#guests.get(spec.key);
-    if (!guest || this.#busy) return undefined;
+  async call(spec: SandboxSpec, fn: GuestFunction, input: CallInput, timeoutMs: number): Promise<InlineAnswer | undefined> {
+    const entry = this.#entries.get(spec.key);
+    if (!entry || this.#busy) return undefined;
+    const { guest, logs } = entry;
     this.#busy = true;
     const started = performance.now();
     try {
       const output = await guest.call(fn, input);
       const micros = Math.round((performance.now() - started) * 1000);
-      const logs = this.#logs!.take();
       // What a worker judges (output over its limit, an error answer that may be the memory cap)
-      // it judges again.
+      // it judges again; an answer later than the policy's deadline would be one a worker never gives.
       const tooLarge = output.length * 3 > spec.maxOutputBytes && Buffer.byteLength(output) > spec.maxOutputBytes;
-      const rejudge = tooLarge ? 'its answer is over its output limit' : output.includes('"outcome":"error"') ? 'it answered an error' : undefined;
-      // A slow or growing policy answered, but has no place in the main thread.
-      const slow = this.#warm.get(guest);
-      const firstCall = slow === undefined;
-      const slowCalls = (slow ?? 0) + (micros > (firstCall ? INLINE_FIRST_CALL_MS : INLINE_SLOW_MS) * 1000 ? 1 : 0);
-      this.#warm.set(guest, slowCalls);
-      const unfit = slowCalls >= INLINE_SLOW_CALLS || (firstCall && slowCalls > 0) ? `a call took ${micros} µs`
+      const late = micros > timeoutMs * 1000 ? `a call took ${micros} µs, past its deadline` : undefined;
+      const rejudge = tooLarge ? 'its answer is over its output limit' : output.includes('"outcome":"error"') ? 'it answered an error' : late;
+      const firstCall = entry.slowCalls === undefined;
+      entry.slowCalls = (entry.slowCalls ?? 0) + (micros > (firstCall ? INLINE_FIRST_CALL_MS : INLINE_SLOW_MS) * 1000 ? 1 : 0);
+      const unfit = entry.slowCalls >= INLINE_SLOW_CALLS || (firstCall && entry.slowCalls > 0) ? `a call took ${micros} µs`
         : guest.memoryBytes() > INLINE_MAX_MEMORY_BYTES ? 'its memory grew' : undefined;
       const reason = rejudge ?? unfit;
       if (reason) this.#leave(spec.key, reason);
-      if (rejudge) return undefined;
+      if (rejudge) {
+        logs.take();
+        return undefined;
+      }
       this.#calls++;
-      return { ok: true, output, guestMicros: micros, logs };
+      return { ok: true, output, guestMicros: micros, logs: logs.take() };
     } catch (error) {
-      this.#logs!.take();
-      const spent = (guest.fuelLeft() ?? 0n) < 0n;
-      this.#leave(spec.key, spent ? 'it ran out of inline fuel' : `it failed inline: ${error instanceof Error ? error.message : String(error)}`);
+      logs.take();
+      const message = error instanceof Error ? error.message : String(error);
+      const spent = (guest.fuelLeft() ?? 0n) < 0n && !message.includes('an inline call may take');
+      this.#leave(spec.key, spent ? 'it ran out of inline fuel' : `it failed inline: ${message}`);
       return undefined;
     } finally {
       this.#busy = false;
@@ -152,11 +166,8 @@ export class InlineLane {
   }
 
   #drop(key: string): void {
-    const guest = this.#guests.get(key);
-    if (!guest) return;
-    guest.close();
-    this.#warm.delete(guest);
-    this.#guests.delete(key);
+    this.#entries.get(key)?.guest.close();
+    this.#entries.delete(key);
   }
 
   /** The policy was unloaded: its instance goes, and a reload with the same key starts afresh. */
@@ -168,6 +179,6 @@ export class InlineLane {
 
   close(): void {
     this.#closed = true;
-    for (const key of [...this.#guests.keys()]) this.#drop(key);
+    for (const key of [...this.#entries.keys()]) this.#drop(key);
   }
 }

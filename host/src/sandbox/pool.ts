@@ -487,7 +487,7 @@ export class SandboxPool {
     const spec = this.#inline && (fn === 'validate' || fn === 'mutate') ? this.#specs.get(key) : undefined;
     if (spec && this.#inlineFits(spec, timeoutMs)) {
       if (this.#inline!.ready(key) && this.#workersIdle() && this.#mainThreadQuiet()) {
-        return this.#inline!.call(spec, fn, input).then((answer) => {
+        return this.#inline!.call(spec, fn, input, timeoutMs).then((answer) => {
           const totalMicros = Math.round((performance.now() - started) * 1000);
           if (answer) return { ...answer, totalMicros };
           // Not answered inline: a worker runs it, in the time left.

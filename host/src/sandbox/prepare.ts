@@ -77,15 +77,27 @@ const cappedBytes = new WeakMap<WebAssembly.Module, Uint8Array<ArrayBuffer>>();
 /**
  * The core policy's module with a fuel counter (metering.ts), compiled after its own compile
  * trial, for the inline lane; or why there is none. Made only when the lane wants it: metering
- * costs a guest about a third of its time, so workers keep running the module as it came.
+ * costs a guest about a third of its time, so workers keep running the module as it came. Its
+ * memory is capped again at `memoryBytes` (the main thread keeps little), and it must have one
+ * memory, exported, so that the lane sees all of it (red team: an unexported second memory held
+ * 56 MiB per policy in the main thread).
  */
-export async function meteredCopy(spec: SandboxSpec, maxBytes: number): Promise<WebAssembly.Module | { unmetered: string }> {
+export async function meteredCopy(spec: SandboxSpec, bounds: { maxBytes: number; memoryBytes: number }): Promise<WebAssembly.Module | { unmetered: string }> {
   const core = spec.kind === 'core' ? spec.modules['policy.wasm'] : undefined;
   const bytes = core && cappedBytes.get(core);
-  if (!bytes) return { unmetered: 'it is not a core module prepared here' };
-  const metering = meterModule(bytes);
+  if (!bytes || !core) return { unmetered: 'it is not a core module prepared here' };
+  const memories = readLayout(bytes).memories.length + WebAssembly.Module.imports(core).filter((i) => i.kind === 'memory').length;
+  const exported = WebAssembly.Module.exports(core).filter((e) => e.kind === 'memory').length;
+  if (memories !== 1 || exported !== 1) return { unmetered: `it has ${memories} memories, ${exported} exported (the lane takes one, exported)` };
+  let small: Uint8Array<ArrayBuffer>;
+  try {
+    small = capMemory(bytes, Math.min(spec.memoryCapBytes, bounds.memoryBytes));
+  } catch (error) {
+    return { unmetered: `it needs more memory than the lane allows: ${error instanceof Error ? error.message : String(error)}` };
+  }
+  const metering = meterModule(small);
   if (!('bytes' in metering)) return metering;
-  if (metering.bytes.length > maxBytes) return { unmetered: `its metered copy is ${metering.bytes.length} bytes, more than ${maxBytes}` };
+  if (metering.bytes.length > bounds.maxBytes) return { unmetered: `its metered copy is ${metering.bytes.length} bytes, more than ${bounds.maxBytes}` };
   try {
     return await compile(metering.bytes);
   } catch (error) {
