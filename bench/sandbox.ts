@@ -29,6 +29,8 @@ export interface SingleResult {
   totalMicros: Percentiles;
   /** Around evaluatePolicy: also building the input's envelope and decoding the output on the main thread. */
   wallMicros: Percentiles;
+  /** Of the measured calls, how many the inline lane answered in the main thread (no hop). */
+  inline: number;
 }
 
 export interface SandboxResult {
@@ -42,6 +44,12 @@ export interface SandboxResult {
    * policy), µs. Two thread wake-ups; on a VM whose idle vCPUs halt, most of the hop.
    */
   bareRoundTripMicros?: Percentiles;
+  /**
+   * The same single calls one millisecond apart, as an idle host gets reviews: the main thread
+   * sleeps between them (the inline lane may take AS calls then; back to back it does not,
+   * since the main thread is busy). `inline`: how many of them the lane answered.
+   */
+  idle?: { language: 'AS' | 'TS'; iterations: number; inline: number; hopMicros: Percentiles; totalMicros: Percentiles }[];
   memory: { baselineMiB: number; added: { language: 'AS' | 'TS'; policies: number; instances: number; rssGrowthMiB: number; perInstanceMiB: number }[] };
 }
 
@@ -77,14 +85,17 @@ interface Samples {
   total: number[];
   wall: number[];
   roundMedians: number[];
+  inline: number;
 }
 
 async function sampleRound(pool: SandboxPool, policy: LoadedPolicy, iterations: number, into: Samples): Promise<void> {
   const guest: number[] = [];
   for (let i = 0; i < iterations; i++) {
+    const inlineBefore = pool.stats.inlineCalls;
     const started = performance.now();
     const outcome = await evaluatePolicy(pool, policy, 'validate', freshInput());
     into.wall.push((performance.now() - started) * 1000);
+    if (pool.stats.inlineCalls > inlineBefore) into.inline++;
     if (outcome.status !== 'allowed') throw new Error(`${policy.name}: expected allowed, got ${JSON.stringify(outcome)}`);
     guest.push(outcome.guestMicros!);
     into.total.push(outcome.totalMicros!);
@@ -96,14 +107,14 @@ async function sampleRound(pool: SandboxPool, policy: LoadedPolicy, iterations: 
 /** AS and TS interleaved in rounds, so a slow moment of the machine does not land on one of them only. */
 async function singles(pool: SandboxPool, policies: { policy: LoadedPolicy; language: 'AS' | 'TS' }[], iterations: number, rounds: number): Promise<SingleResult[]> {
   for (const { policy } of policies) for (let i = 0; i < 500; i++) await evaluatePolicy(pool, policy, 'validate', freshInput());
-  const samples = policies.map(() => ({ guest: [], total: [], wall: [], roundMedians: [] }));
+  const samples: Samples[] = policies.map(() => ({ guest: [], total: [], wall: [], roundMedians: [], inline: 0 }));
   for (let r = 0; r < rounds; r++) {
     for (const [i, { policy }] of policies.entries()) await sampleRound(pool, policy, Math.ceil(iterations / rounds), samples[i]!);
   }
   return policies.map(({ policy, language }, i) => {
-    const { guest, total, wall, roundMedians } = samples[i]!;
+    const { guest, total, wall, roundMedians, inline } = samples[i]!;
     return {
-      policy: policy.name, language, iterations: guest.length, rounds, guestRoundMedians: roundMedians,
+      policy: policy.name, language, iterations: guest.length, rounds, guestRoundMedians: roundMedians, inline,
       guestMicros: percentiles(guest), hopMicros: percentiles(total.map((t, j) => t - guest[j]!)),
       totalMicros: percentiles(total), wallMicros: percentiles(wall),
     };
@@ -146,6 +157,8 @@ async function main(quick: boolean): Promise<SandboxResult> {
       mixed10: await mixed(pool, ten, quick ? 300 : 2000),
       memory: { baselineMiB: 0, added: [] },
     };
+    result.idle = [];
+    for (const [language, policy] of [['AS', as], ['TS', ts]] as const) result.idle.push(await idleCalls(pool, policy, language, quick ? 500 : 2000));
     await pool.close();
     result.bareRoundTripMicros = await bareRoundTrip(n);
     result.memory = await memoryPerPolicy(quick ? 10 : 20);
@@ -180,6 +193,24 @@ async function memoryPerPolicy(count: number): Promise<SandboxResult['memory']> 
     }
   }
   return out;
+}
+
+/** One call every millisecond or so (a timer between them), after 100 to warm up. */
+async function idleCalls(pool: SandboxPool, policy: LoadedPolicy, language: 'AS' | 'TS', iterations: number): Promise<NonNullable<SandboxResult['idle']>[number]> {
+  const hop: number[] = [];
+  const total: number[] = [];
+  let inline = 0;
+  for (let i = 0; i < iterations + 100; i++) {
+    await new Promise((resolve) => setTimeout(resolve, 1));
+    const before = pool.stats.inlineCalls;
+    const outcome = await evaluatePolicy(pool, policy, 'validate', freshInput());
+    if (outcome.status !== 'allowed') throw new Error(`${policy.name}: expected allowed, got ${JSON.stringify(outcome)}`);
+    if (i < 100) continue;
+    if (pool.stats.inlineCalls > before) inline++;
+    hop.push(outcome.totalMicros! - outcome.guestMicros!);
+    total.push(outcome.totalMicros!);
+  }
+  return { language, iterations, inline, hopMicros: percentiles(hop), totalMicros: percentiles(total) };
 }
 
 /** An echo worker, one message at a time, as the hop is measured: the platform's own round trip. */
