@@ -484,9 +484,10 @@ export class SandboxPool {
       if (refused) return Promise.resolve(refused);
     }
     const started = performance.now();
-    const spec = this.#inline && (fn === 'validate' || fn === 'mutate') ? this.#specs.get(key) : undefined;
+    // The inline lane is looked at only while no worker is busy: under load, never.
+    const spec = this.#inline && (fn === 'validate' || fn === 'mutate') && this.#workersIdle() ? this.#specs.get(key) : undefined;
     if (spec && this.#inlineFits(spec, timeoutMs)) {
-      if (this.#inline!.ready(key) && this.#workersIdle() && this.#mainThreadQuiet()) {
+      if (this.#inline!.ready(key) && this.#mainThreadQuiet()) {
         return this.#inline!.call(spec, fn, input, timeoutMs).then((answer) => {
           const totalMicros = Math.round((performance.now() - started) * 1000);
           if (answer) return { ...answer, totalMicros };
