@@ -1,6 +1,6 @@
 // copyBytes must copy exactly what TypedArray#set copies, into and out of shared memory.
 import { expect, it } from 'vitest';
-import { copyBytes } from '../../host/src/util/bytes.ts';
+import { concatBytes, copyBytes } from '../../host/src/util/bytes.ts';
 
 const shared = (length: number) => new Uint8Array(new SharedArrayBuffer(length));
 const counting = (length: number) => new Uint8Array(length).map((_, i) => (i * 7 + 3) & 255);
@@ -34,4 +34,9 @@ it('copies nothing from an empty source, and refuses a target without room', () 
   expect([...target]).toEqual([1, 2, 3]);
   expect(() => copyBytes(counting(3), target, 1)).toThrow(new RangeError('3 bytes do not fit at 1 of 3'));
   expect([...target]).toEqual([1, 2, 3]);
+});
+
+it('joins byte arrays and plain byte lists in order, empty ones included', () => {
+  expect([...concatBytes([Uint8Array.of(0, 1, 2), [], [9, 8], new Uint8Array(0), Uint8Array.of(7)])]).toEqual([0, 1, 2, 9, 8, 7]);
+  expect(concatBytes([]).length).toBe(0);
 });

@@ -10,6 +10,7 @@ import type { RuleWithOperations } from '../config/types.ts';
 import { validatePolicyInfo } from '../config/validators.generated.ts';
 import { PortcullisError } from '../errors.ts';
 import { readLeb as readLebAt, writeLeb } from '../sandbox/memory-cap.ts';
+import { concatBytes } from '../util/bytes.ts';
 
 export const METADATA_SECTION = 'portcullis.metadata';
 /** Far above any real policy's metadata (a settings schema of a few KiB), far below harm. */
@@ -152,13 +153,7 @@ export function embedPolicyInfo(bytes: Uint8Array, info: PolicyInfo): Uint8Array
   const body = [...writeLeb(name.length), ...name];
   const size = body.length + payload.length;
   kept.push(Uint8Array.of(0, ...writeLeb(size), ...body), payload);
-  const out = new Uint8Array(kept.reduce((n, part) => n + part.length, 0));
-  let at = 0;
-  for (const part of kept) {
-    out.set(part, at);
-    at += part.length;
-  }
-  return out;
+  return concatBytes(kept);
 }
 
 function readLeb(bytes: Uint8Array, offset: number): [number, number] {

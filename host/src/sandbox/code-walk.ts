@@ -29,8 +29,8 @@ class CodeWalkError extends PortcullisError {
   }
 }
 
-/** A cursor over one function body; every read is bounded by `end`. */
-class Reader {
+/** A cursor over a span of a module (one function body, one section); every read is bounded by `end`. */
+export class Reader {
   at: number;
   readonly bytes: Uint8Array;
   readonly end: number;
@@ -41,7 +41,7 @@ class Reader {
   }
 
   byte(): number {
-    if (this.at >= this.end) throw new CodeWalkError('a function body ends in the middle of an instruction');
+    if (this.at >= this.end) throw new CodeWalkError('a function body or section ends in the middle of an entry');
     return this.bytes[this.at++]!;
   }
 

@@ -14,6 +14,7 @@
 // microseconds without one object per section.
 import { PortcullisError } from '../errors.ts';
 import { mib } from '../util/text.ts';
+import { concatBytes } from '../util/bytes.ts';
 
 const PAGE = 65536;
 const TYPE_SECTION = 1;
@@ -237,13 +238,7 @@ export function applyPlan(bytes: Uint8Array, layout: ModuleLayout, memoryMax: nu
     at = span.end;
   }
   parts.push(bytes.subarray(at));
-  const result = new Uint8Array(parts.reduce((n, part) => n + part.length, 0));
-  let offset = 0;
-  for (const part of parts) {
-    result.set(part, offset);
-    offset += part.length;
-  }
-  return result;
+  return concatBytes(parts);
 }
 
 /** One module, one budget: plan and apply in one step. */

@@ -15,8 +15,9 @@
 //
 // The module was checked by code-walk.ts, which also found the places to charge; this file
 // reads only the few sections it needs, already bounded by readLayout.
-import { checkCodeSection, MAX_BODY_BYTES, type BodyPlan, type CodeMeter } from './code-walk.ts';
+import { checkCodeSection, MAX_BODY_BYTES, Reader, type BodyPlan, type CodeMeter } from './code-walk.ts';
 import { readLayout, readLeb, writeLeb } from './memory-cap.ts';
+import { concatBytes as concat } from '../util/bytes.ts';
 
 /** The exported counter. The host writes it before each call and reads it after a trap. */
 export const FUEL_EXPORT = 'portcullis_fuel';
@@ -124,59 +125,37 @@ function readSections(bytes: Uint8Array): { all: [number, SectionSpan][]; get(id
   return { all, get: (id) => byId.get(id) };
 }
 
-/** A Reader-like cursor for the few sections read here. */
-class Cursor {
-  readonly bytes: Uint8Array;
-  at: number;
-  readonly end: number;
-  constructor(bytes: Uint8Array, at: number, end: number) {
-    this.bytes = bytes;
-    this.at = at;
-    this.end = end;
-  }
-  leb(): number {
-    const [value, length] = readLeb(this.bytes, this.at, this.end);
-    this.at += length;
-    return value;
-  }
-  byte(): number {
-    return this.bytes[this.at++]!;
-  }
-  skipName(): void {
-    const length = this.leb();
-    this.at += length;
-  }
-  valueType(): void {
-    const type = this.byte();
-    if (type === 0x63 || type === 0x64) this.leb();
-  }
-  /** Limits; says whether they are 64-bit. */
-  limits(): boolean {
-    const flags = this.byte();
-    this.leb();
-    if (flags & 0x01) this.leb();
-    return (flags & 0x04) !== 0;
-  }
+/** Limits (flags, minimum, maximum if flagged); says whether they are 64-bit. */
+function limits(r: Reader): boolean {
+  const flags = r.byte();
+  r.leb();
+  if (flags & 0x01) r.leb();
+  return (flags & 0x04) !== 0;
+}
+
+/** Skips a name (a length, then that many bytes). */
+function skipName(r: Reader): void {
+  r.skip(r.leb());
 }
 
 /** What the module imports, or undefined for an import of a kind this does not know. */
 function readImports(bytes: Uint8Array, span: SectionSpan): { functions: number; globals: number; memory64: boolean } | undefined {
-  const c = new Cursor(bytes, span.start, span.end);
+  const c = new Reader(bytes, span.start, span.end);
   const count = c.leb();
   let functions = 0;
   let globals = 0;
   let memory64 = false;
   for (let i = 0; i < count; i++) {
-    c.skipName();
-    c.skipName();
+    skipName(c);
+    skipName(c);
     const kind = c.byte();
     if (kind === 0x00) {
       c.leb();
       functions++;
     } else if (kind === 0x01) {
       c.valueType();
-      memory64 = c.limits() || memory64;
-    } else if (kind === 0x02) memory64 = c.limits() || memory64;
+      memory64 = limits(c) || memory64;
+    } else if (kind === 0x02) memory64 = limits(c) || memory64;
     else if (kind === 0x03) {
       c.valueType();
       c.byte();
@@ -190,13 +169,13 @@ function readImports(bytes: Uint8Array, span: SectionSpan): { functions: number;
 }
 
 function exportNames(bytes: Uint8Array, span: SectionSpan): Set<string> {
-  const c = new Cursor(bytes, span.start, span.end);
+  const c = new Reader(bytes, span.start, span.end);
   const names = new Set<string>();
   const decoder = new TextDecoder();
   for (let i = c.leb(); i > 0; i--) {
     const length = c.leb();
     names.add(decoder.decode(bytes.subarray(c.at, c.at + length)));
-    c.at += length;
+    c.skip(length);
     c.byte();
     c.leb();
   }
@@ -207,7 +186,7 @@ function exportNames(bytes: Uint8Array, span: SectionSpan): Set<string> {
 function paramCounts(bytes: Uint8Array, types?: SectionSpan, functions?: SectionSpan): number[] {
   const perType: number[] = [];
   if (types) {
-    const c = new Cursor(bytes, types.start, types.end);
+    const c = new Reader(bytes, types.start, types.end);
     for (let i = c.leb(); i > 0; i--) {
       c.byte(); // 0x60: readLayout refused every other form
       const params = c.leb();
@@ -217,7 +196,7 @@ function paramCounts(bytes: Uint8Array, types?: SectionSpan, functions?: Section
     }
   }
   if (!functions) return [];
-  const c = new Cursor(bytes, functions.start, functions.end);
+  const c = new Reader(bytes, functions.start, functions.end);
   const out: number[] = [];
   for (let i = c.leb(); i > 0; i--) out.push(perType[c.leb()] ?? 0);
   return out;
@@ -293,14 +272,4 @@ function sleb(value: bigint): number[] {
     out.push(done ? byte : byte | 0x80);
     if (done) return out;
   }
-}
-
-function concat(parts: (Uint8Array | number[])[]): Uint8Array<ArrayBuffer> {
-  const result = new Uint8Array(parts.reduce((n, p) => n + p.length, 0));
-  let offset = 0;
-  for (const part of parts) {
-    result.set(part, offset);
-    offset += part.length;
-  }
-  return result;
 }

@@ -16,3 +16,14 @@ export function copyBytes(source: Uint8Array, target: Uint8Array, at = 0): void 
   target[at] = source[0]!;
   Buffer.from(source.buffer, source.byteOffset, source.length).copy(target, at + 1, 1);
 }
+
+/** `parts` one after another in a new array. */
+export function concatBytes(parts: readonly (Uint8Array | readonly number[])[]): Uint8Array<ArrayBuffer> {
+  const result = new Uint8Array(parts.reduce((n, part) => n + part.length, 0));
+  let offset = 0;
+  for (const part of parts) {
+    result.set(part, offset);
+    offset += part.length;
+  }
+  return result;
+}
