@@ -75,9 +75,14 @@ export class InlineLane {
     return this.#calls;
   }
 
-  /** Whether `key` can be called inline now (its instance is ready and no inline call runs). */
-  ready(key: string): boolean {
-    return !this.#busy && this.#entries.has(key);
+  /**
+   * Takes the lane for one call of `key`, if its instance is ready and no inline call runs or is
+   * about to: the caller then makes that call (call()), which frees the lane.
+   */
+  claim(key: string): boolean {
+    if (this.#busy || !this.#entries.has(key)) return false;
+    this.#busy = true;
+    return true;
   }
 
   /** Why the policy left the lane, if it did. */
@@ -125,9 +130,11 @@ export class InlineLane {
    */
   async call(spec: SandboxSpec, fn: GuestFunction, input: CallInput, timeoutMs: number): Promise<InlineAnswer | undefined> {
     const entry = this.#entries.get(spec.key);
-    if (!entry || this.#busy) return undefined;
+    if (!entry) {
+      this.#busy = false; // dropped since it was claimed
+      return undefined;
+    }
     const { guest, logs } = entry;
-    this.#busy = true;
     const started = performance.now();
     try {
       const output = await guest.call(fn, input);

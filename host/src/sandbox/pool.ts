@@ -487,8 +487,11 @@ export class SandboxPool {
     // The inline lane is looked at only while no worker is busy: under load, never.
     const spec = this.#inline && (fn === 'validate' || fn === 'mutate') && this.#workersIdle() ? this.#specs.get(key) : undefined;
     if (spec && this.#inlineFits(spec, timeoutMs)) {
-      if (this.#inline!.ready(key) && this.#mainThreadQuiet()) {
-        return this.#inline!.call(spec, fn, input, timeoutMs).then((answer) => {
+      if (this.#mainThreadQuiet() && this.#inline!.claim(key)) {
+        // Run after the review's other calls are queued and dispatched (two microtasks on, behind
+        // the dispatch those calls scheduled): the workers start on them while this one runs here.
+        const dispatched = new Promise<void>((resolve) => queueMicrotask(() => queueMicrotask(resolve)));
+        return dispatched.then(() => this.#inline!.call(spec, fn, input, timeoutMs)).then((answer) => {
           const totalMicros = Math.round((performance.now() - started) * 1000);
           if (answer) return { ...answer, totalMicros };
           // Not answered inline: a worker runs it, in the time left.
