@@ -134,7 +134,7 @@ describe('inline lane', () => {
       expect(await evaluatePolicy(pool, policy, 'validate', input())).toMatchObject({ status: 'allowed' });
       await sleep(20);
     }
-    expect(pool.inlineOut(policy.key)).toMatch(/start function ran past the 20000000 units of fuel it may use here/);
+    expect(pool.inlineOut(policy.key)).toMatch(/start function ran past the 6000000 units of fuel it may use here/);
   });
 
   it('bounds by time what the host does for an inline guest: past it every host function throws and the counter is emptied, so catching the throw does not help', async () => {

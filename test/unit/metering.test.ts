@@ -59,6 +59,17 @@ describe('metering', () => {
     expect(() => exports.fill!(600_000)).toThrow(/unreachable/);
   });
 
+  it('lets a grow past the maximum fail as it would unmetered, charging it as a bounded one', async () => {
+    const { exports, fuel } = await instance(await wat(`(module (memory 1 4) (table $t 1 1 funcref)
+      (func (export "grow") (param $n i32) (result i32) (memory.grow (local.get $n)))
+      (func (export "tgrow") (param $n i32) (result i32) (table.grow $t (ref.null func) (local.get $n))))`));
+    fuel.value = 5_000_000n;
+    expect(exports.grow!(-1)).toBe(-1); // 2^32 - 1 pages: refused, not a trap
+    expect(exports.tgrow!(-1)).toBe(-1);
+    expect(exports.grow!(2)).toBe(1);
+    expect(fuel.value).toBeGreaterThan(0n);
+  });
+
   it('charges a host call more than an instruction', async () => {
     let calls = 0;
     const { exports, fuel } = await instance(await wat(`(module (import "env" "f" (func $f))

@@ -107,7 +107,7 @@ export interface BodyPlan {
    */
   charges: { at: number; cost: number }[];
   /** Bulk instructions (their first byte), charged by their count operand shifted left by `shift`. */
-  bulk: { at: number; shift: number }[];
+  bulk: { at: number; shift: number; cap?: number }[];
 }
 
 /**
@@ -123,6 +123,8 @@ export const HOST_CALL_COST = 1000;
  * by 0 pages, charged as one instruction, took 0.6 s of 10 million units).
  */
 export const RUNTIME_COST = 200;
+/** The most pages a memory.grow is charged for (16 MiB; the inline lane caps memory at 8 MiB), and 256 times that many table entries. */
+export const GROW_CAP = 256;
 /** Extra charge per opcode (RUNTIME_COST, HOST_CALL_COST); 0xfc operations are charged in miscInstruction. */
 const OPCODE_COST = new Uint16Array(256);
 for (const op of [0x08, 0x09, 0x0a]) OPCODE_COST[op] = RUNTIME_COST; // throw, rethrow, throw_ref
@@ -210,7 +212,9 @@ function checkBody(r: Reader, index: number, meter?: CodeMeter): void {
       }
       case 0x40: // memory.grow: by pages, which the kernel zeroes as they are first touched (~4 µs each)
         r.leb();
-        plan?.bulk.push({ at: opAt, shift: 12 });
+        // A grow past the memory's maximum fails (-1) at once, whatever it asked: charged as at most
+        // GROW_CAP pages, so that it fails as in the module as it came instead of trapping.
+        plan?.bulk.push({ at: opAt, shift: 12, cap: GROW_CAP });
         break;
       case 0x07: case 0x08: case 0x09: case 0x0c: case 0x0d: case 0x14: case 0x15:
       case 0x20: case 0x21: case 0x22: case 0x23: case 0x24: case 0x25: case 0x26:
@@ -247,7 +251,7 @@ function checkBody(r: Reader, index: number, meter?: CodeMeter): void {
         const { shift, cost } = miscInstruction(r, index);
         if (plan) {
           plan.charges[charge]!.cost += cost;
-          if (shift !== undefined) plan.bulk.push({ at: opAt, shift });
+          if (shift !== undefined) plan.bulk.push(shift === 3 ? { at: opAt, shift, cap: GROW_CAP * 256 } : { at: opAt, shift });
         }
         break;
       }

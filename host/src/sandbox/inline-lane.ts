@@ -3,38 +3,41 @@
 // to a sleeping worker and its answer back took 80-290 µs on this project's VMs, a whole
 // AssemblyScript call 30-120 µs.
 //
-// THE INLINE DEADLINE IS FUEL: the lane runs a metered copy of the module (metering.ts), given
-// INLINE_FUEL per call, about a millisecond of guest work. A call that runs out, traps, or
-// misbehaves in any way is not answered here: the pool runs it again in a worker, under the
-// policy's real deadline, and the worker's answer is the one that counts. The policy is then
-// never called inline again (until it is reloaded), so a policy costs the main thread at most
-// one such call. Only policies the pool already trusts come here: answered from a worker, not
-// costly or distrusted, quick to instantiate, no context grants (reads are answered by the
-// workers' replicas), not fresh per call.
+// THE INLINE DEADLINE IS FUEL, AND A TIME BOUND ON HOST FUNCTIONS: the lane runs a metered copy
+// of the module (metering.ts), given INLINE_FUEL per call, and every host function throws past
+// INLINE_WALL_MS (guest.ts). A call that runs out, traps, or misbehaves in any way is not
+// answered here: the pool runs it again in a worker, under the policy's real deadline, and the
+// worker's answer is the one that counts. A policy that did that, or was slow once, is never
+// called inline again (until it is reloaded), so a policy holds the main thread at most once.
+// Only policies the pool already trusts come here: answered from a worker, not costly or
+// distrusted, quick to instantiate, no context grants (reads are answered by the workers'
+// replicas), not fresh per call.
 import type { Guest, LogBuffer } from './guest.ts';
 import type { CallInput, GuestFunction, LogEntry, SandboxSpec } from './protocol.ts';
 import { meteredCopy } from './prepare.ts';
-import { START_FUEL } from './metering.ts';
+// Reasons kept for a policy out of the lane are cut, as a copy: a guest chooses its error text
+// (red team: a slice of a 60 MB error_set text kept it all, per policy).
+import { cutMessage } from '../util/text.ts';
 
 /**
  * Fuel per inline call. A charge counts every instruction of a loop's body, whichever run, so
  * real code burns far more fuel than it runs instructions: the AssemblyScript examples take
- * 1.2-1.6 million units for a 43-60 µs call (3.1 million at most, when their collector runs).
- * Straight-line code that runs every instruction it is charged for gets about 3-10 ms of it.
+ * 1.2-1.6 million units for a 33-60 µs call (3.2 million at most, when their collector runs).
+ * Fuel is not time: straight-line code that runs every instruction it is charged for gets 2-6 ms
+ * of it, code whose every load misses the caches about 200 ms (red team: a pointer chase, 35 ns
+ * a load charged 1 unit). So a slow call ends the policy's inline life at once (INLINE_SLOW_MS).
  */
-export const INLINE_FUEL = 10_000_000n;
+export const INLINE_FUEL = 6_000_000n;
 /**
- * A call slower than this (ms, the whole call: host functions, input, output) is slow; a
- * policy's INLINE_SLOW_CALLS-th slow call ends its inline life. More than one: a collection in
- * the main thread's heap can stop any call for a few ms.
+ * A call slower than this (ms, the whole call: host functions, input, output) ends the policy's
+ * inline life; its answer still counts (it came within the deadline). A collection in the main
+ * thread's heap may stop a good policy's call that long once: it then runs in workers, as before.
  */
-export const INLINE_SLOW_MS = 3;
-export const INLINE_SLOW_CALLS = 3;
-/**
- * The same for an instance's first call, which also compiles the functions it runs (V8 compiles
- * a module's functions on their first call): 4 ms for the AssemblyScript examples here.
- */
+export const INLINE_SLOW_MS = 5;
+/** The same for an instance's first call, and for making the instance (its start function runs then). */
 export const INLINE_FIRST_CALL_MS = 25;
+/** What an inline instance's start function may burn (see INLINE_FUEL). */
+export const INLINE_START_FUEL = 6_000_000n;
 /** Metered modules larger than this stay in workers: compiling them would hold the main thread. */
 export const INLINE_MAX_MODULE_BYTES = 256 * 1024;
 /**
@@ -52,11 +55,11 @@ export const INLINE_MAX_POLICIES = 16;
 
 export type InlineAnswer = { ok: true; output: string; guestMicros: number; logs: LogEntry[] };
 
-/** One policy's inline instance, its own log buffer, and its slow calls so far (undefined: it has not answered yet). */
+/** One policy's inline instance, its own log buffer, and whether it has answered (its first call compiles nothing now, but is allowed more). */
 interface Entry {
   guest: Guest;
   logs: LogBuffer;
-  slowCalls: number | undefined;
+  warm: boolean;
 }
 
 export class InlineLane {
@@ -105,7 +108,7 @@ export class InlineLane {
   async #prepare(spec: SandboxSpec): Promise<void> {
     const module = await meteredCopy(spec, { maxBytes: INLINE_MAX_MODULE_BYTES, memoryBytes: INLINE_MAX_MEMORY_BYTES });
     if (!(module instanceof WebAssembly.Module)) {
-      this.#out.set(spec.key, module.unmetered);
+      this.#setOut(spec.key, module.unmetered);
       return;
     }
     // Imported only now: Extism pulls in node:wasi, and a host with no core policy never needs it.
@@ -113,13 +116,21 @@ export class InlineLane {
     const { instantiateGuest, LogBuffer: Logs } = await import('./guest.ts');
     const logs = new Logs();
     try {
-      const guest = await instantiateGuest({ ...spec, modules: { 'policy.wasm': module } }, logs, { start: START_FUEL, call: INLINE_FUEL, wallMs: INLINE_WALL_MS });
+      const started = performance.now();
+      // Extism's kernel blocks count against the same 8 MiB as the copy's memory (red team: 60 MiB
+      // blocks, within the policy's own cap, made into error texts held in this thread).
+      const small = { ...spec, modules: { 'policy.wasm': module }, memoryCapBytes: Math.min(spec.memoryCapBytes, INLINE_MAX_MEMORY_BYTES) };
+      const guest = await instantiateGuest(small, logs, { start: INLINE_START_FUEL, call: INLINE_FUEL, wallMs: INLINE_WALL_MS });
+      const ms = performance.now() - started;
       logs.take();
-      // Unloaded or closed meanwhile: nobody will call it.
-      if (this.#closed || this.#out.has(spec.key) || this.#gone.has(spec.key)) guest.close();
-      else this.#entries.set(spec.key, { guest, logs, slowCalls: undefined });
+      // Unloaded or closed meanwhile: nobody will call it. Slow to make: its start function
+      // held this thread once, and will not again.
+      if (this.#closed || this.#out.has(spec.key) || this.#gone.has(spec.key) || ms > INLINE_FIRST_CALL_MS) {
+        guest.close();
+        if (ms > INLINE_FIRST_CALL_MS) this.#setOut(spec.key, `its inline instance took ${Math.round(ms)} ms to make`);
+      } else this.#entries.set(spec.key, { guest, logs, warm: false });
     } catch (error) {
-      this.#out.set(spec.key, `its inline instance failed: ${error instanceof Error ? error.message : String(error)}`);
+      this.#setOut(spec.key, `its inline instance failed: ${error instanceof Error ? error.message : String(error)}`);
     }
   }
 
@@ -144,9 +155,9 @@ export class InlineLane {
       const tooLarge = output.length * 3 > spec.maxOutputBytes && Buffer.byteLength(output) > spec.maxOutputBytes;
       const late = micros > timeoutMs * 1000 ? `a call took ${micros} µs, past its deadline` : undefined;
       const rejudge = tooLarge ? 'its answer is over its output limit' : output.includes('"outcome":"error"') ? 'it answered an error' : late;
-      const firstCall = entry.slowCalls === undefined;
-      entry.slowCalls = (entry.slowCalls ?? 0) + (micros > (firstCall ? INLINE_FIRST_CALL_MS : INLINE_SLOW_MS) * 1000 ? 1 : 0);
-      const unfit = entry.slowCalls >= INLINE_SLOW_CALLS || (firstCall && entry.slowCalls > 0) ? `a call took ${micros} µs`
+      const firstCall = !entry.warm;
+      entry.warm = true;
+      const unfit = micros > (firstCall ? INLINE_FIRST_CALL_MS : INLINE_SLOW_MS) * 1000 ? `a call took ${micros} µs`
         : guest.memoryBytes() > INLINE_MAX_MEMORY_BYTES ? 'its memory grew' : undefined;
       const reason = rejudge ?? unfit;
       if (reason) this.#leave(spec.key, reason);
@@ -168,8 +179,12 @@ export class InlineLane {
   }
 
   #leave(key: string, reason: string): void {
-    this.#out.set(key, reason);
+    this.#setOut(key, reason);
     this.#drop(key);
+  }
+
+  #setOut(key: string, reason: string): void {
+    this.#out.set(key, cutMessage(reason));
   }
 
   #drop(key: string): void {

@@ -24,12 +24,9 @@ export const FUEL_EXPORT = 'portcullis_fuel';
 /**
  * The module's start function, exported under this name instead of run by instantiation: the
  * counter starts at zero (a guest run before the host sets it traps at once), and the host
- * sets it before calling this. A worker's start function is timed by the pool; an inline
- * instance's, in the main thread, gets START_FUEL.
+ * sets it before calling this (inline-lane.ts: INLINE_START_FUEL).
  */
 export const START_EXPORT = 'portcullis_start';
-/** What an inline instance's start function may burn (a few ms to tens of ms). */
-export const START_FUEL = 20_000_000n;
 /** What a worker gives each call: more than any deadline allows to burn. The deadline stops it there. */
 export const UNLIMITED_FUEL = 2n ** 62n;
 
@@ -224,10 +221,12 @@ function meterBody(bytes: Uint8Array, plan: BodyPlan, fuel: number, params: numb
   const subtract = (cost: number[]) => [0x23, ...writeLeb(fuel), ...cost, 0x7d, 0x24, ...writeLeb(fuel), ...trapIfSpent];
   const inserts: { at: number; code: number[] }[] = [
     ...plan.charges.map(({ at, cost }) => ({ at, code: subtract([0x42, ...sleb(BigInt(cost))]) })),
-    ...plan.bulk.map(({ at, shift }) => ({
-      at,
-      code: [0x21, ...writeLeb(scratch), ...subtract([0x20, ...writeLeb(scratch), 0xad, ...(shift ? [0x42, shift, 0x86] : [])]), 0x20, ...writeLeb(scratch)],
-    })),
+    ...plan.bulk.map(({ at, shift, cap }) => {
+      const count = [0x20, ...writeLeb(scratch)];
+      // min(count, cap), unsigned: select(count, cap, count < cap).
+      const charged = cap === undefined ? count : [...count, 0x41, ...sleb(BigInt(cap)), ...count, 0x41, ...sleb(BigInt(cap)), 0x49, 0x1b];
+      return { at, code: [0x21, ...writeLeb(scratch), ...subtract([...charged, 0xad, ...(shift ? [0x42, shift, 0x86] : [])]), ...count] };
+    }),
   ].sort((a, b) => a.at - b.at);
   const parts: (Uint8Array | number[])[] = [];
   // Local declarations: one more group, a single i32, when a bulk charge needs the scratch local.

@@ -4,6 +4,7 @@
 // the compiled modules), and for components caches jco's output on disk by
 // content hash so a restart does not transpile again (transpile.ts runs jco in a bounded child).
 import { readFile } from 'node:fs/promises';
+import v8 from 'node:v8';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import type { SandboxLimits } from '../config/limits.ts';
@@ -99,7 +100,7 @@ export async function meteredCopy(spec: SandboxSpec, bounds: { maxBytes: number;
   if (!('bytes' in metering)) return metering;
   if (metering.bytes.length > bounds.maxBytes) return { unmetered: `its metered copy is ${metering.bytes.length} bytes, more than ${bounds.maxBytes}` };
   try {
-    return await compile(metering.bytes);
+    return await compile(metering.bytes, true);
   } catch (error) {
     return { unmetered: `its metered copy was refused: ${error instanceof Error ? error.message : String(error)}` };
   }
@@ -111,13 +112,14 @@ export async function meteredCopy(spec: SandboxSpec, bounds: { maxBytes: number;
 const compiled = new Map<string, WeakRef<WebAssembly.Module>>();
 const compiling = new Map<string, Promise<WebAssembly.Module>>();
 
-async function compile(bytes: Uint8Array<ArrayBuffer>): Promise<WebAssembly.Module> {
+/** `eager`: every function compiled now, off the main thread, rather than on its first call in the thread that calls it. */
+async function compile(bytes: Uint8Array<ArrayBuffer>, eager = false): Promise<WebAssembly.Module> {
   const hash = sha256(bytes);
   const known = compiled.get(hash)?.deref();
   if (known) return known;
   let pending = compiling.get(hash);
   if (!pending) {
-    pending = trialThenCompile(bytes, hash).then(
+    pending = trialThenCompile(bytes, hash, eager).then(
       (module) => {
         compiled.set(hash, new WeakRef(module));
         return module;
@@ -128,7 +130,7 @@ async function compile(bytes: Uint8Array<ArrayBuffer>): Promise<WebAssembly.Modu
   return pending;
 }
 
-async function trialThenCompile(bytes: Uint8Array<ArrayBuffer>, hash: string): Promise<WebAssembly.Module> {
+async function trialThenCompile(bytes: Uint8Array<ArrayBuffer>, hash: string, eager: boolean): Promise<WebAssembly.Module> {
   const refused = refusals.get(hash);
   if (refused && refused.until > Date.now()) throw new PrepareError(refused.reason);
   // Before V8 sees it: a body nested deep enough costs the worker's compiler gigabytes later.
@@ -143,7 +145,7 @@ async function trialThenCompile(bytes: Uint8Array<ArrayBuffer>, hash: string): P
   processTypes.charge(hash, types);
   let module: WebAssembly.Module;
   try {
-    module = await WebAssembly.compile(bytes);
+    module = await (eager ? compileEagerly(bytes) : WebAssembly.compile(bytes));
   } catch (error) {
     throw new PrepareError(`invalid WebAssembly: ${error instanceof Error ? error.message : String(error)}`);
   }
@@ -152,6 +154,28 @@ async function trialThenCompile(bytes: Uint8Array<ArrayBuffer>, hash: string): P
   if (verdict.invalid) throw new PrepareError('V8 compiles it in the host but refused it in the compile trial, which runs without NODE_OPTIONS; do not enable WebAssembly features there');
   return module;
 }
+
+/** Whether this process compiles lazily (V8's default), so that compileEagerly puts it back as it was. */
+const LAZY_BY_DEFAULT = !/--no-wasm-lazy-compilation\b/.test([...process.execArgv, process.env.NODE_OPTIONS ?? ''].join(' '));
+
+/**
+ * V8 compiles a module's functions lazily, each on its first call, in the thread that calls it.
+ * For the inline lane that thread is the main thread (red team: one first call compiled for 350
+ * ms there, a shape Liftoff is slow on and the compile trial allows). Lazy compilation is turned
+ * off while this compilation runs (V8 reads the flag as it goes, not only as it starts), and V8
+ * compiles on its background threads. Other modules compiled meanwhile are compiled eagerly too,
+ * which changes when, not what. The compile trial has bounded what compiling the module costs.
+ */
+async function compileEagerly(bytes: Uint8Array<ArrayBuffer>): Promise<WebAssembly.Module> {
+  if (!LAZY_BY_DEFAULT) return WebAssembly.compile(bytes);
+  if (eagerCompiles++ === 0) v8.setFlagsFromString('--no-wasm-lazy-compilation');
+  try {
+    return await WebAssembly.compile(bytes);
+  } finally {
+    if (--eagerCompiles === 0) v8.setFlagsFromString('--wasm-lazy-compilation');
+  }
+}
+let eagerCompiles = 0;
 
 /**
  * Function types V8 may keep for the life of the process, all distinct modules ever compiled
