@@ -72,18 +72,31 @@ export const DROP = [0x1a];
 /** `text` as a WAT string literal: every UTF-8 byte escaped. */
 const watBytes = (text: string) => [...new TextEncoder().encode(text)].map((b) => `\\${b.toString(16).padStart(2, '0')}`).join('');
 
+interface AnsweringOptions {
+  startMillions?: number;
+  raw?: boolean;
+  loopsAfter?: number;
+  costlyStart?: number;
+}
+
 /**
  * A core module (Extism's ABI) whose `validate` and `mutate` both answer `output` as JSON; with
  * `startMillions`, its start function first spins that many million loop turns (a policy slow
- * only to instantiate). Written as text (it needs imports and a data segment), assembled by jco.
+ * only to instantiate); with `loopsAfter`, it loops forever from that many calls on (each
+ * instance counts its own); with `costlyStart`, its start function burns that many million units
+ * of the inline lane's fuel while running in microseconds (a loop whose large body is never
+ * entered). Written as text (it needs imports and a data segment), assembled by jco.
  */
-export async function answering(output: unknown, { startMillions, raw }: { startMillions?: number; raw?: boolean } = {}): Promise<Uint8Array> {
+export async function answering(output: unknown, { startMillions, raw, loopsAfter, costlyStart }: AnsweringOptions = {}): Promise<Uint8Array> {
   const { parse } = await import('@bytecodealliance/jco');
   // raw: `output` is the answer's text as is (a value JSON.stringify cannot write, too deep).
   const text = raw ? String(output) : JSON.stringify(output);
   const bytes = new TextEncoder().encode(text);
   const data = watBytes(text);
-  const body = `(local $o i64) (local $i i32)
+  const counted = loopsAfter === undefined ? '' : `
+    (global.set $calls (i32.add (global.get $calls) (i32.const 1)))
+    (if (i32.gt_u (global.get $calls) (i32.const ${loopsAfter})) (then (loop $l (br $l))))`;
+  const body = `(local $o i64) (local $i i32)${counted}
     (local.set $o (call $alloc (i64.const ${bytes.length})))
     (block $done (loop $next
       (br_if $done (i32.ge_u (local.get $i) (i32.const ${bytes.length})))
@@ -101,12 +114,20 @@ export async function answering(output: unknown, { startMillions, raw }: { start
         (call $turns (i32.const 1000000))
         (local.set $j (i32.add (local.get $j) (i32.const 1))) (br $l))))
     (start $spin)`;
+  const costly = costlyStart === undefined ? '' : `
+    (func $costly (local $i i32)
+      (loop $l
+        (if (i32.eq (local.get $i) (i32.const -1)) (then ${'nop '.repeat(10_000)}))
+        (local.set $i (i32.add (local.get $i) (i32.const 1)))
+        (br_if $l (i32.lt_u (local.get $i) (i32.const ${costlyStart * 100})))))
+    (start $costly)`;
   return parse(`(module
     (import "extism:host/env" "alloc" (func $alloc (param i64) (result i64)))
     (import "extism:host/env" "store_u8" (func $store (param i64 i32)))
     (import "extism:host/env" "output_set" (func $output (param i64 i64)))
     (memory (export "memory") ${Math.ceil((bytes.length + 1) / 65536)})
-    (data (i32.const 0) "${data}")${start}
+    (data (i32.const 0) "${data}")
+    (global $calls (mut i32) (i32.const 0))${start}${costly}
     (func (export "validate") (result i32) ${body})
     (func (export "mutate") (result i32) ${body}))`);
 }

@@ -12,6 +12,7 @@ import type { LoadedPolicy } from '../../host/src/policy/loaded.ts';
 import { SandboxPool } from '../../host/src/sandbox/pool.ts';
 import { DEFAULT_LIMITS } from '../../host/src/config/limits.ts';
 import { meterModule } from '../../host/src/sandbox/metering.ts';
+import { answering } from '../helpers/wasm.ts';
 import { input, load } from '../helpers/policies.ts';
 
 function metered(bytes: Uint8Array): Uint8Array<ArrayBuffer> {
@@ -38,39 +39,9 @@ async function untilInline(policy: LoadedPolicy, calls = 1): Promise<void> {
   expect(pool.stats.inlineCalls).toBeGreaterThanOrEqual(target);
 }
 
-/**
- * A core module that allows. With `loopsAfter`, it loops forever from that many calls on (each
- * instance counts its own); with `costlyStart`, its start function burns that many million
- * units of fuel while running in microseconds (a loop whose large body is never entered).
- */
-async function allowing(name: string, { loopsAfter = 1e9, costlyStart }: { loopsAfter?: number; costlyStart?: number } = {}): Promise<string> {
-  const { parse } = await import('@bytecodealliance/jco');
-  const answer = '{"outcome":"allow"}';
-  const start = costlyStart === undefined ? '' : `
-    (func $start (local $i i32)
-      (loop $l
-        (if (i32.eq (local.get $i) (i32.const -1)) (then ${'nop '.repeat(10_000)}))
-        (local.set $i (i32.add (local.get $i) (i32.const 1)))
-        (br_if $l (i32.lt_u (local.get $i) (i32.const ${costlyStart * 100})))))
-    (start $start)`;
-  const bytes = await parse(`(module
-    (import "extism:host/env" "alloc" (func $alloc (param i64) (result i64)))
-    (import "extism:host/env" "store_u8" (func $store (param i64 i32)))
-    (import "extism:host/env" "output_set" (func $output (param i64 i64)))
-    (memory (export "memory") 1)
-    (data (i32.const 0) "${answer.replaceAll('"', '\\"')}")
-    (global $calls (mut i32) (i32.const 0))${start}
-    (func (export "validate") (result i32) (local $o i64) (local $i i32)
-      (global.set $calls (i32.add (global.get $calls) (i32.const 1)))
-      (if (i32.gt_u (global.get $calls) (i32.const ${Math.min(loopsAfter, 2 ** 31 - 1)})) (then (loop $l (br $l))))
-      (local.set $o (call $alloc (i64.const ${answer.length})))
-      (block $done (loop $next
-        (br_if $done (i32.ge_u (local.get $i) (i32.const ${answer.length})))
-        (call $store (i64.add (local.get $o) (i64.extend_i32_u (local.get $i))) (i32.load8_u (local.get $i)))
-        (local.set $i (i32.add (local.get $i) (i32.const 1)))
-        (br $next)))
-      (call $output (local.get $o) (i64.const ${answer.length}))
-      (i32.const 0)))`);
+/** A core module that allows (test/helpers/wasm.ts `answering`, with its options), written to a file. */
+async function allowing(name: string, options: { loopsAfter?: number; costlyStart?: number } = {}): Promise<string> {
+  const bytes = await answering({ outcome: 'allow' }, options);
   const file = join(dir, `${name}.wasm`);
   await writeFile(file, bytes);
   return file;
