@@ -37,9 +37,9 @@ const CODE_SECTION = 10;
 /** Where each section id goes in a module (the spec's order; tags, 13, sit between memory and global). */
 const ORDER: Record<number, number> = { 1: 1, 2: 2, 3: 3, 4: 4, 5: 5, 13: 6, 6: 7, 7: 8, 8: 9, 9: 10, 12: 11, 10: 12, 11: 13 };
 const I32 = 0x7f;
+const I64 = 0x7e;
 /** V8's limit on a function's locals, parameters included. */
 const MAX_LOCALS = 50_000;
-const I64 = 0x7e;
 
 export type Metering = { bytes: Uint8Array<ArrayBuffer> } | { unmetered: string };
 
@@ -76,7 +76,7 @@ export function meterModule(bytes: Uint8Array): Metering {
   if (meter.bodies.some((plan, i) => plan.bulk.length > 0 && params[i]! + plan.declaredLocals >= MAX_LOCALS)) return { unmetered: 'a function has as many locals as V8 allows' };
 
   const replaced = new Map<number, number[]>();
-  replaced.set(GLOBAL_SECTION, appendEntry(bytes, sections.get(GLOBAL_SECTION), [I64, 0x01, 0x42, 0x00, 0x0b]));
+  replaced.set(GLOBAL_SECTION, appendEntries(bytes, sections.get(GLOBAL_SECTION), [[I64, 0x01, 0x42, 0x00, 0x0b]]));
   const startExport = start === undefined ? [] : [[...name(START_EXPORT), 0x00, ...writeLeb(start)]];
   replaced.set(EXPORT_SECTION, appendEntries(bytes, exported, [[...name(FUEL_EXPORT), 0x03, ...writeLeb(fuel)], ...startExport]));
   const bodies = meter.bodies.map((plan, i) => meterBody(bytes, plan, fuel, params[i]!));
@@ -199,11 +199,7 @@ function paramCounts(bytes: Uint8Array, types?: SectionSpan, functions?: Section
   return out;
 }
 
-/** A vector section's payload with one more entry (a new section when there is none). */
-function appendEntry(bytes: Uint8Array, span: SectionSpan | undefined, entry: number[]): number[] {
-  return appendEntries(bytes, span, [entry]);
-}
-
+/** A vector section's payload with more entries (a new section's when there is none). */
 function appendEntries(bytes: Uint8Array, span: SectionSpan | undefined, entries: number[][]): number[] {
   if (!span) return [...writeLeb(entries.length), ...entries.flat()];
   const [count, countLength] = readLeb(bytes, span.start, span.end);

@@ -36,7 +36,6 @@
 // While every worker is held by a long call and others wait, one relief worker is added for
 // the waiting policies (see #relief), and goes once it is not needed.
 import { availableParallelism } from 'node:os';
-import { performance } from 'node:perf_hooks';
 import { extname } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { MessageChannel, receiveMessageOnPort, Worker, type MessagePort } from 'node:worker_threads';
@@ -188,13 +187,6 @@ const RELIEF_REFUSED_MS = 60_000;
 export const SLOW_LOAD_MS = 500;
 /** Instances (policies × workers holding each) past which policies are no longer in every worker. */
 export const INSTANCE_BUDGET = 64;
-/** The inline lane takes only policies whose deadline is at least this (ms): an inline call runs a few ms at most. */
-export const INLINE_MIN_TIMEOUT_MS = 50;
-/** ... and whose instantiation in a worker took at most this (ms): the main thread instantiates its own. */
-export const INLINE_MAX_LOAD_MS = 20;
-/** The lane is used while the main thread's event loop was busy less than this share of the last INLINE_SAMPLE_MS or more. */
-export const INLINE_MAX_UTILIZATION = 0.3;
-export const INLINE_SAMPLE_MS = 50;
 
 export interface PoolStats {
   size: number;
@@ -486,8 +478,8 @@ export class SandboxPool {
     const started = performance.now();
     // The inline lane is looked at only while no worker is busy: under load, never.
     const spec = this.#inline && (fn === 'validate' || fn === 'mutate') && this.#workersIdle() ? this.#specs.get(key) : undefined;
-    if (spec && this.#inlineFits(spec, timeoutMs)) {
-      if (this.#mainThreadQuiet() && this.#inline!.claim(key)) {
+    if (spec && this.#inline!.fits(spec, timeoutMs, this.standing(key) === 'normal', this.loadTimeOf(key))) {
+      if (this.#inline!.claim(key)) {
         // Run after the review's other calls are queued and dispatched (two microtasks on, behind
         // the dispatch those calls scheduled): the workers start on them while this one runs here.
         const dispatched = new Promise<void>((resolve) => queueMicrotask(() => queueMicrotask(resolve)));
@@ -503,36 +495,6 @@ export class SandboxPool {
     }
     return this.#queueCall(key, fn, input, timeoutMs, Math.min(waitMs, timeoutMs), group, started);
   }
-
-  /**
-   * A policy the inline lane may take (inline-lane.ts): a core module the pool trusts (answered
-   * from a worker, not costly, not distrusted), quick to instantiate, with no context grants,
-   * reused between calls, whose deadline is far above what an inline call may take.
-   */
-  #inlineFits(spec: SandboxSpec, timeoutMs: number): boolean {
-    return spec.kind === 'core' && !spec.fresh && (spec.context ?? []).length === 0 && timeoutMs >= INLINE_MIN_TIMEOUT_MS &&
-      this.standing(spec.key) === 'normal' && (this.loadTimeOf(spec.key) ?? Infinity) <= INLINE_MAX_LOAD_MS;
-  }
-
-  /**
-   * The main thread was busy less than INLINE_MAX_UTILIZATION of the last while: under load its
-   * time is the server's limit (TLS, parsing), and a guest run there takes it from other reviews
-   * while the workers' cores sit idle (measured: 10-20% fewer reviews a second at saturation).
-   */
-  #mainThreadQuiet(): boolean {
-    const now = performance.now();
-    if (now - this.#busySampledAt >= INLINE_SAMPLE_MS) {
-      const sample = performance.eventLoopUtilization();
-      this.#busyShare = performance.eventLoopUtilization(sample, this.#busySample).utilization;
-      this.#busySample = sample;
-      this.#busySampledAt = now;
-    }
-    return this.#busyShare < INLINE_MAX_UTILIZATION;
-  }
-
-  #busySample = performance.eventLoopUtilization();
-  #busySampledAt = performance.now();
-  #busyShare = 0;
 
   /** Nothing queued, no worker running or loading anything: a call inline delays nobody's. */
   #workersIdle(): boolean {
