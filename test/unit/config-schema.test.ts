@@ -26,7 +26,7 @@ function rawInterfaces(): Map<string, Map<string, boolean>> {
 
 const RAW_TO_SCHEMA: Record<string, string[]> = {
   RawConfig: [], RawServer: ['server'], RawTls: ['server', 'tls'], RawDefaults: ['defaults'],
-  RawPolicy: ['policies'], RawWebhooks: ['webhooks'], RawRegistries: ['registries'],
+  RawPolicy: ['policies'], RawWebhooks: ['webhooks'], RawRegistries: ['registries'], RawCache: ['cache'],
 };
 
 describe('config.schema.json and config/types.ts', () => {

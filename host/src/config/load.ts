@@ -114,6 +114,7 @@ function normalize(raw: RawConfig, source: string): Config {
       ...(registries.dockerConfig ? { dockerConfig: resolve(base, registries.dockerConfig) } : {}),
       ...(registries.cacheDir ? { cacheDir: resolve(base, registries.cacheDir) } : {}),
     },
+    cache: { maxMiB: raw.cache?.maxMiB ?? defaultOf<number>('cache', 'maxMiB') },
   };
 }
 

@@ -52,6 +52,7 @@ export interface RawConfig {
   policies: RawPolicy[];
   webhooks?: RawWebhooks;
   registries?: RawRegistries;
+  cache?: RawCache;
 }
 
 export interface RawServer {
@@ -126,6 +127,10 @@ export interface RawWebhooks {
   resyncSeconds?: number;
 }
 
+export interface RawCache {
+  maxMiB?: number;
+}
+
 export interface RawRegistries {
   insecure?: string[];
   dockerConfig?: string;
@@ -196,4 +201,6 @@ export interface Config {
   policies: PolicyConfig[];
   webhooks: WebhooksConfig;
   registries: { insecure: string[]; dockerConfig?: string; cacheDir?: string };
+  /** The on-disk cache's budget (cache/prune.ts); 0: never pruned. */
+  cache: { maxMiB: number };
 }

@@ -5,14 +5,14 @@ import { createRequire } from 'node:module';
 import type { ValidateFunction } from 'ajv';
 const require = createRequire(import.meta.url);
 export const validateConfig: ValidateFunction = validate10;
-const schema11 = {"$schema":"http://json-schema.org/draft-07/schema#","$id":"https://portcullis.dev/schemas/config-v1.json","title":"Portcullis configuration","type":"object","additionalProperties":false,"required":["policies"],"properties":{"server":{"type":"object","additionalProperties":false,"properties":{"host":{"type":"string","minLength":1,"default":"0.0.0.0"},"port":{"type":"integer","minimum":0,"maximum":65535,"default":8443},"maxBodyBytes":{"type":"integer","minimum":1024,"default":8388608,"description":"larger bodies get 413; an UPDATE review carries the object twice, and etcd allows 1.5 MiB each (a Secret's data in base64 is a third more)"},"headersTimeoutMs":{"type":"integer","minimum":100,"default":10000},"requestTimeoutMs":{"type":"integer","minimum":100,"default":30000},"bodyTimeoutMs":{"type":"integer","minimum":100,"default":5000,"description":"a review's body must have arrived in full this long after its headers, or 408 and the connection is closed (the apiserver sends it at once)"},"maxConnections":{"type":"integer","minimum":1,"default":4096,"description":"open connections on the webhook port; more are closed at once (an idle TLS connection costs ~60 KB)"},"maxConnectionsPerAddress":{"type":"integer","minimum":1,"default":3072,"description":"open connections from one client address; the apiserver opens one per concurrent call, thousands under overload, all from its own address; below maxConnections so that one address cannot take them all"},"maxBodyBytesInFlight":{"type":"integer","minimum":1048576,"default":268435456,"description":"request bodies held at once (being read or evaluated), with what parsing them costs; a request beyond it gets 503"},"shutdownDelayMs":{"type":"integer","minimum":0,"maximum":120000,"default":5000,"description":"on SIGTERM, how long to go on accepting and answering (every answer closing its connection, /readyz 503) before the listener closes: the apiserver and kube-proxy take a moment to stop sending here"},"metricsPort":{"type":"integer","minimum":0,"maximum":65535},"readyWhenAllPoliciesLoaded":{"type":"boolean","default":false},"logAllowedReviews":{"type":"boolean","default":false},"tls":{"type":"object","additionalProperties":false,"properties":{"mode":{"enum":["self-signed","files","secret","insecure"]},"secretName":{"type":"string","pattern":"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$","maxLength":253,"default":"portcullis-tls"},"validityDays":{"type":"integer","minimum":1,"maximum":3650,"default":365},"hostnames":{"type":"array","items":{"type":"string","minLength":1}},"cadump":{"type":"string","minLength":1},"certFile":{"type":"string","minLength":1},"keyFile":{"type":"string","minLength":1},"caFile":{"type":"string","minLength":1},"clientCA":{"type":"string","minLength":1},"requireClientCert":{"type":"boolean"}}}}},"workers":{"type":"integer","minimum":0,"maximum":64,"default":0,"description":"sandbox worker threads; 0: one per core, at least 2"},"instancesPerPolicy":{"type":"integer","minimum":0,"maximum":64,"default":0,"description":"workers holding an instance of each policy; 0: every worker while policies x workers <= 64, else fewer. 1 keeps each worker's set of policies small (it can be faster when many policies judge every review), at the cost of a slow or stuck policy delaying the others in its worker"},"logLevel":{"enum":["debug","info","warn","error"],"default":"info"},"defaults":{"type":"object","additionalProperties":false,"properties":{"limits":{"$ref":"#/definitions/limits"},"failurePolicy":{"$ref":"#/definitions/failurePolicy"},"enforcement":{"$ref":"#/definitions/enforcement"},"isolation":{"$ref":"#/definitions/isolation"}}},"policies":{"type":"array","items":{"type":"object","additionalProperties":false,"required":["name","module"],"properties":{"name":{"type":"string","pattern":"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"},"module":{"type":"string","minLength":1},"digest":{"type":"string","pattern":"^sha256:[0-9a-f]{64}$"},"modes":{"type":"array","minItems":1,"uniqueItems":true,"items":{"enum":["validate","mutate"]}},"settings":{},"limits":{"$ref":"#/definitions/limits"},"failurePolicy":{"$ref":"#/definitions/failurePolicy"},"enforcement":{"$ref":"#/definitions/enforcement"},"isolation":{"$ref":"#/definitions/isolation"},"persistent":{"type":"boolean","default":false},"sideEffects":{"enum":["None","NoneOnDryRun"],"default":"None"},"reinvocationPolicy":{"enum":["Never","IfNeeded"],"default":"Never"},"rules":{"type":"array","items":{"$ref":"#/definitions/rule"}},"objectSelector":{"$ref":"#/definitions/labelSelector"},"namespaceSelector":{"$ref":"#/definitions/labelSelector"},"match":{"type":"array","items":{"$ref":"#/definitions/resourceSelector"}},"context":{"type":"array","items":{"$ref":"#/definitions/contextGrant"}}}}},"webhooks":{"type":"object","additionalProperties":false,"properties":{"managed":{"type":"string","pattern":"^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$"},"singleWebhook":{"type":"boolean","default":false},"timeoutSeconds":{"type":"integer","minimum":1,"maximum":30,"default":10},"url":{"type":"string","pattern":"^https://"},"service":{"type":"object","additionalProperties":false,"required":["name","namespace"],"properties":{"name":{"type":"string"},"namespace":{"type":"string"},"port":{"type":"integer","default":443}}},"namespace":{"type":"string"},"ignoreLabel":{"type":"string","pattern":"^(([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$","default":"portcullis.dev/ignore","description":"a namespace with this label set to \"true\" is covered by no managed webhook; \"\" turns the opt-out off (anyone who may label or create namespaces could use it)"},"excludeNamespaces":{"type":"array","items":{"type":"string"},"default":[],"description":"namespaces no managed webhook covers, besides the host's own, kube-system and kube-node-lease (always left out)"},"leaderElection":{"type":"boolean","default":true},"leaseDurationSeconds":{"type":"integer","minimum":2,"default":15},"resyncSeconds":{"type":"integer","minimum":1,"default":60}}},"registries":{"type":"object","additionalProperties":false,"properties":{"insecure":{"type":"array","items":{"type":"string"},"default":[]},"dockerConfig":{"type":"string"},"cacheDir":{"type":"string"}}}},"definitions":{"limits":{"type":"object","additionalProperties":false,"properties":{"timeoutMs":{"type":"integer","minimum":1,"default":2000},"memoryMiB":{"type":"number","exclusiveMinimum":0,"maximum":4096,"default":64},"maxOutputBytes":{"type":"integer","minimum":64,"default":1048576},"maxModuleMiB":{"type":"number","exclusiveMinimum":0,"maximum":1024,"default":32}}},"failurePolicy":{"enum":["Fail","Ignore"],"default":"Fail"},"enforcement":{"enum":["enforce","warn","audit"],"default":"enforce"},"isolation":{"enum":["reuse","fresh"],"default":"reuse"},"contextGrant":{"type":"object","additionalProperties":false,"required":["apiVersion","kind"],"properties":{"apiVersion":{"type":"string","pattern":"^([a-z0-9]([a-z0-9.-]*[a-z0-9])?/)?v[0-9]+((alpha|beta)[0-9]+)?$"},"kind":{"type":"string","pattern":"^[A-Z][A-Za-z0-9]*$"}}},"stringList":{"type":"array","items":{"type":"string"}},"rule":{"type":"object","additionalProperties":false,"required":["operations","apiGroups","apiVersions","resources"],"properties":{"operations":{"type":"array","minItems":1,"items":{"enum":["CREATE","UPDATE","DELETE","CONNECT","*"]}},"apiGroups":{"$ref":"#/definitions/stringList"},"apiVersions":{"$ref":"#/definitions/stringList"},"resources":{"$ref":"#/definitions/stringList"},"scope":{"enum":["Cluster","Namespaced","*"]}}},"labelSelector":{"type":"object","additionalProperties":false,"properties":{"matchLabels":{"type":"object","additionalProperties":{"type":"string"}},"matchExpressions":{"type":"array","items":{"type":"object","additionalProperties":false,"required":["key","operator"],"properties":{"key":{"type":"string"},"operator":{"enum":["In","NotIn","Exists","DoesNotExist"]},"values":{"$ref":"#/definitions/stringList"}}}}}},"resourceSelector":{"type":"object","additionalProperties":false,"properties":{"apiVersion":{"type":"string"},"kind":{"type":"string"},"namespace":{"type":"string"},"name":{"type":"string"},"labelSelector":{"$ref":"#/definitions/labelSelector"},"fieldSelector":{"type":"string"}}}}};
+const schema11 = {"$schema":"http://json-schema.org/draft-07/schema#","$id":"https://portcullis.dev/schemas/config-v1.json","title":"Portcullis configuration","type":"object","additionalProperties":false,"required":["policies"],"properties":{"server":{"type":"object","additionalProperties":false,"properties":{"host":{"type":"string","minLength":1,"default":"0.0.0.0"},"port":{"type":"integer","minimum":0,"maximum":65535,"default":8443},"maxBodyBytes":{"type":"integer","minimum":1024,"default":8388608,"description":"larger bodies get 413; an UPDATE review carries the object twice, and etcd allows 1.5 MiB each (a Secret's data in base64 is a third more)"},"headersTimeoutMs":{"type":"integer","minimum":100,"default":10000},"requestTimeoutMs":{"type":"integer","minimum":100,"default":30000},"bodyTimeoutMs":{"type":"integer","minimum":100,"default":5000,"description":"a review's body must have arrived in full this long after its headers, or 408 and the connection is closed (the apiserver sends it at once)"},"maxConnections":{"type":"integer","minimum":1,"default":4096,"description":"open connections on the webhook port; more are closed at once (an idle TLS connection costs ~60 KB)"},"maxConnectionsPerAddress":{"type":"integer","minimum":1,"default":3072,"description":"open connections from one client address; the apiserver opens one per concurrent call, thousands under overload, all from its own address; below maxConnections so that one address cannot take them all"},"maxBodyBytesInFlight":{"type":"integer","minimum":1048576,"default":268435456,"description":"request bodies held at once (being read or evaluated), with what parsing them costs; a request beyond it gets 503"},"shutdownDelayMs":{"type":"integer","minimum":0,"maximum":120000,"default":5000,"description":"on SIGTERM, how long to go on accepting and answering (every answer closing its connection, /readyz 503) before the listener closes: the apiserver and kube-proxy take a moment to stop sending here"},"metricsPort":{"type":"integer","minimum":0,"maximum":65535},"readyWhenAllPoliciesLoaded":{"type":"boolean","default":false},"logAllowedReviews":{"type":"boolean","default":false},"tls":{"type":"object","additionalProperties":false,"properties":{"mode":{"enum":["self-signed","files","secret","insecure"]},"secretName":{"type":"string","pattern":"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$","maxLength":253,"default":"portcullis-tls"},"validityDays":{"type":"integer","minimum":1,"maximum":3650,"default":365},"hostnames":{"type":"array","items":{"type":"string","minLength":1}},"cadump":{"type":"string","minLength":1},"certFile":{"type":"string","minLength":1},"keyFile":{"type":"string","minLength":1},"caFile":{"type":"string","minLength":1},"clientCA":{"type":"string","minLength":1},"requireClientCert":{"type":"boolean"}}}}},"workers":{"type":"integer","minimum":0,"maximum":64,"default":0,"description":"sandbox worker threads; 0: one per core, at least 2"},"instancesPerPolicy":{"type":"integer","minimum":0,"maximum":64,"default":0,"description":"workers holding an instance of each policy; 0: every worker while policies x workers <= 64, else fewer. 1 keeps each worker's set of policies small (it can be faster when many policies judge every review), at the cost of a slow or stuck policy delaying the others in its worker"},"logLevel":{"enum":["debug","info","warn","error"],"default":"info"},"defaults":{"type":"object","additionalProperties":false,"properties":{"limits":{"$ref":"#/definitions/limits"},"failurePolicy":{"$ref":"#/definitions/failurePolicy"},"enforcement":{"$ref":"#/definitions/enforcement"},"isolation":{"$ref":"#/definitions/isolation"}}},"policies":{"type":"array","items":{"type":"object","additionalProperties":false,"required":["name","module"],"properties":{"name":{"type":"string","pattern":"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"},"module":{"type":"string","minLength":1},"digest":{"type":"string","pattern":"^sha256:[0-9a-f]{64}$"},"modes":{"type":"array","minItems":1,"uniqueItems":true,"items":{"enum":["validate","mutate"]}},"settings":{},"limits":{"$ref":"#/definitions/limits"},"failurePolicy":{"$ref":"#/definitions/failurePolicy"},"enforcement":{"$ref":"#/definitions/enforcement"},"isolation":{"$ref":"#/definitions/isolation"},"persistent":{"type":"boolean","default":false},"sideEffects":{"enum":["None","NoneOnDryRun"],"default":"None"},"reinvocationPolicy":{"enum":["Never","IfNeeded"],"default":"Never"},"rules":{"type":"array","items":{"$ref":"#/definitions/rule"}},"objectSelector":{"$ref":"#/definitions/labelSelector"},"namespaceSelector":{"$ref":"#/definitions/labelSelector"},"match":{"type":"array","items":{"$ref":"#/definitions/resourceSelector"}},"context":{"type":"array","items":{"$ref":"#/definitions/contextGrant"}}}}},"webhooks":{"type":"object","additionalProperties":false,"properties":{"managed":{"type":"string","pattern":"^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$"},"singleWebhook":{"type":"boolean","default":false},"timeoutSeconds":{"type":"integer","minimum":1,"maximum":30,"default":10},"url":{"type":"string","pattern":"^https://"},"service":{"type":"object","additionalProperties":false,"required":["name","namespace"],"properties":{"name":{"type":"string"},"namespace":{"type":"string"},"port":{"type":"integer","default":443}}},"namespace":{"type":"string"},"ignoreLabel":{"type":"string","pattern":"^(([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$","default":"portcullis.dev/ignore","description":"a namespace with this label set to \"true\" is covered by no managed webhook; \"\" turns the opt-out off (anyone who may label or create namespaces could use it)"},"excludeNamespaces":{"type":"array","items":{"type":"string"},"default":[],"description":"namespaces no managed webhook covers, besides the host's own, kube-system and kube-node-lease (always left out)"},"leaderElection":{"type":"boolean","default":true},"leaseDurationSeconds":{"type":"integer","minimum":2,"default":15},"resyncSeconds":{"type":"integer","minimum":1,"default":60}}},"registries":{"type":"object","additionalProperties":false,"properties":{"insecure":{"type":"array","items":{"type":"string"},"default":[]},"dockerConfig":{"type":"string"},"cacheDir":{"type":"string"}}},"cache":{"type":"object","additionalProperties":false,"properties":{"maxMiB":{"type":"integer","minimum":0,"default":192,"description":"the most the on-disk cache (pulled modules, transpiled components, compile trials, Node's compiled code) may hold before the files used least recently go, checked after each load of the policies; what the current policies use stays. 0: never pruned. The deployment's cache emptyDir allows 256Mi"}}}},"definitions":{"limits":{"type":"object","additionalProperties":false,"properties":{"timeoutMs":{"type":"integer","minimum":1,"default":2000},"memoryMiB":{"type":"number","exclusiveMinimum":0,"maximum":4096,"default":64},"maxOutputBytes":{"type":"integer","minimum":64,"default":1048576},"maxModuleMiB":{"type":"number","exclusiveMinimum":0,"maximum":1024,"default":32}}},"failurePolicy":{"enum":["Fail","Ignore"],"default":"Fail"},"enforcement":{"enum":["enforce","warn","audit"],"default":"enforce"},"isolation":{"enum":["reuse","fresh"],"default":"reuse"},"contextGrant":{"type":"object","additionalProperties":false,"required":["apiVersion","kind"],"properties":{"apiVersion":{"type":"string","pattern":"^([a-z0-9]([a-z0-9.-]*[a-z0-9])?/)?v[0-9]+((alpha|beta)[0-9]+)?$"},"kind":{"type":"string","pattern":"^[A-Z][A-Za-z0-9]*$"}}},"stringList":{"type":"array","items":{"type":"string"}},"rule":{"type":"object","additionalProperties":false,"required":["operations","apiGroups","apiVersions","resources"],"properties":{"operations":{"type":"array","minItems":1,"items":{"enum":["CREATE","UPDATE","DELETE","CONNECT","*"]}},"apiGroups":{"$ref":"#/definitions/stringList"},"apiVersions":{"$ref":"#/definitions/stringList"},"resources":{"$ref":"#/definitions/stringList"},"scope":{"enum":["Cluster","Namespaced","*"]}}},"labelSelector":{"type":"object","additionalProperties":false,"properties":{"matchLabels":{"type":"object","additionalProperties":{"type":"string"}},"matchExpressions":{"type":"array","items":{"type":"object","additionalProperties":false,"required":["key","operator"],"properties":{"key":{"type":"string"},"operator":{"enum":["In","NotIn","Exists","DoesNotExist"]},"values":{"$ref":"#/definitions/stringList"}}}}}},"resourceSelector":{"type":"object","additionalProperties":false,"properties":{"apiVersion":{"type":"string"},"kind":{"type":"string"},"namespace":{"type":"string"},"name":{"type":"string"},"labelSelector":{"$ref":"#/definitions/labelSelector"},"fieldSelector":{"type":"string"}}}}};
 const schema12 = {"type":"object","additionalProperties":false,"properties":{"timeoutMs":{"type":"integer","minimum":1,"default":2000},"memoryMiB":{"type":"number","exclusiveMinimum":0,"maximum":4096,"default":64},"maxOutputBytes":{"type":"integer","minimum":64,"default":1048576},"maxModuleMiB":{"type":"number","exclusiveMinimum":0,"maximum":1024,"default":32}}};
 const schema13 = {"enum":["Fail","Ignore"],"default":"Fail"};
 const schema14 = {"enum":["enforce","warn","audit"],"default":"enforce"};
 const schema15 = {"enum":["reuse","fresh"],"default":"reuse"};
 const schema27 = {"type":"object","additionalProperties":false,"required":["apiVersion","kind"],"properties":{"apiVersion":{"type":"string","pattern":"^([a-z0-9]([a-z0-9.-]*[a-z0-9])?/)?v[0-9]+((alpha|beta)[0-9]+)?$"},"kind":{"type":"string","pattern":"^[A-Z][A-Za-z0-9]*$"}}};
 const func2 = Object.prototype.hasOwnProperty;
-const func3 = require("ajv/dist/runtime/ucs2length").default;
+const func4 = require("ajv/dist/runtime/ucs2length").default;
 const func0 = require("ajv/dist/runtime/equal").default;
 const pattern0 = new RegExp("^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$", "u");
 const pattern1 = new RegExp("^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$", "u");
@@ -485,7 +485,7 @@ return false;
 else {
 const _errs1 = errors;
 for(const key0 in data){
-if(!((((((((key0 === "server") || (key0 === "workers")) || (key0 === "instancesPerPolicy")) || (key0 === "logLevel")) || (key0 === "defaults")) || (key0 === "policies")) || (key0 === "webhooks")) || (key0 === "registries"))){
+if(!(func2.call(schema11.properties, key0))){
 validate10.errors = [{instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties"}];
 return false;
 break;
@@ -511,7 +511,7 @@ let data1 = data0.host;
 const _errs5 = errors;
 if(errors === _errs5){
 if(typeof data1 === "string"){
-if(func3(data1) < 1){
+if(func4(data1) < 1){
 validate10.errors = [{instancePath:instancePath+"/server/host",schemaPath:"#/properties/server/properties/host/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters"}];
 return false;
 }
@@ -811,7 +811,7 @@ let data16 = data14.secretName;
 const _errs35 = errors;
 if(errors === _errs35){
 if(typeof data16 === "string"){
-if(func3(data16) > 253){
+if(func4(data16) > 253){
 validate10.errors = [{instancePath:instancePath+"/server/tls/secretName",schemaPath:"#/properties/server/properties/tls/properties/secretName/maxLength",keyword:"maxLength",params:{limit: 253},message:"must NOT have more than 253 characters"}];
 return false;
 }
@@ -872,7 +872,7 @@ let data19 = data18[i0];
 const _errs41 = errors;
 if(errors === _errs41){
 if(typeof data19 === "string"){
-if(func3(data19) < 1){
+if(func4(data19) < 1){
 validate10.errors = [{instancePath:instancePath+"/server/tls/hostnames/" + i0,schemaPath:"#/properties/server/properties/tls/properties/hostnames/items/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters"}];
 return false;
 }
@@ -904,7 +904,7 @@ let data20 = data14.cadump;
 const _errs43 = errors;
 if(errors === _errs43){
 if(typeof data20 === "string"){
-if(func3(data20) < 1){
+if(func4(data20) < 1){
 validate10.errors = [{instancePath:instancePath+"/server/tls/cadump",schemaPath:"#/properties/server/properties/tls/properties/cadump/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters"}];
 return false;
 }
@@ -925,7 +925,7 @@ let data21 = data14.certFile;
 const _errs45 = errors;
 if(errors === _errs45){
 if(typeof data21 === "string"){
-if(func3(data21) < 1){
+if(func4(data21) < 1){
 validate10.errors = [{instancePath:instancePath+"/server/tls/certFile",schemaPath:"#/properties/server/properties/tls/properties/certFile/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters"}];
 return false;
 }
@@ -946,7 +946,7 @@ let data22 = data14.keyFile;
 const _errs47 = errors;
 if(errors === _errs47){
 if(typeof data22 === "string"){
-if(func3(data22) < 1){
+if(func4(data22) < 1){
 validate10.errors = [{instancePath:instancePath+"/server/tls/keyFile",schemaPath:"#/properties/server/properties/tls/properties/keyFile/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters"}];
 return false;
 }
@@ -967,7 +967,7 @@ let data23 = data14.caFile;
 const _errs49 = errors;
 if(errors === _errs49){
 if(typeof data23 === "string"){
-if(func3(data23) < 1){
+if(func4(data23) < 1){
 validate10.errors = [{instancePath:instancePath+"/server/tls/caFile",schemaPath:"#/properties/server/properties/tls/properties/caFile/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters"}];
 return false;
 }
@@ -988,7 +988,7 @@ let data24 = data14.clientCA;
 const _errs51 = errors;
 if(errors === _errs51){
 if(typeof data24 === "string"){
-if(func3(data24) < 1){
+if(func4(data24) < 1){
 validate10.errors = [{instancePath:instancePath+"/server/tls/clientCA",schemaPath:"#/properties/server/properties/tls/properties/clientCA/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters"}];
 return false;
 }
@@ -1376,7 +1376,7 @@ let data41 = data39.module;
 const _errs88 = errors;
 if(errors === _errs88){
 if(typeof data41 === "string"){
-if(func3(data41) < 1){
+if(func4(data41) < 1){
 validate10.errors = [{instancePath:instancePath+"/policies/" + i1+"/module",schemaPath:"#/properties/policies/items/properties/module/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters"}];
 return false;
 }
@@ -2274,6 +2274,50 @@ var valid0 = _errs169 === errors;
 else {
 var valid0 = true;
 }
+if(valid0){
+if(data.cache !== undefined){
+let data87 = data.cache;
+const _errs180 = errors;
+if(errors === _errs180){
+if(data87 && typeof data87 == "object" && !Array.isArray(data87)){
+const _errs182 = errors;
+for(const key11 in data87){
+if(!(key11 === "maxMiB")){
+validate10.errors = [{instancePath:instancePath+"/cache",schemaPath:"#/properties/cache/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key11},message:"must NOT have additional properties"}];
+return false;
+break;
+}
+}
+if(_errs182 === errors){
+if(data87.maxMiB !== undefined){
+let data88 = data87.maxMiB;
+const _errs183 = errors;
+if(!((typeof data88 == "number") && (!(data88 % 1) && !isNaN(data88)))){
+validate10.errors = [{instancePath:instancePath+"/cache/maxMiB",schemaPath:"#/properties/cache/properties/maxMiB/type",keyword:"type",params:{type: "integer"},message:"must be integer"}];
+return false;
+}
+if(errors === _errs183){
+if(typeof data88 == "number"){
+if(data88 < 0 || isNaN(data88)){
+validate10.errors = [{instancePath:instancePath+"/cache/maxMiB",schemaPath:"#/properties/cache/properties/maxMiB/minimum",keyword:"minimum",params:{comparison: ">=", limit: 0},message:"must be >= 0"}];
+return false;
+}
+}
+}
+}
+}
+}
+else {
+validate10.errors = [{instancePath:instancePath+"/cache",schemaPath:"#/properties/cache/type",keyword:"type",params:{type: "object"},message:"must be object"}];
+return false;
+}
+}
+var valid0 = _errs180 === errors;
+}
+else {
+var valid0 = true;
+}
+}
 }
 }
 }
@@ -2494,7 +2538,7 @@ let data0 = data.name;
 const _errs2 = errors;
 if(errors === _errs2){
 if(typeof data0 === "string"){
-if(func3(data0) > 253){
+if(func4(data0) > 253){
 validate19.errors = [{instancePath:instancePath+"/name",schemaPath:"#/properties/name/maxLength",keyword:"maxLength",params:{limit: 253},message:"must NOT have more than 253 characters"}];
 return false;
 }
@@ -2515,7 +2559,7 @@ let data1 = data.version;
 const _errs4 = errors;
 if(errors === _errs4){
 if(typeof data1 === "string"){
-if(func3(data1) > 128){
+if(func4(data1) > 128){
 validate19.errors = [{instancePath:instancePath+"/version",schemaPath:"#/properties/version/maxLength",keyword:"maxLength",params:{limit: 128},message:"must NOT have more than 128 characters"}];
 return false;
 }
@@ -2536,7 +2580,7 @@ let data2 = data.description;
 const _errs6 = errors;
 if(errors === _errs6){
 if(typeof data2 === "string"){
-if(func3(data2) > 4096){
+if(func4(data2) > 4096){
 validate19.errors = [{instancePath:instancePath+"/description",schemaPath:"#/properties/description/maxLength",keyword:"maxLength",params:{limit: 4096},message:"must NOT have more than 4096 characters"}];
 return false;
 }

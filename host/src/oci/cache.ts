@@ -5,7 +5,7 @@
 import { createHash } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { atomicWrite } from '../util/files.ts';
+import { atomicWrite, touch } from '../util/files.ts';
 import { DIGEST } from './reference.ts';
 
 export class BlobCache {
@@ -20,8 +20,11 @@ export class BlobCache {
   async getBlob(digest: string): Promise<Uint8Array | undefined> {
     if (!DIGEST.test(digest)) return undefined;
     try {
-      const bytes = new Uint8Array(await readFile(this.#blobPath(digest)));
-      return sha256Digest(bytes) === digest ? bytes : undefined;
+      const path = this.#blobPath(digest);
+      const bytes = new Uint8Array(await readFile(path));
+      if (sha256Digest(bytes) !== digest) return undefined;
+      touch(path);
+      return bytes;
     } catch {
       return undefined;
     }

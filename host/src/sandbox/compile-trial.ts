@@ -11,7 +11,7 @@
 import { spawn } from 'node:child_process';
 import { readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { atomicWrite, cacheDir, sha256 } from '../util/files.ts';
+import { atomicWrite, cacheDir, sha256, touch } from '../util/files.ts';
 
 export interface TrialBounds {
   /** What one function's compile may take, MiB: how much the child may grow beyond the code it keeps. */
@@ -109,7 +109,10 @@ export async function trialCompile(bytes: Uint8Array, hash: string, bounds: Tria
   // hostile one's bounds.
   const version = `v8-${process.versions.v8}-${sha256(Buffer.from(JSON.stringify(bounds))).slice(0, 12)}`;
   const passed = join(cacheDir(), 'compile-trials', `${hash}-${version}`);
-  if (await readFile(passed, 'utf8').then((text) => text === 'passed', () => false)) return { ok: true };
+  if (await readFile(passed, 'utf8').then((text) => text === 'passed', () => false)) {
+    touch(passed);
+    return { ok: true };
+  }
   const run = queue.then(() => trial(bytes, passed, bounds));
   queue = run.catch(() => undefined);
   return run;

@@ -8,7 +8,7 @@ import v8 from 'node:v8';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import type { SandboxLimits } from '../config/limits.ts';
-import { atomicWrite, cacheDir, sha256 } from '../util/files.ts';
+import { atomicWrite, cacheDir, sha256, touch } from '../util/files.ts';
 import { moduleKind, type ModuleKind } from './module-kind.ts';
 import { applyPlan, capMemory, planBudget, readLayout } from './memory-cap.ts';
 import { checkCodeSection } from './code-walk.ts';
@@ -308,22 +308,29 @@ async function transpileAndStore(bytes: Uint8Array, digest: string): Promise<Tra
 /** Writes content-addressed data unless an intact copy is already there. */
 async function writeOnce(path: string, content: Uint8Array): Promise<void> {
   const existing = await readFile(path).catch(() => undefined);
-  if (existing && sha256(existing) === sha256(content)) return;
+  if (existing && sha256(existing) === sha256(content)) return touch(path);
   await atomicWrite(path, content);
 }
 
 async function readTranspiled(digest: string): Promise<Transpiled> {
   const root = join(cacheDir(), 'transpiled');
-  const index = JSON.parse(await readFile(join(root, `${digest}.json`), 'utf8')) as TranspiledIndex;
+  const indexPath = join(root, `${digest}.json`);
+  const index = JSON.parse(await readFile(indexPath, 'utf8')) as TranspiledIndex;
   if (index.revision !== GLUE_REVISION) throw new Error(`cache entry ${digest} is from an older revision`);
   const cores: Record<string, Uint8Array> = {};
+  const used = [indexPath];
   for (const [name, hash] of Object.entries(index.cores)) {
-    const content = new Uint8Array(await readFile(join(root, 'cores', `${hash}.wasm`)));
+    const path = join(root, 'cores', `${hash}.wasm`);
+    const content = new Uint8Array(await readFile(path));
     // A damaged cache entry is transpiled again rather than trusted.
     if (sha256(content) !== hash) throw new Error(`cache entry ${hash} is damaged`);
     cores[name] = content;
+    used.push(path);
   }
   const gluePath = join(root, 'glue', `${index.glue}.mjs`);
   if (sha256(await readFile(gluePath)) !== index.glue) throw new Error(`cache entry ${index.glue} is damaged`);
+  // Marked used only whole. The glue stays needed while the policy is loaded: a worker that
+  // replaces another imports it again (cache/prune.ts keeps what the current set touched).
+  for (const path of [...used, gluePath]) touch(path);
   return { glue: pathToFileURL(gluePath).href, cores };
 }

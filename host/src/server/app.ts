@@ -5,6 +5,7 @@ import { unwatchFile, watchFile } from 'node:fs';
 import type { Server, ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Server as HttpsServer } from 'node:https';
+import { cacheFolders, pruneCache } from '../cache/prune.ts';
 import { loadConfigFile } from '../config/load.ts';
 import { ContextHub } from '../context/hub.ts';
 import type { ClusterContext } from '../context/informers.ts';
@@ -21,6 +22,7 @@ import { hostObjects } from '../select/host-objects.ts';
 import { hostNamespace } from '../webhooks/build.ts';
 import { createServer } from './http.ts';
 import { createLogger, type Logger } from '../util/log.ts';
+import { mib } from '../util/text.ts';
 import { Metrics } from './metrics.ts';
 import { listenMetrics, metricsUrl } from './metrics-listener.ts';
 import { checkServable, tlsMaterial, watchCertificates, type TlsMaterial } from './tls.ts';
@@ -64,6 +66,14 @@ export const RETIRE_GRACE_MS = 30_000;
  */
 const LISTEN_BACKLOG = 4096;
 
+/**
+ * Prunes in one process at most this often (ms). A walk of a developer's shared cache folder
+ * (tens of thousands of Node compile-cache files) takes a while, and test runs start hundreds
+ * of servers; in a pod the cache grows only by reloads.
+ */
+const PRUNE_INTERVAL_MS = 10 * 60 * 1000;
+let lastPruneAt = -Infinity;
+
 export class PortcullisServer {
   readonly log: Logger;
   readonly pool: SandboxPool;
@@ -86,6 +96,7 @@ export class PortcullisServer {
   #stopping: Promise<void> | undefined;
   #cleanups: (() => void)[] = [];
   #reloading: Promise<boolean> | undefined;
+  #pruning: Promise<void> | undefined;
   #reloadAgain: Promise<boolean> | undefined;
   #metricsServer: Server | undefined;
   #listeners: { reload: Listener[]; tls: ((tls: TlsMaterial) => void | Promise<void>)[] } = { reload: [], tls: [] };
@@ -157,6 +168,7 @@ export class PortcullisServer {
       }
     }
     const loadStarted = performance.now();
+    const loadStartedAt = Date.now();
     // Alive (healthz) while loading; ready (readyz) once every policy has been tried.
     const set = await loadPolicySet(server.pool, config, server.#registries(config));
     server.registry.swap(set);
@@ -170,6 +182,7 @@ export class PortcullisServer {
     });
     if (options.watch ?? Boolean(config.source)) server.#watchConfig();
     if (config.server.tls.mode === 'files') server.#watchCertificates(config.server.tls);
+    server.#pruneCache(loadStartedAt);
     return server;
   }
 
@@ -282,6 +295,7 @@ export class PortcullisServer {
       return false;
     }
     const doneLoading = this.registry.loading();
+    const loadStartedAt = Date.now();
     let set: PolicySet;
     try {
       set = await loadPolicySet(this.pool, config, this.#registries(config));
@@ -304,7 +318,28 @@ export class PortcullisServer {
     this.#reportSet(set);
     this.log.info('configuration reloaded', { file: source, policies: set.entries.map((e) => e.config.name) });
     for (const listener of this.#listeners.reload) listener(set);
+    this.#pruneCache(loadStartedAt);
     return true;
+  }
+
+  /**
+   * Prunes the on-disk cache (cache/prune.ts) in the background, keeping what the policy set
+   * loaded since `loadStartedAt` used. One at a time: a reload meanwhile prunes after it.
+   */
+  #pruneCache(loadStartedAt: number): void {
+    const maxMiB = this.config.cache.maxMiB;
+    if (maxMiB === 0 || this.#pruning || Date.now() - lastPruneAt < PRUNE_INTERVAL_MS) return;
+    lastPruneAt = Date.now();
+    const folders = cacheFolders(this.config.registries.cacheDir);
+    this.#pruning = pruneCache({ folders, maxBytes: maxMiB * 2 ** 20, keepSince: loadStartedAt }).then((result) => {
+      const fields = { removedFiles: result.removedFiles, removedMiB: mib(result.removedBytes), keptMiB: mib(result.keptBytes), maxMiB, folders };
+      if (result.removedFiles > 0) this.log.info('cache pruned: removed the files used least recently', fields);
+      if (result.overBudget) {
+        this.log.warn('the cache is still above cache.maxMiB: what the current policies use, or what was used within the last hour, is more; raise cache.maxMiB and the cache volume\'s size', { ...fields, failed: result.failed });
+      }
+    }).catch((error: unknown) => {
+      this.log.warn('cannot prune the cache', { folders, message: errorMessage(error) });
+    }).finally(() => (this.#pruning = undefined));
   }
 
   /**

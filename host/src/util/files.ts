@@ -1,13 +1,33 @@
 // Small helpers every layer shares: where Portcullis caches things on disk, how it writes there,
 // and content digests.
 import { createHash, randomUUID } from 'node:crypto';
-import { mkdir, rename, rm, writeFile } from 'node:fs/promises';
+import { mkdir, rename, rm, utimes, writeFile } from 'node:fs/promises';
 import { homedir } from 'node:os';
 import { dirname, join } from 'node:path';
 
 /** The root of every on-disk cache (pulled modules, transpiled components). */
 export function cacheDir(): string {
   return process.env.PORTCULLIS_CACHE ?? join(homedir(), '.cache', 'portcullis');
+}
+
+/**
+ * Marks a cache file used now (its modification time): the cache is pruned by it, least
+ * recently used first (cache/prune.ts). Never fails: a read-only cache is pruned by no one.
+ */
+export function touch(path: string): void {
+  const now = new Date();
+  touched.set(path, now.getTime());
+  utimes(path, now, now).catch(() => undefined);
+}
+
+/**
+ * When this process last marked each cache file used (epoch ms): pruning trusts this over the
+ * file's time, which the write above may not have changed yet.
+ */
+const touched = new Map<string, number>();
+
+export function touchedAt(path: string): number | undefined {
+  return touched.get(path);
 }
 
 export function sha256(bytes: Uint8Array): string {

@@ -1,0 +1,114 @@
+// Keeps the host's on-disk cache under a size budget (`cache.maxMiB`). The cache only grows:
+// every policy version adds its pulled blobs, its transpiled component, its compile trials and
+// Node's compiled code for its glue, and nothing removed them. In the deployment the cache is an
+// emptyDir with a size limit, and the kubelet evicts a pod whose emptyDir passes its limit: a
+// host that lived through enough policy updates would have been evicted for it.
+//
+// Least recently used first, by the time a file was last used (util/files.ts touch() marks every
+// cache hit), never what the current policy set used (touched since its load began) nor what
+// anything used within the last PRUNE_GRACE_MS (a set still draining after a reload, another
+// process sharing the folder). Everything here is a cache: what goes is pulled, transpiled or
+// tried again when next needed.
+import type { Dirent } from 'node:fs';
+import { lstat, readdir, rm } from 'node:fs/promises';
+import { join } from 'node:path';
+import { cacheDir, touchedAt } from '../util/files.ts';
+
+/** Files used this recently are kept whatever the budget. */
+export const PRUNE_GRACE_MS = 60 * 60 * 1000;
+/** A walk stops after this many files: a folder holding more is not one this host filled. */
+export const PRUNE_MAX_FILES = 200_000;
+/** The cache's own subfolders: the rest of cacheDir() may be someone else's. */
+export const CACHE_FOLDERS = ['oci', 'transpiled', 'compile-trials', 'node-compile-cache'];
+/** Tag indexes: small, and a missing one loses what a tag resolved to when the registry is down. */
+const KEPT_NAMES = new Set(['index.json']);
+
+export interface PruneOptions {
+  /** The folders pruned, each whole: by default cacheFolders(). */
+  folders: string[];
+  maxBytes: number;
+  /** Files used at or after this (epoch ms) are kept: what the current policy set was loaded from. */
+  keepSince: number;
+  now?: number;
+}
+
+export interface PruneResult {
+  removedFiles: number;
+  removedBytes: number;
+  /** What the folders hold after pruning. */
+  keptBytes: number;
+  /** Still above the budget: what is in use, or was used within the grace period, is more. */
+  overBudget: boolean;
+  /** Files that could not be removed (permissions, a read-only cache). */
+  failed: number;
+  /** The walk stopped at PRUNE_MAX_FILES. */
+  truncated: boolean;
+}
+
+/** cacheDir()'s own subfolders, and the OCI cache folder when the configuration moved it. */
+export function cacheFolders(ociDir?: string): string[] {
+  const root = cacheDir();
+  const folders = CACHE_FOLDERS.map((name) => join(root, name));
+  return ociDir && !folders.includes(ociDir) ? [...folders, ociDir] : folders;
+}
+
+interface CachedFile {
+  path: string;
+  bytes: number;
+  usedAt: number;
+}
+
+export async function pruneCache(options: PruneOptions): Promise<PruneResult> {
+  const now = options.now ?? Date.now();
+  const files: CachedFile[] = [];
+  let truncated = false;
+  for (const folder of options.folders) {
+    if (await walk(folder, files)) {
+      truncated = true;
+      break;
+    }
+  }
+  let total = files.reduce((sum, f) => sum + f.bytes, 0);
+  const result: PruneResult = { removedFiles: 0, removedBytes: 0, keptBytes: total, overBudget: false, failed: 0, truncated };
+  if (total <= options.maxBytes) return result;
+  const keepFrom = Math.min(options.keepSince, now - PRUNE_GRACE_MS);
+  const candidates = files.filter((f) => f.usedAt < keepFrom).sort((a, b) => a.usedAt - b.usedAt);
+  for (const file of candidates) {
+    if (total <= options.maxBytes) break;
+    try {
+      await rm(file.path);
+      total -= file.bytes;
+      result.removedFiles++;
+      result.removedBytes += file.bytes;
+    } catch {
+      result.failed++;
+    }
+  }
+  result.keptBytes = total;
+  result.overBudget = total > options.maxBytes;
+  return result;
+}
+
+/** Adds the regular files under `folder` (symbolic links are not followed); true when it stopped at PRUNE_MAX_FILES. */
+async function walk(folder: string, files: CachedFile[]): Promise<boolean> {
+  const pending = [folder];
+  while (pending.length > 0) {
+    const dir = pending.pop()!;
+    let entries: Dirent[];
+    try {
+      entries = await readdir(dir, { withFileTypes: true });
+    } catch {
+      continue; // not there (yet), or not readable: nothing to prune
+    }
+    for (const entry of entries) {
+      const path = join(dir, entry.name);
+      if (entry.isDirectory()) pending.push(path);
+      if (!entry.isFile() || KEPT_NAMES.has(entry.name)) continue;
+      if (files.length >= PRUNE_MAX_FILES) return true;
+      const stat = await lstat(path).catch(() => undefined);
+      if (!stat?.isFile()) continue;
+      files.push({ path, bytes: stat.size, usedAt: Math.max(stat.mtimeMs, touchedAt(path) ?? 0) });
+    }
+  }
+  return false;
+}
