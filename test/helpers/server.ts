@@ -40,6 +40,9 @@ export async function startServer(yaml: string, options: { watch?: boolean; log?
     const config = await loadConfigFile(configPath);
     config.server.port = 0;
     config.server.host = '127.0.0.1';
+    // Tests share the developer's cache folder, from parallel processes: only a test about the
+    // cache prunes it.
+    if (!/^cache:/m.test(yaml)) config.cache.maxMiB = 0;
     server = await PortcullisServer.start({ config, log, watch: options.watch ?? false, ...grace });
   } catch (error) {
     await rm(dir, { recursive: true, force: true });

@@ -1,17 +1,19 @@
 // Keeps the host's on-disk cache under a size budget (`cache.maxMiB`). The cache only grows:
 // every policy version adds its pulled blobs, its transpiled component, its compile trials and
-// Node's compiled code for its glue, and nothing removed them. In the deployment the cache is an
-// emptyDir with a size limit, and the kubelet evicts a pod whose emptyDir passes its limit: a
-// host that lived through enough policy updates would have been evicted for it.
+// Node's compiled code, and nothing removed them. In the deployment the cache is an emptyDir with
+// a size limit, and the kubelet evicts a pod whose emptyDir passes its limit: a host that lived
+// through enough policy updates would have been evicted for it.
 //
 // Least recently used first, by the time a file was last used (util/files.ts touch() marks every
-// cache hit), never what the current policy set used (touched since its load began) nor what
-// anything used within the last PRUNE_GRACE_MS (a set still draining after a reload, another
-// process sharing the folder). Everything here is a cache: what goes is pulled, transpiled or
-// tried again when next needed.
+// cache hit and write), never what the current policy set used (touched since its load began)
+// nor anything used within the last PRUNE_GRACE_MS (a set still draining after a reload). Only
+// what is read while a policy loads goes: blobs are pulled, components transpiled and modules
+// tried again when next needed. The jco glue is never pruned: sandbox workers import it again
+// whenever one replaces another, for as long as a TypeScript policy is loaded (review: a replaced
+// worker that found it gone failed every call of the policy). It is one file per glue revision.
 import type { Dirent } from 'node:fs';
 import { lstat, readdir, rm } from 'node:fs/promises';
-import { join } from 'node:path';
+import { dirname, isAbsolute, join, relative, resolve } from 'node:path';
 import { cacheDir, touchedAt } from '../util/files.ts';
 
 /** Files used this recently are kept whatever the budget. */
@@ -22,6 +24,8 @@ export const PRUNE_MAX_FILES = 200_000;
 export const CACHE_FOLDERS = ['oci', 'transpiled', 'compile-trials', 'node-compile-cache'];
 /** Tag indexes: small, and a missing one loses what a tag resolved to when the registry is down. */
 const KEPT_NAMES = new Set(['index.json']);
+/** Folders never pruned, under any pruned folder (see the glue above). */
+const KEPT_FOLDERS = new Set([join('transpiled', 'glue')]);
 
 export interface PruneOptions {
   /** The folders pruned, each whole: by default cacheFolders(). */
@@ -30,6 +34,8 @@ export interface PruneOptions {
   /** Files used at or after this (epoch ms) are kept: what the current policy set was loaded from. */
   keepSince: number;
   now?: number;
+  /** The walk stops after this many files (default PRUNE_MAX_FILES), and nothing is pruned. */
+  maxFiles?: number;
 }
 
 export interface PruneResult {
@@ -45,11 +51,23 @@ export interface PruneResult {
   truncated: boolean;
 }
 
-/** cacheDir()'s own subfolders, and the OCI cache folder when the configuration moved it. */
+/**
+ * cacheDir()'s own subfolders, and the blob store of an OCI cache the configuration moved
+ * (`registries.cacheDir`): only its `blobs` folder, which nothing but the cache writes (review:
+ * `cacheDir: .` beside the configuration file had the prune take the whole folder). A folder
+ * inside another is walked once, with it.
+ */
 export function cacheFolders(ociDir?: string): string[] {
   const root = cacheDir();
-  const folders = CACHE_FOLDERS.map((name) => join(root, name));
-  return ociDir && !folders.includes(ociDir) ? [...folders, ociDir] : folders;
+  const folders = CACHE_FOLDERS.map((name) => resolve(root, name));
+  if (ociDir) folders.push(resolve(ociDir, 'blobs'));
+  return folders.filter((folder, i) => !folders.some((other, j) => j !== i && (within(folder, other) ? folder !== other || j < i : false)));
+}
+
+/** `inner` is `outer` or inside it. */
+function within(inner: string, outer: string): boolean {
+  const path = relative(outer, inner);
+  return path === '' || (!path.startsWith('..') && !isAbsolute(path));
 }
 
 interface CachedFile {
@@ -63,18 +81,21 @@ export async function pruneCache(options: PruneOptions): Promise<PruneResult> {
   const files: CachedFile[] = [];
   let truncated = false;
   for (const folder of options.folders) {
-    if (await walk(folder, files)) {
+    if (await walk(folder, files, options.maxFiles ?? PRUNE_MAX_FILES)) {
       truncated = true;
       break;
     }
   }
   let total = files.reduce((sum, f) => sum + f.bytes, 0);
   const result: PruneResult = { removedFiles: 0, removedBytes: 0, keptBytes: total, overBudget: false, failed: 0, truncated };
-  if (total <= options.maxBytes) return result;
+  // Not a folder this host filled: prune nothing on a partial view of it.
+  if (truncated || total <= options.maxBytes) return result;
   const keepFrom = Math.min(options.keepSince, now - PRUNE_GRACE_MS);
   const candidates = files.filter((f) => f.usedAt < keepFrom).sort((a, b) => a.usedAt - b.usedAt);
   for (const file of candidates) {
     if (total <= options.maxBytes) break;
+    // Used since the walk (a reload loading meanwhile): kept.
+    if (await usedAt(file.path) >= keepFrom) continue;
     try {
       await rm(file.path);
       total -= file.bytes;
@@ -89,8 +110,8 @@ export async function pruneCache(options: PruneOptions): Promise<PruneResult> {
   return result;
 }
 
-/** Adds the regular files under `folder` (symbolic links are not followed); true when it stopped at PRUNE_MAX_FILES. */
-async function walk(folder: string, files: CachedFile[]): Promise<boolean> {
+/** Adds the regular files under `folder` (symbolic links are not followed); true when it stopped at `maxFiles`. */
+async function walk(folder: string, files: CachedFile[], maxFiles: number): Promise<boolean> {
   const pending = [folder];
   while (pending.length > 0) {
     const dir = pending.pop()!;
@@ -102,13 +123,19 @@ async function walk(folder: string, files: CachedFile[]): Promise<boolean> {
     }
     for (const entry of entries) {
       const path = join(dir, entry.name);
-      if (entry.isDirectory()) pending.push(path);
+      if (entry.isDirectory() && !KEPT_FOLDERS.has(relative(dirname(folder), path))) pending.push(path);
       if (!entry.isFile() || KEPT_NAMES.has(entry.name)) continue;
-      if (files.length >= PRUNE_MAX_FILES) return true;
+      if (files.length >= maxFiles) return true;
       const stat = await lstat(path).catch(() => undefined);
       if (!stat?.isFile()) continue;
       files.push({ path, bytes: stat.size, usedAt: Math.max(stat.mtimeMs, touchedAt(path) ?? 0) });
     }
   }
   return false;
+}
+
+/** When the file was last used, now; Infinity when it is gone or no longer a file (nothing to remove). */
+async function usedAt(path: string): Promise<number> {
+  const stat = await lstat(path).catch(() => undefined);
+  return stat?.isFile() ? Math.max(stat.mtimeMs, touchedAt(path) ?? 0) : Infinity;
 }

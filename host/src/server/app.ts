@@ -5,7 +5,7 @@ import { unwatchFile, watchFile } from 'node:fs';
 import type { Server, ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Server as HttpsServer } from 'node:https';
-import { cacheFolders, pruneCache } from '../cache/prune.ts';
+import { cacheFolders, PRUNE_MAX_FILES, pruneCache } from '../cache/prune.ts';
 import { loadConfigFile } from '../config/load.ts';
 import { ContextHub } from '../context/hub.ts';
 import type { ClusterContext } from '../context/informers.ts';
@@ -96,7 +96,9 @@ export class PortcullisServer {
   #stopping: Promise<void> | undefined;
   #cleanups: (() => void)[] = [];
   #reloading: Promise<boolean> | undefined;
-  #pruning: Promise<void> | undefined;
+  #pruning: Promise<void> = Promise.resolve();
+  #pruneTimer: NodeJS.Timeout | undefined;
+  #pruneSince = 0;
   #reloadAgain: Promise<boolean> | undefined;
   #metricsServer: Server | undefined;
   #listeners: { reload: Listener[]; tls: ((tls: TlsMaterial) => void | Promise<void>)[] } = { reload: [], tls: [] };
@@ -324,22 +326,35 @@ export class PortcullisServer {
 
   /**
    * Prunes the on-disk cache (cache/prune.ts) in the background, keeping what the policy set
-   * loaded since `loadStartedAt` used. One at a time: a reload meanwhile prunes after it.
+   * loaded since `loadStartedAt` used: at once, or, within PRUNE_INTERVAL_MS of the last prune in
+   * this process, once that has passed (the latest set's load start then counts).
    */
   #pruneCache(loadStartedAt: number): void {
+    if (this.config.cache.maxMiB === 0 || this.#stopping) return;
+    this.#pruneSince = loadStartedAt;
+    if (this.#pruneTimer) return;
+    this.#pruneTimer = setTimeout(() => {
+      this.#pruneTimer = undefined;
+      lastPruneAt = Date.now();
+      this.#pruning = this.#pruning.then(() => this.#prune(this.#pruneSince));
+    }, Math.max(0, lastPruneAt + PRUNE_INTERVAL_MS - Date.now()));
+    this.#pruneTimer.unref();
+  }
+
+  async #prune(keepSince: number): Promise<void> {
     const maxMiB = this.config.cache.maxMiB;
-    if (maxMiB === 0 || this.#pruning || Date.now() - lastPruneAt < PRUNE_INTERVAL_MS) return;
-    lastPruneAt = Date.now();
     const folders = cacheFolders(this.config.registries.cacheDir);
-    this.#pruning = pruneCache({ folders, maxBytes: maxMiB * 2 ** 20, keepSince: loadStartedAt }).then((result) => {
+    try {
+      const result = await pruneCache({ folders, maxBytes: maxMiB * 2 ** 20, keepSince });
       const fields = { removedFiles: result.removedFiles, removedMiB: mib(result.removedBytes), keptMiB: mib(result.keptBytes), maxMiB, folders };
+      if (result.truncated) this.log.warn(`the cache folders hold more than ${PRUNE_MAX_FILES} files, more than this host writes there; not pruned (is registries.cacheDir a folder of its own?)`, { folders });
       if (result.removedFiles > 0) this.log.info('cache pruned: removed the files used least recently', fields);
       if (result.overBudget) {
         this.log.warn('the cache is still above cache.maxMiB: what the current policies use, or what was used within the last hour, is more; raise cache.maxMiB and the cache volume\'s size', { ...fields, failed: result.failed });
       }
-    }).catch((error: unknown) => {
+    } catch (error) {
       this.log.warn('cannot prune the cache', { folders, message: errorMessage(error) });
-    }).finally(() => (this.#pruning = undefined));
+    }
   }
 
   /**
@@ -401,6 +416,7 @@ export class PortcullisServer {
     this.#stopping ??= (async () => {
       this.#startDraining();
       for (const cleanup of this.#cleanups) cleanup();
+      clearTimeout(this.#pruneTimer);
       const closed = new Promise<void>((resolve) => this.#server.close(() => resolve()));
       this.#metricsServer?.close();
       this.#metricsServer?.closeAllConnections();

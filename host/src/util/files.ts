@@ -41,6 +41,7 @@ export async function atomicWrite(path: string, bytes: Uint8Array | string): Pro
   try {
     await writeFile(temp, bytes);
     await rename(temp, path);
+    touched.set(path, Date.now());
   } catch (error) {
     await rm(temp, { force: true });
     throw error;
