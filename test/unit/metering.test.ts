@@ -165,3 +165,91 @@ describe('metering', () => {
     expect(checked).toBeGreaterThanOrEqual(4);
   });
 });
+
+/** `n` instructions that do nothing but count (each charged one unit). */
+const nops = (n: number) => Array(n).fill('(nop)').join(' ');
+
+/**
+ * Runs an exported `run` that loops until fuel stops it, each turn bumping the exported global
+ * `turns` and running at least `perTurn` instructions; returns the turns made on `fuel` units.
+ * A charge that missed part of a turn's code would let more turns through than the fuel pays for.
+ */
+async function turnsOn(text: string, fuel: number, imports: WebAssembly.Imports = {}): Promise<number> {
+  const { exports, fuel: counter } = await instance(await wat(text), imports);
+  counter.value = BigInt(fuel);
+  expect(() => exports.run!()).toThrow(/unreachable/);
+  return (exports.turns as unknown as WebAssembly.Global).value as number;
+}
+
+describe('metering charges the longest path, and every path', () => {
+  const turns = '(global $turns (export "turns") (mut i32) (i32.const 0))';
+  const bump = '(global.set $turns (i32.add (global.get $turns) (i32.const 1)))';
+
+  it('charges one arm of an if per turn, not both', async () => {
+    const made = await turnsOn(`(module ${turns} (func (export "run")
+      (loop $l ${bump} (if (i32.const 1) (then ${nops(100)}) (else ${nops(5000)})) (br $l))))`, 1_000_000);
+    // Charged as the longer arm, 5,000 and a few: about 200 turns; as both arms, about 196.
+    expect(made).toBeGreaterThan(150);
+    expect(made).toBeLessThanOrEqual(1_000_000 / 5000);
+  });
+
+  it('charges one case of a br_table dispatch per turn, not every case', async () => {
+    const cases = 40;
+    let body = '(br_table ' + Array.from({ length: cases }, (_, i) => `$c${i}`).join(' ') + ' $c0 (i32.rem_u (global.get $turns) (i32.const ' + cases + ')))';
+    for (let i = 0; i < cases; i++) body = `(block $c${i} ${body}) ${nops(200)} (br $l)`;
+    const made = await turnsOn(`(module ${turns} (func (export "run") (loop $l ${bump} ${body})))`, 1_000_000);
+    // About 210 units a turn; the sum of all cases would be 8,000 (125 turns).
+    expect(made).toBeGreaterThan(3000);
+    expect(made).toBeLessThanOrEqual(1_000_000 / 200);
+  });
+
+  it('charges the code before and after an inner loop to the outer loop, on every outer turn', async () => {
+    const made = await turnsOn(`(module ${turns} (func (export "run") (local $i i32)
+      (loop $outer ${bump} (local.set $i (i32.const 0)) ${nops(2000)}
+        (loop $inner (local.set $i (i32.add (local.get $i) (i32.const 1))) (br_if $inner (i32.lt_u (local.get $i) (i32.const 1))))
+        ${nops(2000)} (br $outer))))`, 600_000);
+    expect(made).toBeLessThanOrEqual(600_000 / 4000);
+  });
+
+  it('charges code a branch out of an inner loop reaches, to the outer loop', async () => {
+    const made = await turnsOn(`(module ${turns} (func (export "run")
+      (loop $outer ${bump} ${nops(2000)} (block $out (loop $inner (br $out)) (unreachable)) ${nops(2000)} (br $outer))))`, 600_000);
+    expect(made).toBeLessThanOrEqual(600_000 / 4000);
+  });
+
+  it('charges code reached by a branch to the end of an if from inside it', async () => {
+    const made = await turnsOn(`(module ${turns} (func (export "run")
+      (loop $l ${bump} (if (i32.const 1) (then ${nops(2000)} (br 0)) (else)) ${nops(2000)} (br $l))))`, 600_000);
+    expect(made).toBeLessThanOrEqual(600_000 / 4000);
+  });
+
+  it('charges an exception handler, entered from a call in its try body, on every turn', async () => {
+    const made = await turnsOn(`(module ${turns} (tag $e) (func $throw (throw $e))
+      (func (export "run") (loop $l ${bump} try call $throw catch $e ${nops(3000)} end (br $l))))`, 600_000);
+    expect(made).toBeLessThanOrEqual(600_000 / 3000);
+  });
+
+  it('charges the code a try_table catch clause lands on, on every turn', async () => {
+    const made = await turnsOn(`(module ${turns} (tag $e) (func $throw (throw $e))
+      (func (export "run") (loop $l ${bump} (block $caught (try_table (catch $e $caught) ${nops(2000)} (call $throw)) (unreachable)) ${nops(2000)} (br $l))))`, 600_000);
+    expect(made).toBeLessThanOrEqual(600_000 / 4000);
+  });
+
+  it('charges a handler entered after work in its try body at that work too', async () => {
+    const made = await turnsOn(`(module ${turns} (tag $e)
+      (func (export "run") (loop $l ${bump} try ${nops(2000)} (throw $e) catch_all ${nops(2000)} end (br $l))))`, 600_000);
+    expect(made).toBeLessThanOrEqual(600_000 / 4000);
+  });
+
+  it('charges code past a try whose body ended normally, whatever its handlers do', async () => {
+    const made = await turnsOn(`(module ${turns} (tag $e)
+      (func (export "run") (loop $l ${bump} try ${nops(2000)} catch_all (unreachable) end ${nops(2000)} (br $l))))`, 600_000);
+    expect(made).toBeLessThanOrEqual(600_000 / 4000);
+  });
+
+  it('charges code past an if without else whose then arm branches away', async () => {
+    const made = await turnsOn(`(module ${turns} (func (export "run")
+      (loop $l ${bump} (block $b (if (i32.const 0) (then (br $b))) ${nops(3000)}) (br $l))))`, 600_000);
+    expect(made).toBeLessThanOrEqual(600_000 / 3000);
+  });
+});

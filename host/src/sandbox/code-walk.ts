@@ -100,10 +100,13 @@ export interface BodyPlan {
   declaredLocals: number;
   /**
    * Charges to insert: at the body's first instruction (the first entry) and just past each
-   * `loop`'s block type. Each is the most that can run before control passes the next charge: the
-   * instructions of the function (or loop) outside any loop nested in it, a host call counting
-   * HOST_CALL_COST and a few RUNTIME_COST; a function's entry also counts its locals, which V8
-   * zeroes on every call. Only `loop` branches backwards, so nothing runs twice without passing one.
+   * `loop`'s block type. Only `loop` branches backwards, so nothing runs twice without passing
+   * one. Each charge is the most one pass can run of the code it covers (the function, or the
+   * loop's body, outside the loops nested in it): its longest path, a host call counting
+   * HOST_CALL_COST and a few RUNTIME_COST, an exception handler entered at the most its `try`
+   * body can have cost; a function's entry also counts its locals, which V8 zeroes on every call.
+   * It was the sum of all that code: an interpreter's dispatch loop (QuickJS) was charged every
+   * opcode's handler on each opcode, 10.7 million units for a 60 µs call.
    */
   charges: { at: number; cost: number }[];
   /** Bulk instructions (their first byte), charged by their count operand shifted left by `shift`. */
@@ -151,10 +154,33 @@ export function checkCodeSection(bytes: Uint8Array, start: number, end: number, 
   }
 }
 
-/** Which open blocks are loops, by depth (metering only). One walk runs at a time. */
-const loopAt = new Uint8Array(MAX_NESTING + 2);
-/** For each open loop, by depth, the charge that was current when it opened (it is again when the loop ends). */
+// Metering's walk state, by block depth (the body itself is depth 1). One walk runs at a time.
+const BLOCK = 0;
+const LOOP = 1;
+const IF = 2;
+const TRY = 3;
+const TRY_TABLE = 4;
+const BODY = 5;
+/** No path reaches this point (after `br`, `return`, `throw`...), or no branch targets this label. */
+const NONE = -1;
+const kindAt = new Uint8Array(MAX_NESTING + 2);
+/** How many loops were open when the block opened: whose charge covers the code after its `end`. */
+const levelAt = new Uint32Array(MAX_NESTING + 2);
+/** The most any branch to the block's end had cost (NONE: no branch). */
+const labelCost = new Float64Array(MAX_NESTING + 2);
+/** `if`: the cost at the `if` (its false path). Legacy `try`: the most its body and handlers cost at their ends. */
+const savedCost = new Float64Array(MAX_NESTING + 2);
+/** `if`: the cost at the end of its `then` arm once `else` is seen, else NONE - 1. */
+const thenCost = new Float64Array(MAX_NESTING + 2);
+/** `try`, `try_table`: the most anything in its body cost (where an exception leaves it), and the try open around it. */
+const tryCost = new Float64Array(MAX_NESTING + 2);
+const outerTry = new Int32Array(MAX_NESTING + 2);
+/** `loop`: the charge that was current when it opened (it is again when the loop ends), and the innermost try then. */
 const outerCharge = new Uint32Array(MAX_NESTING + 2);
+/** By loop level: what the enclosing level's path had cost when this level's loop was entered. */
+const entryCost = new Float64Array(MAX_NESTING + 2);
+/** `try_table`: the depths of the blocks its catch clauses branch to. */
+const catchTargets: number[][] = [];
 
 function checkBody(r: Reader, index: number, meter?: CodeMeter): void {
   const start = r.at;
@@ -169,45 +195,108 @@ function checkBody(r: Reader, index: number, meter?: CodeMeter): void {
   const plan: BodyPlan | undefined = meter
     ? { start, codeStart: r.at, end: r.end, declaredLocals, charges: [{ at: r.at, cost: declaredLocals }], bulk: [] }
     : undefined;
-  // The charge the instruction being read counts towards: the innermost open loop's, or the entry's.
+  // The charge the code being read counts towards: the innermost open loop's, or the entry's.
   let charge = 0;
   // The body is itself a block: its final `end` brings the depth to zero.
   let depth = 1;
-  if (plan) loopAt[1] = 0;
+  // Metering: open loops, what the path to here has cost since the current charge (NONE when
+  // nothing reaches here), and the innermost open try of this loop level (0: none).
+  let level = 0;
+  let cost = declaredLocals;
+  let activeTry = 0;
+  if (plan) {
+    kindAt[1] = BODY;
+    levelAt[1] = 0;
+  }
+  /** A branch from here to the block at `target`: the code after that block's end is reached having cost this much. */
+  const branch = (target: number, value = cost): void => {
+    if (target < 1) throw new CodeWalkError(`function body ${index} branches out of its own body`);
+    if (value === NONE || kindAt[target] === LOOP || kindAt[target] === BODY) return; // a loop's head, a return: a path's end
+    // The target's code counts towards an outer loop's charge, whose path got no further than
+    // where it entered the loop holding this branch.
+    const at = levelAt[target] === level ? value : entryCost[levelAt[target]! + 1]!;
+    if (at > labelCost[target]!) labelCost[target] = at;
+  };
+  /** `units` more on the path; the charge covers the most any path reaches. */
+  const add = (units: number): void => {
+    if (cost === NONE) return;
+    cost += units;
+    if (cost > plan!.charges[charge]!.cost) plan!.charges[charge]!.cost = cost;
+    if (activeTry !== 0 && cost > tryCost[activeTry]!) tryCost[activeTry] = cost;
+  };
   while (r.at < r.end) {
     const opAt = r.at;
     const op = r.byte();
-    if (plan) plan.charges[charge]!.cost += 1 + OPCODE_COST[op]!;
+    if (plan) add(1 + OPCODE_COST[op]!);
     switch (op) {
-      case 0x02: case 0x03: case 0x04: case 0x06: case 0x1f: // block, loop, if, try, try_table
+      case 0x02: case 0x03: case 0x04: case 0x06: case 0x1f: { // block, loop, if, try, try_table
         r.blockType();
-        if (op === 0x1f) skipCatchClauses(r);
+        const catches = op === 0x1f ? readCatchClauses(r, depth) : undefined;
         if (++depth > MAX_NESTING) {
           throw new CodeWalkError(`function body ${index} nests blocks more than ${MAX_NESTING} deep; compiling it would take the host's memory`);
         }
         if (plan) {
-          loopAt[depth] = op === 0x03 ? 1 : 0;
+          kindAt[depth] = op === 0x02 ? BLOCK : op === 0x03 ? LOOP : op === 0x04 ? IF : op === 0x06 ? TRY : TRY_TABLE;
+          levelAt[depth] = level;
+          labelCost[depth] = NONE;
           if (op === 0x03) {
+            entryCost[level + 1] = cost;
             outerCharge[depth] = charge;
+            outerTry[depth] = activeTry;
             charge = plan.charges.length;
             plan.charges.push({ at: r.at, cost: 0 });
+            level++;
+            activeTry = 0;
+            cost = 0;
+          } else if (op === 0x04) {
+            savedCost[depth] = cost;
+            thenCost[depth] = NONE - 1;
+          } else if (op === 0x06 || op === 0x1f) {
+            savedCost[depth] = NONE;
+            tryCost[depth] = cost;
+            outerTry[depth] = activeTry;
+            activeTry = depth;
+            if (catches) catchTargets[depth] = catches;
           }
         }
         break;
+      }
       case 0x0b: // end
-        if (plan && loopAt[depth] === 1) charge = outerCharge[depth]!;
+        if (plan) endBlock(depth);
         depth--;
         break;
-      case 0x18: // delegate: ends a try
+      case 0x18: // delegate: ends a try, its exceptions handled further out
         r.leb();
+        if (plan) endBlock(depth);
         depth--;
         break;
-      case 0x00: case 0x01: case 0x05: case 0x0a: case 0x0f: case 0x19: case 0x1a: case 0x1b:
-      case 0xd1: case 0xd3: case 0xd4:
+      case 0x05: // else
+        if (plan) {
+          if (kindAt[depth] !== IF) throw new CodeWalkError(`function body ${index} has an \`else\` outside an \`if\``);
+          thenCost[depth] = cost;
+          cost = savedCost[depth]!;
+        }
+        break;
+      case 0x07: // catch tag
+        r.leb();
+      // falls through
+      case 0x19: // catch_all
+        if (plan) {
+          if (kindAt[depth] !== TRY) throw new CodeWalkError(`function body ${index} has a \`catch\` outside a \`try\``);
+          if (cost > savedCost[depth]!) savedCost[depth] = cost;
+          cost = tryCost[depth]!;
+        }
+        break;
+      case 0x00: case 0x0f: case 0x08: case 0x09: case 0x0a: // unreachable, return, throw, rethrow, throw_ref
+        if (op === 0x08 || op === 0x09) r.leb();
+        if (plan) cost = NONE;
+        break;
+      case 0x01: case 0x1a: case 0x1b: case 0xd1: case 0xd3: case 0xd4:
         break;
       case 0x10: case 0x12: { // call, return_call
         const callee = r.leb();
-        if (plan && callee < meter!.importedFunctions) plan.charges[charge]!.cost += HOST_CALL_COST;
+        if (plan && callee < meter!.importedFunctions) add(HOST_CALL_COST);
+        if (plan && op === 0x12) cost = NONE;
         break;
       }
       case 0x40: // memory.grow: by pages, which the kernel zeroes as they are first touched (~4 µs each)
@@ -216,19 +305,35 @@ function checkBody(r: Reader, index: number, meter?: CodeMeter): void {
         // GROW_CAP pages, so that it fails as in the module as it came instead of trapping.
         plan?.bulk.push({ at: opAt, shift: 12, cap: GROW_CAP });
         break;
-      case 0x07: case 0x08: case 0x09: case 0x0c: case 0x0d: case 0x14: case 0x15:
+      case 0x0c: case 0x0d: case 0xd5: case 0xd6: { // br, br_if, br_on_null, br_on_non_null
+        const label = r.leb();
+        if (plan) {
+          branch(depth - label);
+          if (op === 0x0c) cost = NONE;
+        }
+        break;
+      }
+      case 0x14: case 0x15: // call_ref, return_call_ref
+        r.leb();
+        if (plan && op === 0x15) cost = NONE;
+        break;
       case 0x20: case 0x21: case 0x22: case 0x23: case 0x24: case 0x25: case 0x26:
-      case 0x3f: case 0x41: case 0x42: case 0xd2: case 0xd5: case 0xd6:
+      case 0x3f: case 0x41: case 0x42: case 0xd2:
         r.leb();
         break;
       case 0x0e: { // br_table
         const labels = r.leb();
-        for (let l = 0; l <= labels; l++) r.leb();
+        for (let l = 0; l <= labels; l++) {
+          const label = r.leb();
+          if (plan) branch(depth - label);
+        }
+        if (plan) cost = NONE;
         break;
       }
       case 0x11: case 0x13: // call_indirect, return_call_indirect
         r.leb();
         r.leb();
+        if (plan && op === 0x13) cost = NONE;
         break;
       case 0x1c: { // select with types
         const types = r.leb();
@@ -244,13 +349,15 @@ function checkBody(r: Reader, index: number, meter?: CodeMeter): void {
       case 0xd0: // ref.null heaptype
         r.leb();
         break;
-      case 0xfb:
-        gcInstruction(r, index);
+      case 0xfb: {
+        const label = gcInstruction(r, index);
+        if (plan && label !== undefined) branch(depth - label);
         break;
+      }
       case 0xfc: {
-        const { shift, cost } = miscInstruction(r, index);
+        const { shift, cost: extra } = miscInstruction(r, index);
         if (plan) {
-          plan.charges[charge]!.cost += cost;
+          add(extra);
           if (shift !== undefined) plan.bulk.push(shift === 3 ? { at: opAt, shift, cap: GROW_CAP * 256 } : { at: opAt, shift });
         }
         break;
@@ -270,16 +377,44 @@ function checkBody(r: Reader, index: number, meter?: CodeMeter): void {
   }
   if (depth !== 0) throw new CodeWalkError(`function body ${index} does not end where its size says`);
   if (plan) meter!.bodies.push(plan);
+
+  /** The block at `at` ends (`end`, or `delegate` for a try): where the code after it is reached from. */
+  function endBlock(at: number): void {
+    const kind = kindAt[at]!;
+    const joined = Math.max(cost, labelCost[at]!);
+    if (kind === LOOP) {
+      // Past a loop, its level's path goes on from where it entered the loop.
+      cost = entryCost[level]!;
+      level--;
+      charge = outerCharge[at]!;
+      activeTry = outerTry[at]!;
+    } else if (kind === IF) {
+      cost = Math.max(joined, thenCost[at] === NONE - 1 ? savedCost[at]! : thenCost[at]!);
+    } else if (kind === TRY || kind === TRY_TABLE) {
+      const thrown = tryCost[at]!;
+      activeTry = outerTry[at]!;
+      if (activeTry !== 0 && thrown > tryCost[activeTry]!) tryCost[activeTry] = thrown;
+      if (kind === TRY_TABLE) for (const target of catchTargets[at]!) branch(target, thrown);
+      cost = Math.max(joined, savedCost[at]!);
+    } else {
+      cost = joined;
+    }
+  }
 }
 
-/** try_table's catch clauses: a kind, a tag for `catch` and `catch_ref`, then a label. */
-function skipCatchClauses(r: Reader): void {
+/**
+ * try_table's catch clauses: a kind, a tag for `catch` and `catch_ref`, then a label, counted
+ * from the blocks around the try_table (open to `depth`). Returns the depths they branch to.
+ */
+function readCatchClauses(r: Reader, depth: number): number[] {
   const catches = r.leb();
+  const targets: number[] = [];
   for (let c = 0; c < catches; c++) {
     const kind = r.byte();
     if (kind === 0x00 || kind === 0x01) r.leb();
-    r.leb();
+    targets.push(depth - r.leb());
   }
+  return targets;
 }
 
 function unknown(index: number, op: number, at: number, sub?: number): CodeWalkError {
@@ -287,16 +422,18 @@ function unknown(index: number, op: number, at: number, sub?: number): CodeWalkE
   return new CodeWalkError(`function body ${index} uses instruction ${code} (byte ${at}), which the host does not accept in a policy`);
 }
 
-/** Only the GC instructions valid without struct or array types (those types are refused). */
-function gcInstruction(r: Reader, index: number): void {
+/** Only the GC instructions valid without struct or array types (those types are refused). Returns the label of a branch. */
+function gcInstruction(r: Reader, index: number): number | undefined {
   const sub = r.leb();
   if (sub >= 0x14 && sub <= 0x17) r.leb(); // ref.test, ref.cast: a heap type
   else if (sub === 0x18 || sub === 0x19) { // br_on_cast(_fail): flags, label, two heap types
     r.byte();
+    const label = r.leb();
     r.leb();
     r.leb();
-    r.leb();
+    return label;
   } else if (sub < 0x1a || sub > 0x1e) throw unknown(index, 0xfb, r.at, sub); // i31 and extern/any conversions have no immediates
+  return undefined;
 }
 
 /**

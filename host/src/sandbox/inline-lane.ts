@@ -21,10 +21,11 @@ import { meteredCopy } from './prepare.ts';
 import { cutMessage } from '../util/text.ts';
 
 /**
- * Fuel per inline call. A charge counts every instruction of a loop's body, whichever run, so
- * real code burns far more fuel than it runs instructions: the AssemblyScript examples take
- * 1.2-1.6 million units for a 33-60 µs call (3.2 million at most, when their collector runs).
- * Fuel is not time: straight-line code that runs every instruction it is charged for gets 2-6 ms
+ * Fuel per inline call. A charge counts the longest path through a loop's body, whichever path
+ * runs, and a host or indirect call as 1,000, so real code burns more fuel than it runs
+ * instructions: the AssemblyScript examples take 1.0-1.2 million units on the benchmark's 5 KB
+ * review (2.3 million at most, when their collector runs; 1.3-1.6 and 3.1 million when a charge
+ * counted a loop's whole body). Fuel is not time: straight-line code that runs every instruction it is charged for gets 2-6 ms
  * of it, code whose every load misses the caches about 200 ms (red team: a pointer chase, 35 ns
  * a load charged 1 unit). So a slow call ends the policy's inline life at once (INLINE_SLOW_MS).
  */

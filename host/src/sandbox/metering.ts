@@ -11,7 +11,8 @@
 // exported as FUEL_EXPORT, so the host sets it before each call. Instructions are charged one
 // each, a host call HOST_CALL_COST, bulk memory and table operations by their count (bytes, or
 // entries), memory.grow by the pages it adds. Only `loop` branches backwards, so the charge at
-// a function's start or a loop's head covers everything that can run before the next charge.
+// a function's start or a loop's head, the longest path from there (code-walk.ts BodyPlan),
+// covers everything that can run before the next charge.
 //
 // The module was checked by code-walk.ts, which also found the places to charge; this file
 // reads only the few sections it needs, already bounded by readLayout.
