@@ -12,7 +12,7 @@ import type { LoadedPolicy } from '../../host/src/policy/loaded.ts';
 import { SandboxPool } from '../../host/src/sandbox/pool.ts';
 import { DEFAULT_LIMITS } from '../../host/src/config/limits.ts';
 import { meterModule } from '../../host/src/sandbox/metering.ts';
-import { answering } from '../helpers/wasm.ts';
+import { answering, module } from '../helpers/wasm.ts';
 import { input, load } from '../helpers/policies.ts';
 
 function metered(bytes: Uint8Array): Uint8Array<ArrayBuffer> {
@@ -136,6 +136,14 @@ describe('inline lane', () => {
     const { prepareSandbox, meteredCopy } = await import('../../host/src/sandbox/prepare.ts');
     const spec = await prepareSandbox('two-memories', bytes, DEFAULT_LIMITS, false);
     expect(await meteredCopy(spec, { maxBytes: 2 ** 20, memoryBytes: 2 ** 23 })).toEqual({ unmetered: 'it has 2 memories, 1 exported (the lane takes one, exported)' });
+  });
+
+  it('does not meter a module too large for the lane, rather than walk it again in the main thread', async () => {
+    // 300 KiB of `nop`, then `i32.const 0`.
+    const bytes = module({ memories: [{ min: 1 }], exports: [{ name: 'memory', kind: 'memory', index: 0 }, { name: 'validate', kind: 'func', index: 0 }], functions: [[...new Array<number>(300 * 1024).fill(0x01), 0x41, 0]] });
+    const { prepareSandbox, meteredCopy } = await import('../../host/src/sandbox/prepare.ts');
+    const spec = await prepareSandbox('large', bytes, DEFAULT_LIMITS, false);
+    expect(await meteredCopy(spec, { maxBytes: 256 * 1024, memoryBytes: 2 ** 23 })).toEqual({ unmetered: expect.stringMatching(/^it is 3072\d\d bytes, more than the 262144 a metered copy may be$/) as unknown });
   });
 
   it('never takes a policy that wants a fresh instance per call', async () => {
