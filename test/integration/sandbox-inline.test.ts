@@ -2,7 +2,7 @@
 // the main thread, metered, with no hop to a worker. It must answer as a worker would, and any
 // policy that misbehaves there must cost the main thread one bounded call and then be answered
 // by a worker, as before.
-import { mkdtemp, writeFile } from 'node:fs/promises';
+import { mkdtemp, readFile, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -13,7 +13,9 @@ import { SandboxPool } from '../../host/src/sandbox/pool.ts';
 import { DEFAULT_LIMITS } from '../../host/src/config/limits.ts';
 import { meterModule } from '../../host/src/sandbox/metering.ts';
 import { answering, module } from '../helpers/wasm.ts';
-import { input, load } from '../helpers/policies.ts';
+import { InlineLane, type LaneClock } from '../../host/src/sandbox/inline-lane.ts';
+import { threadCpuMicros } from '../../host/src/util/thread-cpu.ts';
+import { input, load, wasm } from '../helpers/policies.ts';
 
 function metered(bytes: Uint8Array): Uint8Array<ArrayBuffer> {
   const result = meterModule(bytes);
@@ -156,3 +158,39 @@ describe('inline lane', () => {
     expect(pool.stats.inlineCalls).toBe(inline);
   });
 });
+
+describe('inline lane timing', () => {
+  /** A lane with `clock`, holding an instance of no-delete ready to call, and a call that makes one inline call. */
+  async function laneWith(clock: LaneClock, name: string) {
+    const { prepareSandbox } = await import('../../host/src/sandbox/prepare.ts');
+    const spec = await prepareSandbox(name, new Uint8Array(await readFile(wasm('no-delete'))), DEFAULT_LIMITS, false);
+    const lane = new InlineLane(clock);
+    lane.want(spec);
+    const envelope = JSON.stringify({ request: { uid: 'u', operation: 'CREATE', kind: { group: '', version: 'v1', kind: 'Pod' } }, settings: {} });
+    const call = async () => {
+      for (let i = 0; i < 300 && !lane.claim(spec.key); i++) await sleep(10);
+      return lane.call(spec, 'validate', envelope, 2000);
+    };
+    return { lane, spec, call };
+  }
+
+  it('does not count wall time the main thread lost to being descheduled against a policy', async () => {
+    // Every reading of the wall clock 30 ms past the last: each call seems to take 30 ms.
+    let skew = 0;
+    const { lane, spec, call } = await laneWith({ wallMs: () => performance.now() + (skew += 30), cpuMicros: threadCpuMicros }, 'descheduled');
+    for (let i = 0; i < 5; i++) expect(await call()).toMatchObject({ ok: true, output: expect.stringContaining('"allow"') as unknown });
+    expect(lane.outReason(spec.key)).toBeUndefined();
+    expect(lane.calls).toBe(5);
+    lane.close();
+  });
+
+  it('takes a policy out of the lane once a call takes the main thread\'s CPU past the bound', async () => {
+    let skew = 0;
+    const { lane, spec, call } = await laneWith({ wallMs: () => performance.now(), cpuMicros: () => threadCpuMicros() + (skew += 30_000) }, 'costly-cpu');
+    // Its answer still counts (it came within the deadline); then it leaves.
+    expect(await call()).toMatchObject({ ok: true });
+    expect(lane.outReason(spec.key)).toMatch(/^a call took 3\d{4} µs of the main thread's CPU$/);
+    lane.close();
+  });
+});
+

@@ -4,6 +4,7 @@ import createPlugin, { type CallContext, type Plugin } from '@extism/extism';
 import { MAX_REQUEST_DECODE_BYTES } from '../context/read.ts';
 import { contextReader } from '../context/replica.ts';
 import { copyBytes } from '../util/bytes.ts';
+import { threadCpuMicros } from '../util/thread-cpu.ts';
 import { inputBytes, inputParts, inputText } from './input.ts';
 import type { CallInput, FaultKind, GuestFunction, LogEntry, SandboxSpec } from './protocol.ts';
 import { PortcullisError } from '../errors.ts';
@@ -285,6 +286,7 @@ async function instantiateCore(spec: SandboxSpec, logs: LogBuffer, budget: FuelB
   // Set once the instance exists; the host functions are made before it.
   const metered: { fuel?: WebAssembly.Global } = {};
   let callStarted = 0;
+  let callCpu = 0;
   const functions: Record<string, Record<string, (context: CallContext, ...args: never[]) => unknown>> = {
     'extism:host/env': {
       alloc, var_get, var_set, config_get,
@@ -299,7 +301,9 @@ async function instantiateCore(spec: SandboxSpec, logs: LogBuffer, budget: FuelB
     for (const namespace of Object.values(functions)) {
       for (const [name, fn] of Object.entries(namespace)) {
         namespace[name] = (context, ...args) => {
-          if (performance.now() - callStarted > wallMs) {
+          // Wall time first (cheap); then this thread's CPU, so that being descheduled on a busy
+          // node is not counted against the guest (it is still bounded by its fuel).
+          if (performance.now() - callStarted > wallMs && threadCpuMicros() - callCpu > wallMs * 1000) {
             if (metered.fuel) metered.fuel.value = -1n;
             throw kept(new GuestFault('trap', `ran past the ${wallMs} ms an inline call may take`));
           }
@@ -327,6 +331,7 @@ async function instantiateCore(spec: SandboxSpec, logs: LogBuffer, budget: FuelB
   if (fuel) {
     fuel.value = budget.start;
     callStarted = performance.now();
+    if (wallMs !== undefined) callCpu = threadCpuMicros();
     const start = instance.exports[START_EXPORT];
     try {
       if (typeof start === 'function') (start as () => void)();
@@ -355,6 +360,7 @@ async function instantiateCore(spec: SandboxSpec, logs: LogBuffer, budget: FuelB
       returned = undefined;
       if (fuel) fuel.value = budget.call;
       callStarted = performance.now();
+      if (wallMs !== undefined) callCpu = threadCpuMicros();
       if (oneCopy) parts = inputParts(input);
       try {
         const output = await plugin.call(name, oneCopy ? undefined : inputBytes(input)).catch((error: unknown) => {
