@@ -80,6 +80,7 @@ describe('inline lane', () => {
     // the calls before the lane had its instance ready).
     const policy = await load(pool, 'loops-after', { module: await allowing('loops-after', { loopsAfter: 100 }), limits: { ...DEFAULT_LIMITS, timeoutMs: 1000 } });
     await untilInline(policy);
+    const outBefore = pool.stats.inlineOut;
     let outcome;
     let slowest = 0;
     for (let i = 0; i < 150 && pool.inlineOut(policy.key) === undefined; i++) {
@@ -92,6 +93,7 @@ describe('inline lane', () => {
       await sleep(5);
     }
     expect(pool.inlineOut(policy.key)).toBe('it ran out of inline fuel');
+    expect(pool.stats.inlineOut).toBe(outBefore + 1);
     // The call the lane gave up on was answered by a worker (its instance had not reached its loop).
     expect(outcome).toMatchObject({ status: 'allowed' });
     // The main thread was held for the fuel's worth at most, not the policy's 1 s deadline.
@@ -161,10 +163,10 @@ describe('inline lane', () => {
 
 describe('inline lane timing', () => {
   /** A lane with `clock`, holding an instance of no-delete ready to call, and a call that makes one inline call. */
-  async function laneWith(clock: LaneClock, name: string) {
+  async function laneWith(clock: LaneClock, name: string, onLeave?: (key: string, reason: string) => void) {
     const { prepareSandbox } = await import('../../host/src/sandbox/prepare.ts');
     const spec = await prepareSandbox(name, new Uint8Array(await readFile(wasm('no-delete'))), DEFAULT_LIMITS, false);
-    const lane = new InlineLane(clock);
+    const lane = new InlineLane(clock, onLeave);
     lane.want(spec);
     const envelope = JSON.stringify({ request: { uid: 'u', operation: 'CREATE', kind: { group: '', version: 'v1', kind: 'Pod' } }, settings: {} });
     const call = async () => {
@@ -184,12 +186,15 @@ describe('inline lane timing', () => {
     lane.close();
   });
 
-  it('takes a policy out of the lane once a call takes the main thread\'s CPU past the bound', async () => {
+  it('takes a policy out of the lane once a call takes the main thread\'s CPU past the bound, and says so once', async () => {
     let skew = 0;
-    const { lane, spec, call } = await laneWith({ wallMs: () => performance.now(), cpuMicros: () => threadCpuMicros() + (skew += 30_000) }, 'costly-cpu');
+    const left: string[] = [];
+    const { lane, spec, call } = await laneWith({ wallMs: () => performance.now(), cpuMicros: () => threadCpuMicros() + (skew += 30_000) }, 'costly-cpu', (key, reason) => left.push(`${key}: ${reason}`));
     // Its answer still counts (it came within the deadline); then it leaves.
     expect(await call()).toMatchObject({ ok: true });
     expect(lane.outReason(spec.key)).toMatch(/^a call took 3\d{4} µs of the main thread's CPU$/);
+    expect(left).toEqual([`${spec.key}: ${lane.outReason(spec.key)}`]);
+    expect(lane.out).toBe(1);
     lane.close();
   });
 });

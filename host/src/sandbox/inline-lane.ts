@@ -101,9 +101,17 @@ export class InlineLane {
   #sampledAt = performance.now();
   #busyShare = 0;
   readonly #clock: LaneClock;
+  readonly #onLeave: ((key: string, reason: string) => void) | undefined;
 
-  constructor(clock: LaneClock = THREAD_CLOCK) {
+  /** `onLeave`: told once per policy (until it is reloaded) why the lane no longer takes it. */
+  constructor(clock: LaneClock = THREAD_CLOCK, onLeave?: (key: string, reason: string) => void) {
     this.#clock = clock;
+    this.#onLeave = onLeave;
+  }
+
+  /** Policies out of the lane (until reloaded). */
+  get out(): number {
+    return this.#out.size;
   }
 
   /** Inline calls answered so far. */
@@ -247,7 +255,10 @@ export class InlineLane {
   }
 
   #setOut(key: string, reason: string): void {
-    this.#out.set(key, cutMessage(reason));
+    if (this.#out.has(key)) return;
+    const cut = cutMessage(reason);
+    this.#out.set(key, cut);
+    this.#onLeave?.(key, cut);
   }
 
   #drop(key: string): void {

@@ -197,6 +197,8 @@ export interface PoolStats {
   restarts: number;
   /** Calls answered in the main thread by the inline lane (inline-lane.ts). */
   inlineCalls: number;
+  /** Policies the inline lane no longer takes, until they are reloaded. */
+  inlineOut: number;
 }
 
 /**
@@ -299,10 +301,14 @@ export class SandboxPool {
 
   constructor(
     size = Math.max(2, availableParallelism()),
-    options: { loadTimeoutMs?: number; probationMs?: number; reliefIdleMs?: number; inline?: boolean } = {},
+    options: {
+      loadTimeoutMs?: number; probationMs?: number; reliefIdleMs?: number; inline?: boolean;
+      /** Told once per policy (until reloaded) why the inline lane no longer takes it. */
+      onInlineLeave?: (key: string, reason: string) => void;
+    } = {},
   ) {
     this.size = size;
-    this.#inline = options.inline === false ? undefined : new InlineLane();
+    this.#inline = options.inline === false ? undefined : new InlineLane(undefined, options.onInlineLeave);
     this.#loadTimeoutMs = options.loadTimeoutMs ?? LOAD_TIMEOUT_MS;
     this.#probationMs = options.probationMs ?? PROBATION_MS;
     this.#reliefIdleMs = options.reliefIdleMs ?? RELIEF_IDLE_MS;
@@ -312,7 +318,10 @@ export class SandboxPool {
 
   get stats(): PoolStats {
     const busy = this.#slots.filter((s) => s.batches.length > 0).length;
-    return { size: this.size, workers: this.#slots.length, busy, queued: this.#queue.length, restarts: this.#restarts, inlineCalls: this.#inline?.calls ?? 0 };
+    return {
+      size: this.size, workers: this.#slots.length, busy, queued: this.#queue.length, restarts: this.#restarts,
+      inlineCalls: this.#inline?.calls ?? 0, inlineOut: this.#inline?.out ?? 0,
+    };
   }
 
   /** Why a policy is no longer called inline, if it was refused there (tests, diagnostics). */

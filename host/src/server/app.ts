@@ -107,7 +107,12 @@ export class PortcullisServer {
     this.config = config;
     this.log = log;
     this.tls = tls;
-    this.pool = new SandboxPool(config.workers > 0 ? config.workers : undefined);
+    this.pool = new SandboxPool(config.workers > 0 ? config.workers : undefined, {
+      // Once per policy and load at most: the lane takes a policy only while it behaves.
+      onInlineLeave: (key, reason) => log.info('the inline lane no longer takes this policy; its calls go to the sandbox workers until it is reloaded', {
+        policy: key.slice(0, key.lastIndexOf('@')), sandbox: key, reason,
+      }),
+    });
     this.registry = new PolicyRegistry(this.pool, new PolicySet([]));
     this.metrics = new Metrics(this.pool);
     const own = hostObjects(config, hostNamespace(config.webhooks));
