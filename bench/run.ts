@@ -113,7 +113,9 @@ async function post(origin: string, path: string): Promise<{ status: number; rev
 }
 
 /** After a run: did every review come back allowed, with no sandbox faults? (Portcullis only.) */
-async function verdicts(origin: string): Promise<{ allowed: number; denied: number; faults: number; restarts: number }> {
+type Verdicts = { allowed: number; denied: number; faults: number; restarts: number; inlineCalls: number; inlineOut: number };
+
+async function verdicts(origin: string): Promise<Verdicts> {
   const res = await request(`${origin}/metrics`, { dispatcher: insecure });
   const text = await res.body.text();
   const sum = (name: string, filter = '') => text.split('\n')
@@ -122,6 +124,7 @@ async function verdicts(origin: string): Promise<{ allowed: number; denied: numb
   return {
     allowed: sum('portcullis_reviews_total{', 'decision="allowed"'), denied: sum('portcullis_reviews_total{', 'decision="denied"'),
     faults: sum('portcullis_sandbox_faults_total{'), restarts: sum('portcullis_sandbox_restarts'),
+    inlineCalls: sum('portcullis_sandbox_inline_calls '), inlineOut: sum('portcullis_sandbox_inline_out '),
   };
 }
 
@@ -241,7 +244,9 @@ interface HttpResult {
   rssAfterLoad: { rssMiB: number; hwmMiB: number };
   sample: unknown;
   /** Portcullis's own counters after all the runs (from /metrics). */
-  verdicts?: { allowed: number; denied: number; faults: number; restarts: number; log?: string[] };
+  verdicts?: Verdicts & { log?: string[] };
+  /** Policy calls the inline lane answered during the fixed-load run(s), and the policies it no longer takes (from /metrics). */
+  fixedInline?: { calls: number; out: number };
 }
 
 async function startFor(scenario: Scenario | { id: string; server: Scenario['server']; policies?: BenchPolicy[]; config?: Record<string, unknown> }, nodeFlags: string[] = []): Promise<Running> {
@@ -274,7 +279,12 @@ async function runScenario(scenario: Scenario): Promise<HttpResult> {
     const rate = SETTINGS.rate / fanout;
     log(`${scenario.id}: fixed load ${SETTINGS.rate} req/s (${SETTINGS.paced.durationSec}s)`);
     await quiet(SETTINGS.quietSec / 2);
+    const inlineBefore = scenario.server === 'portcullis' ? (await verdicts(server.origin)).inlineCalls : undefined;
     const fixed = await undisturbed(`${scenario.id} fixed load`, server.pid, () => load({ ...base, connections: 64, kind: 'paced', rate, ...SETTINGS.paced }));
+    // How many of the paced run's policy calls the inline lane answered (a rerun, when disturbed,
+    // counts too), and whether it dropped a policy.
+    const after = inlineBefore === undefined ? undefined : await verdicts(server.origin);
+    const inline = after && inlineBefore !== undefined ? { calls: after.inlineCalls - inlineBefore, out: after.inlineOut } : undefined;
     let autocannonRate: (LoadResult & { cpu: CpuShare }) | undefined;
     if (SETTINGS.autocannonRate > 0) {
       log(`${scenario.id}: autocannon --overallRate ${SETTINGS.rate} (${SETTINGS.autocannonRate}s)`);
@@ -290,7 +300,8 @@ async function runScenario(scenario: Scenario): Promise<HttpResult> {
       Object.assign(checked, { log: lines.slice(0, 5) });
     }
     return {
-      label: scenario.label, fanout, idleBefore, saturation, fixed, ...(autocannonRate ? { autocannonRate } : {}), rssAfterLoad, sample,
+      label: scenario.label, fanout, idleBefore, saturation, fixed, ...(inline ? { fixedInline: inline } : {}),
+      ...(autocannonRate ? { autocannonRate } : {}), rssAfterLoad, sample,
       ...(checked ? { verdicts: checked } : {}),
     };
   } finally {
@@ -664,6 +675,10 @@ function markdown(results: Results): string {
     }
     const lag = limit.fixed.sendLagMs;
     if (lag) L.push('', `Pacer send lag (limit run): p50 ${ms(lag.p50)} ms, p99 ${ms(lag.p99)} ms — how late the generator's timers fired; not counted in the latencies.`);
+    const lane = Object.values(http).filter((r) => r.fixedInline !== undefined);
+    if (lane.length > 0) {
+      L.push('', `The inline lane during these paced runs, warm-up and any rerun included (policy calls it answered in the main thread, from /metrics; policies it no longer takes): ${lane.map((r) => `${r.label}: ${r.fixedInline!.calls} calls${r.fixedInline!.out > 0 ? `, ${r.fixedInline!.out} out` : ''}`).join('; ')}.`);
+    }
     L.push('');
   }
   if (results.overload) {
