@@ -26,17 +26,18 @@ import { threadCpuMicros } from '../util/thread-cpu.ts';
  * runs, and a host or indirect call as 1,000, so real code burns more fuel than it runs
  * instructions: the AssemblyScript examples take 1.0-1.2 million units on the benchmark's 5 KB
  * review (2.3 million at most, when their collector runs; 1.3-1.6 and 3.1 million when a charge
- * counted a loop's whole body). Fuel is not time: straight-line code that runs every instruction it is charged for gets 2-6 ms
- * of it, code whose every load misses the caches about 200 ms (red team: a pointer chase, 35 ns
- * a load charged 1 unit). So a slow call ends the policy's inline life at once (INLINE_SLOW_MS).
+ * counted a loop's whole body). Fuel is not time: straight-line code that runs every
+ * instruction it is charged for gets 2-6 ms of it, code whose every load misses the caches about
+ * 200 ms (red team: a pointer chase, 35 ns a load charged 1 unit). So a slow call ends the
+ * policy's inline life at once (INLINE_SLOW_MS).
  */
 export const INLINE_FUEL = 6_000_000n;
 /**
  * A call that took more of the main thread's CPU than this (ms, the whole call: host functions,
  * input, output) ends the policy's inline life; its answer still counts (it came within the
  * deadline). CPU, not wall time: on a busy node the thread is descheduled now and then, and a
- * good policy's call caught by that once had left the lane for good (a benchmark run lost it
- * that way: its paced p50 0.67 ms against 0.46 ms in a run where it stayed).
+ * good policy's call caught by that once left the lane for good (likely what a benchmark run
+ * showed: one AS policy's paced p50 was 0.67 ms there, 0.46 ms in a rerun).
  */
 export const INLINE_SLOW_MS = 5;
 /** The same for an instance's first call, and for making the instance (its start function runs then). */
@@ -77,7 +78,6 @@ export const THREAD_CLOCK: LaneClock = {
   wallMs: () => performance.now(),
   cpuMicros: () => threadCpuMicros(),
 };
-
 
 /** One policy's inline instance, its own log buffer, and whether it has answered (its first call compiles nothing now, but is allowed more). */
 interface Entry {
