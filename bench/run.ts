@@ -279,12 +279,12 @@ async function runScenario(scenario: Scenario): Promise<HttpResult> {
     const rate = SETTINGS.rate / fanout;
     log(`${scenario.id}: fixed load ${SETTINGS.rate} req/s (${SETTINGS.paced.durationSec}s)`);
     await quiet(SETTINGS.quietSec / 2);
-    const inlineBefore = scenario.server === 'portcullis' ? (await verdicts(server.origin)).inlineCalls : undefined;
+    const before = scenario.server === 'portcullis' ? await verdicts(server.origin) : undefined;
     const fixed = await undisturbed(`${scenario.id} fixed load`, server.pid, () => load({ ...base, connections: 64, kind: 'paced', rate, ...SETTINGS.paced }));
     // How many of the paced run's policy calls the inline lane answered (a rerun, when disturbed,
-    // counts too), and whether it dropped a policy.
-    const after = inlineBefore === undefined ? undefined : await verdicts(server.origin);
-    const inline = after && inlineBefore !== undefined ? { calls: after.inlineCalls - inlineBefore, out: after.inlineOut } : undefined;
+    // counts too), and how many policies it stopped taking meanwhile.
+    const after = before && await verdicts(server.origin);
+    const inline = before && after ? { calls: after.inlineCalls - before.inlineCalls, out: after.inlineOut - before.inlineOut } : undefined;
     let autocannonRate: (LoadResult & { cpu: CpuShare }) | undefined;
     if (SETTINGS.autocannonRate > 0) {
       log(`${scenario.id}: autocannon --overallRate ${SETTINGS.rate} (${SETTINGS.autocannonRate}s)`);
@@ -677,7 +677,7 @@ function markdown(results: Results): string {
     if (lag) L.push('', `Pacer send lag (limit run): p50 ${ms(lag.p50)} ms, p99 ${ms(lag.p99)} ms — how late the generator's timers fired; not counted in the latencies.`);
     const lane = Object.values(http).filter((r) => r.fixedInline !== undefined);
     if (lane.length > 0) {
-      L.push('', `The inline lane during these paced runs, warm-up and any rerun included (policy calls it answered in the main thread, from /metrics; policies it no longer takes): ${lane.map((r) => `${r.label}: ${r.fixedInline!.calls} calls${r.fixedInline!.out > 0 ? `, ${r.fixedInline!.out} out` : ''}`).join('; ')}.`);
+      L.push('', `The inline lane during these paced runs, warm-up and any rerun included (policy calls it answered in the main thread, from /metrics; policies it stopped taking meanwhile): ${lane.map((r) => `${r.label}: ${r.fixedInline!.calls} calls${r.fixedInline!.out > 0 ? `, ${r.fixedInline!.out} out` : ''}`).join('; ')}.`);
     }
     L.push('');
   }

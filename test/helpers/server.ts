@@ -31,7 +31,9 @@ export function policyYaml(name: string, extra = '', file = name): string {
 export async function startServer(yaml: string, options: { watch?: boolean; log?: Logger; retireGraceMs?: number } = {}): Promise<TestServer> {
   const dir = await mkdtemp(join(tmpdir(), 'portcullis-server-'));
   const configPath = join(dir, 'portcullis.yaml');
-  await writeFile(configPath, yaml);
+  // Tests share the developer's cache folder, from parallel processes: only a test about the
+  // cache prunes it (in the file, so that a reload reads it too).
+  await writeFile(configPath, /^cache:/m.test(yaml) ? yaml : `cache: { maxMiB: 0 }\n${yaml}`);
   const logs: string[] = [];
   const log = options.log ?? createLogger('debug', (line) => logs.push(line));
   const grace = options.retireGraceMs !== undefined ? { retireGraceMs: options.retireGraceMs } : {};
@@ -40,9 +42,6 @@ export async function startServer(yaml: string, options: { watch?: boolean; log?
     const config = await loadConfigFile(configPath);
     config.server.port = 0;
     config.server.host = '127.0.0.1';
-    // Tests share the developer's cache folder, from parallel processes: only a test about the
-    // cache prunes it.
-    if (!/^cache:/m.test(yaml)) config.cache.maxMiB = 0;
     server = await PortcullisServer.start({ config, log, watch: options.watch ?? false, ...grace });
   } catch (error) {
     await rm(dir, { recursive: true, force: true });

@@ -186,7 +186,7 @@ describe('inline lane timing', () => {
     lane.close();
   });
 
-  it('takes a policy out of the lane once a call takes the main thread\'s CPU past the bound, and says so once', async () => {
+  it('takes a policy out of the lane once a call takes the main thread\'s CPU past the bound, and says why', async () => {
     let skew = 0;
     const left: string[] = [];
     const { lane, spec, call } = await laneWith({ wallMs: () => performance.now(), cpuMicros: () => threadCpuMicros() + (skew += 30_000) }, 'costly-cpu', (key, reason) => left.push(`${key}: ${reason}`));

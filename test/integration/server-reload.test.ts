@@ -21,6 +21,7 @@ async function replaceConfig(path: string, text: string): Promise<void> {
 }
 
 const config = (labels: string) => `
+cache: { maxMiB: 0 }
 server: { tls: { mode: self-signed, hostnames: [127.0.0.1] } }
 policies:
 ${policyYaml('require-labels', `settings: { labels: { ${labels} } }`)}

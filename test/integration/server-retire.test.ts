@@ -5,11 +5,14 @@ import { writeFile } from 'node:fs/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { admissionReview, policyYaml, startServer, type TestServer } from '../helpers/server.ts';
 
+// cache: the reloads read these, and only a test about the cache prunes the shared one.
 const both = `
+cache: { maxMiB: 0 }
 server: { tls: { mode: self-signed, hostnames: [127.0.0.1] } }
 policies:
 ${policyYaml('require-labels', 'settings: { labels: { team: x } }')}${policyYaml('no-delete')}`;
 const onlyNoDelete = `
+cache: { maxMiB: 0 }
 server: { tls: { mode: self-signed, hostnames: [127.0.0.1] } }
 policies:
 ${policyYaml('no-delete')}`;

@@ -14,7 +14,7 @@
 import type { Dirent } from 'node:fs';
 import { lstat, readdir, rm } from 'node:fs/promises';
 import { dirname, isAbsolute, join, relative, resolve } from 'node:path';
-import { cacheDir, touchedAt } from '../util/files.ts';
+import { cacheDir, forgetTouch, touchedAt } from '../util/files.ts';
 
 /** Files used this recently are kept whatever the budget. */
 export const PRUNE_GRACE_MS = 60 * 60 * 1000;
@@ -98,6 +98,7 @@ export async function pruneCache(options: PruneOptions): Promise<PruneResult> {
     if (await usedAt(file.path) >= keepFrom) continue;
     try {
       await rm(file.path);
+      forgetTouch(file.path);
       total -= file.bytes;
       result.removedFiles++;
       result.removedBytes += file.bytes;

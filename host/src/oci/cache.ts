@@ -23,7 +23,7 @@ export class BlobCache {
       const path = this.#blobPath(digest);
       const bytes = new Uint8Array(await readFile(path));
       if (sha256Digest(bytes) !== digest) return undefined;
-      touch(path);
+      void touch(path);
       return bytes;
     } catch {
       return undefined;

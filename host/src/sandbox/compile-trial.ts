@@ -100,17 +100,28 @@ process.stdin.on('end', () => {
 let queue: Promise<unknown> = Promise.resolve();
 
 /**
+ * Where a passed trial is recorded: per V8 version and bounds (in the name), since another V8
+ * compiles differently, and other bounds must try again.
+ */
+function passRecord(hash: string, bounds: TrialBounds): string {
+  const version = `v8-${process.versions.v8}-${sha256(Buffer.from(JSON.stringify(bounds))).slice(0, 12)}`;
+  return join(cacheDir(), 'compile-trials', `${hash}-${version}`);
+}
+
+/** A module compiled before in this process is used again: its pass record counts as used (cache/prune.ts). */
+export function markTrialUsed(hash: string, bounds: TrialBounds = TRIAL_BOUNDS): void {
+  void touch(passRecord(hash, bounds));
+}
+
+/**
  * The trial of `bytes` (content hash `hash`), one at a time in this process: a hostile module
  * listed many times holds one child at a time. Never throws for what the module does.
  */
 export async function trialCompile(bytes: Uint8Array, hash: string, bounds: TrialBounds = TRIAL_BOUNDS): Promise<TrialVerdict> {
-  // Kept per V8 version and bounds (in the name): another V8 compiles differently, and other
-  // bounds must try again. Read outside the queue: modules tried before do not wait behind a
-  // hostile one's bounds.
-  const version = `v8-${process.versions.v8}-${sha256(Buffer.from(JSON.stringify(bounds))).slice(0, 12)}`;
-  const passed = join(cacheDir(), 'compile-trials', `${hash}-${version}`);
+  // Read outside the queue: modules tried before do not wait behind a hostile one's bounds.
+  const passed = passRecord(hash, bounds);
   if (await readFile(passed, 'utf8').then((text) => text === 'passed', () => false)) {
-    touch(passed);
+    void touch(passed);
     return { ok: true };
   }
   const run = queue.then(() => trial(bytes, passed, bounds));

@@ -8,7 +8,8 @@
 // INLINE_WALL_MS (guest.ts). A call that runs out, traps, or misbehaves in any way is not
 // answered here: the pool runs it again in a worker, under the policy's real deadline, and the
 // worker's answer is the one that counts. A policy that did that, or was slow once, is never
-// called inline again (until it is reloaded), so a policy holds the main thread at most once.
+// called inline again (until its sandbox is replaced: a change to its module, limits or
+// settings, or a restart), so a policy holds the main thread at most once.
 // Only policies the pool already trusts come here: answered from a worker, not costly or
 // distrusted, quick to instantiate, no context grants (reads are answered by the workers'
 // replicas), not fresh per call.
@@ -40,7 +41,11 @@ export const INLINE_FUEL = 6_000_000n;
  * showed: one AS policy's paced p50 was 0.67 ms there, 0.46 ms in a rerun).
  */
 export const INLINE_SLOW_MS = 5;
-/** The same for an instance's first call, and for making the instance (its start function runs then). */
+/**
+ * The same for an instance's first call; and the wall time making the instance may take (its
+ * start function runs then). That is timed by the wall clock: it spans awaits, in which the
+ * thread's CPU goes to other work too.
+ */
 export const INLINE_FIRST_CALL_MS = 25;
 /** What an inline instance's start function may burn (see INLINE_FUEL). */
 export const INLINE_START_FUEL = 6_000_000n;
@@ -53,7 +58,8 @@ export const INLINE_MAX_MODULE_BYTES = 256 * 1024;
 export const INLINE_MAX_MEMORY_BYTES = 8 * 2 ** 20;
 /**
  * The most an inline call may take (ms), checked in every host function it calls (see
- * FuelBudget.wallMs): fuel bounds the guest's own code, this the host's work for it.
+ * FuelBudget.wallMs): fuel bounds the guest's own code, this the host's work for it. Past it in
+ * wall time and in the thread's CPU time both: a descheduled thread is not the guest's doing.
  */
 export const INLINE_WALL_MS = 10;
 /** Inline instances the main thread holds at most. */
@@ -103,13 +109,13 @@ export class InlineLane {
   readonly #clock: LaneClock;
   readonly #onLeave: ((key: string, reason: string) => void) | undefined;
 
-  /** `onLeave`: told once per policy (until it is reloaded) why the lane no longer takes it. */
+  /** `onLeave`: told once per sandbox (see SandboxPool) why the lane no longer takes it. */
   constructor(clock: LaneClock = THREAD_CLOCK, onLeave?: (key: string, reason: string) => void) {
     this.#clock = clock;
     this.#onLeave = onLeave;
   }
 
-  /** Policies out of the lane (until reloaded). */
+  /** Sandboxes the lane no longer takes: until they are unloaded (a reload that changes the policy's module, limits or settings, or a restart). */
   get out(): number {
     return this.#out.size;
   }
@@ -255,7 +261,9 @@ export class InlineLane {
   }
 
   #setOut(key: string, reason: string): void {
-    if (this.#out.has(key)) return;
+    // Unloaded (or the lane closed) while its instance was being made: nothing to say, and a
+    // reload with the same key must find the lane open to it (drop()).
+    if (this.#out.has(key) || this.#closed || this.#gone.has(key)) return;
     const cut = cutMessage(reason);
     this.#out.set(key, cut);
     this.#onLeave?.(key, cut);

@@ -197,7 +197,7 @@ export interface PoolStats {
   restarts: number;
   /** Calls answered in the main thread by the inline lane (inline-lane.ts). */
   inlineCalls: number;
-  /** Policies the inline lane no longer takes, until they are reloaded. */
+  /** Policies the inline lane no longer takes, until their sandbox is replaced (a change to the module, limits or settings) or the host restarts. */
   inlineOut: number;
 }
 
@@ -303,7 +303,7 @@ export class SandboxPool {
     size = Math.max(2, availableParallelism()),
     options: {
       loadTimeoutMs?: number; probationMs?: number; reliefIdleMs?: number; inline?: boolean;
-      /** Told once per policy (until reloaded) why the inline lane no longer takes it. */
+      /** Told once per sandbox why the inline lane no longer takes it. */
       onInlineLeave?: (key: string, reason: string) => void;
     } = {},
   ) {

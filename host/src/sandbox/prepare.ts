@@ -15,7 +15,7 @@ import { checkCodeSection } from './code-walk.ts';
 import { meterModule } from './metering.ts';
 import { GLUE_REVISION, tuneGlue } from './glue.ts';
 import { transpileIsolated } from './transpile.ts';
-import { trialCompile } from './compile-trial.ts';
+import { markTrialUsed, trialCompile } from './compile-trial.ts';
 import { mib } from '../util/text.ts';
 import type { SandboxSpec } from './protocol.ts';
 import { PortcullisError } from '../errors.ts';
@@ -119,7 +119,11 @@ const compiling = new Map<string, Promise<WebAssembly.Module>>();
 async function compile(bytes: Uint8Array<ArrayBuffer>, eager = false): Promise<WebAssembly.Module> {
   const hash = sha256(bytes);
   const known = compiled.get(hash)?.deref();
-  if (known) return known;
+  if (known) {
+    // Its compile trial is not read again; its record is still what a restart needs.
+    markTrialUsed(hash);
+    return known;
+  }
   let pending = compiling.get(hash);
   if (!pending) {
     pending = trialThenCompile(bytes, hash, eager).then(
@@ -311,7 +315,10 @@ async function transpileAndStore(bytes: Uint8Array, digest: string): Promise<Tra
 /** Writes content-addressed data unless an intact copy is already there. */
 async function writeOnce(path: string, content: Uint8Array): Promise<void> {
   const existing = await readFile(path).catch(() => undefined);
-  if (existing && sha256(existing) === sha256(content)) return touch(path);
+  if (existing && sha256(existing) === sha256(content)) {
+    void touch(path);
+    return;
+  }
   await atomicWrite(path, content);
 }
 
@@ -334,6 +341,6 @@ async function readTranspiled(digest: string): Promise<Transpiled> {
   if (sha256(await readFile(gluePath)) !== index.glue) throw new Error(`cache entry ${index.glue} is damaged`);
   // Marked used only whole. The glue stays needed while the policy is loaded: a worker that
   // replaces another imports it again (cache/prune.ts keeps what the current set touched).
-  for (const path of [...used, gluePath]) touch(path);
+  for (const path of [...used, gluePath]) void touch(path);
   return { glue: pathToFileURL(gluePath).href, cores };
 }

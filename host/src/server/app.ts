@@ -109,7 +109,7 @@ export class PortcullisServer {
     this.tls = tls;
     this.pool = new SandboxPool(config.workers > 0 ? config.workers : undefined, {
       // Once per policy and load at most: the lane takes a policy only while it behaves.
-      onInlineLeave: (key, reason) => log.info('the inline lane no longer takes this policy; its calls go to the sandbox workers until it is reloaded', {
+      onInlineLeave: (key, reason) => log.info('the inline lane no longer takes this policy; its calls go to the sandbox workers until its module, limits or settings change, or the host restarts', {
         policy: key.slice(0, key.lastIndexOf('@')), sandbox: key, reason,
       }),
     });
@@ -335,19 +335,26 @@ export class PortcullisServer {
    * this process, once that has passed (the latest set's load start then counts).
    */
   #pruneCache(loadStartedAt: number): void {
-    if (this.config.cache.maxMiB === 0 || this.#stopping) return;
+    if (this.config.cache.maxMiB === 0 || this.#stopping) {
+      clearTimeout(this.#pruneTimer);
+      this.#pruneTimer = undefined;
+      return;
+    }
     this.#pruneSince = loadStartedAt;
     if (this.#pruneTimer) return;
     this.#pruneTimer = setTimeout(() => {
       this.#pruneTimer = undefined;
       lastPruneAt = Date.now();
-      this.#pruning = this.#pruning.then(() => this.#prune(this.#pruneSince));
+      // Not while a reload loads: it may be about to read what the prune would take.
+      this.#pruning = this.#pruning.then(() => this.#reloading?.catch(() => false)).then(() => this.#prune(this.#pruneSince));
     }, Math.max(0, lastPruneAt + PRUNE_INTERVAL_MS - Date.now()));
     this.#pruneTimer.unref();
   }
 
   async #prune(keepSince: number): Promise<void> {
+    // Read now: a reload meanwhile may have turned pruning off.
     const maxMiB = this.config.cache.maxMiB;
+    if (maxMiB === 0 || this.#stopping) return;
     const folders = cacheFolders(this.config.registries.cacheDir);
     try {
       const result = await pruneCache({ folders, maxBytes: maxMiB * 2 ** 20, keepSince });
@@ -422,6 +429,8 @@ export class PortcullisServer {
       this.#startDraining();
       for (const cleanup of this.#cleanups) cleanup();
       clearTimeout(this.#pruneTimer);
+      // A prune under way ends before the host says it stopped (it never rejects).
+      await this.#pruning;
       const closed = new Promise<void>((resolve) => this.#server.close(() => resolve()));
       this.#metricsServer?.close();
       this.#metricsServer?.closeAllConnections();

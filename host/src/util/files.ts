@@ -3,7 +3,7 @@
 import { createHash, randomUUID } from 'node:crypto';
 import { mkdir, rename, rm, utimes, writeFile } from 'node:fs/promises';
 import { homedir } from 'node:os';
-import { dirname, join } from 'node:path';
+import { dirname, join, resolve } from 'node:path';
 
 /** The root of every on-disk cache (pulled modules, transpiled components). */
 export function cacheDir(): string {
@@ -14,20 +14,25 @@ export function cacheDir(): string {
  * Marks a cache file used now (its modification time): the cache is pruned by it, least
  * recently used first (cache/prune.ts). Never fails: a read-only cache is pruned by no one.
  */
-export function touch(path: string): void {
+export function touch(path: string): Promise<void> {
   const now = new Date();
-  touched.set(path, now.getTime());
-  utimes(path, now, now).catch(() => undefined);
+  touched.set(resolve(path), now.getTime());
+  return utimes(path, now, now).catch(() => undefined);
 }
 
 /**
- * When this process last marked each cache file used (epoch ms): pruning trusts this over the
- * file's time, which the write above may not have changed yet.
+ * When this process last marked each cache file used (epoch ms), by absolute path: pruning
+ * trusts this over the file's time, which the write above may not have changed yet.
  */
 const touched = new Map<string, number>();
 
 export function touchedAt(path: string): number | undefined {
-  return touched.get(path);
+  return touched.get(resolve(path));
+}
+
+/** The file was pruned: its use is forgotten (the map holds only files that exist). */
+export function forgetTouch(path: string): void {
+  touched.delete(resolve(path));
 }
 
 export function sha256(bytes: Uint8Array): string {
@@ -41,7 +46,7 @@ export async function atomicWrite(path: string, bytes: Uint8Array | string): Pro
   try {
     await writeFile(temp, bytes);
     await rename(temp, path);
-    touched.set(path, Date.now());
+    touched.set(resolve(path), Date.now());
   } catch (error) {
     await rm(temp, { force: true });
     throw error;
