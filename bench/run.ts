@@ -246,7 +246,7 @@ interface HttpResult {
   /** Portcullis's own counters after all the runs (from /metrics). */
   verdicts?: Verdicts & { log?: string[] };
   /** Policy calls the inline lane answered during the fixed-load run(s), and the policies it no longer takes (from /metrics). */
-  fixedInline?: { calls: number; out: number };
+  fixedInline?: { calls: number; out: number; why?: string[] };
 }
 
 async function startFor(scenario: Scenario | { id: string; server: Scenario['server']; policies?: BenchPolicy[]; config?: Record<string, unknown> }, nodeFlags: string[] = []): Promise<Running> {
@@ -285,6 +285,11 @@ async function runScenario(scenario: Scenario): Promise<HttpResult> {
     // counts too), and how many policies it stopped taking meanwhile.
     const after = before && await verdicts(server.origin);
     const inline = before && after ? { calls: after.inlineCalls - before.inlineCalls, out: after.inlineOut - before.inlineOut } : undefined;
+    if (inline && inline.out > 0) {
+      // Why: the host logs it once per policy.
+      const lines = (await readFile(server.logFile, 'utf8')).split('\n').filter((l) => l.includes('the inline lane no longer takes'));
+      Object.assign(inline, { why: lines.map((l) => (JSON.parse(l) as { reason?: string }).reason ?? l).slice(0, 3) });
+    }
     let autocannonRate: (LoadResult & { cpu: CpuShare }) | undefined;
     if (SETTINGS.autocannonRate > 0) {
       log(`${scenario.id}: autocannon --overallRate ${SETTINGS.rate} (${SETTINGS.autocannonRate}s)`);
@@ -677,7 +682,7 @@ function markdown(results: Results): string {
     if (lag) L.push('', `Pacer send lag (limit run): p50 ${ms(lag.p50)} ms, p99 ${ms(lag.p99)} ms — how late the generator's timers fired; not counted in the latencies.`);
     const lane = Object.values(http).filter((r) => r.fixedInline !== undefined);
     if (lane.length > 0) {
-      L.push('', `The inline lane during these paced runs, warm-up and any rerun included (policy calls it answered in the main thread, from /metrics; policies it stopped taking meanwhile): ${lane.map((r) => `${r.label}: ${r.fixedInline!.calls} calls${r.fixedInline!.out > 0 ? `, ${r.fixedInline!.out} out` : ''}`).join('; ')}.`);
+      L.push('', `The inline lane during these paced runs, warm-up and any rerun included (policy calls it answered in the main thread, from /metrics; policies it stopped taking meanwhile): ${lane.map((r) => `${r.label}: ${r.fixedInline!.calls} calls${r.fixedInline!.out > 0 ? `, ${r.fixedInline!.out} out${r.fixedInline!.why?.length ? ` (${r.fixedInline!.why.join('; ')})` : ''}` : ''}`).join('; ')}.`);
     }
     L.push('');
   }
