@@ -7,7 +7,7 @@
 //   review, select, merge   parse and answer reviews, pick policies, combine outcomes
 //   evaluate  one policy on one request
 //   policy    load policies (modules + settings + metadata)
-//   sandbox, oci   run Wasm in isolation; fetch modules from registries
+//   sandbox, oci, cache   run Wasm in isolation; fetch modules from registries; keep their on-disk cache in bounds
 //   context   the cluster objects policies may read (cache, grants, reads)
 //   config    the configuration's types, schema defaults and selector semantics
 //   util      logging, digests, cache paths
@@ -18,7 +18,7 @@ const LAYERS = [
   'review|select|merge',
   'evaluate',
   'policy',
-  'sandbox|oci',
+  'sandbox|oci|cache',
   'context',
   'config',
   'util',
