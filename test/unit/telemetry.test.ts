@@ -7,8 +7,11 @@ import { Histogram, Registry } from 'prom-client';
 import { Metrics } from '../../host/src/server/metrics.ts';
 import { TallyHistogram } from '../../host/src/server/tallies.ts';
 import { LineThrottle, recordReview } from '../../host/src/server/telemetry.ts';
-import type { SandboxPool } from '../../host/src/sandbox/pool.ts';
+import type { PoolStats, SandboxPool } from '../../host/src/sandbox/pool.ts';
 import { createLogger } from '../../host/src/util/log.ts';
+
+/** A pool's stats as an idle pool reports them (typed: a gauge reading a missing field throws). */
+const idlePool = { stats: { size: 1, workers: 1, busy: 0, queued: 0, restarts: 0, inlineCalls: 0, inlineOut: 0 } satisfies PoolStats } as SandboxPool;
 
 it('LineThrottle lets one line per key and interval through, and counts the rest', () => {
   let now = 0;
@@ -26,7 +29,7 @@ it('LineThrottle lets one line per key and interval through, and counts the rest
 it('recordReview logs a repeated policy failure once, and still counts every one in the metrics', async () => {
   const lines: { msg: string }[] = [];
   const log = createLogger('info', (line) => void lines.push(JSON.parse(line) as { msg: string }));
-  const metrics = new Metrics({ stats: { size: 1, workers: 1, busy: 0, queued: 0, restarts: 0, inlineCalls: 0 } } as SandboxPool);
+  const metrics = new Metrics(idlePool);
   const request = { uid: 'u1', operation: 'CREATE', kind: { group: '', version: 'v1', kind: 'Pod' }, userInfo: {} } as unknown as AdmissionRequest;
   const failed: Outcome = { policy: 'p', status: 'failed', failure: 'temporary', message: 'not started: the sandboxes are overloaded', warnings: [] };
   const decision = { allowed: false, patch: [], warnings: [], status: { code: 500, message: 'x' } } as never;
@@ -48,7 +51,7 @@ it('recordReview logs a repeated policy failure once, and still counts every one
 });
 
 it('counts survive repeated scrapes exactly, and a refused call (never started) has no duration', async () => {
-  const metrics = new Metrics({ stats: { size: 1, workers: 1, busy: 0, queued: 0, restarts: 0, inlineCalls: 0 } } as SandboxPool);
+  const metrics = new Metrics(idlePool);
   const refused: Outcome = { policy: 'p', status: 'failed', failure: 'temporary', message: 'not started: the sandboxes are overloaded', warnings: [] };
   const ran: Outcome = { policy: 'p', status: 'allowed', patch: [], warnings: [], totalMicros: 1500 };
   for (let i = 0; i < 3; i++) metrics.recordOutcome(refused);
