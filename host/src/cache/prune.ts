@@ -94,8 +94,8 @@ export async function pruneCache(options: PruneOptions): Promise<PruneResult> {
   const candidates = files.filter((f) => f.usedAt < keepFrom).sort((a, b) => a.usedAt - b.usedAt);
   for (const file of candidates) {
     if (total <= options.maxBytes) break;
-    // Used since the walk (a reload loading meanwhile): kept.
-    if (await usedAt(file.path) >= keepFrom) continue;
+    // Used since the walk (a reload loading meanwhile), or gone: kept.
+    if (((await lastUse(file.path))?.usedAt ?? Infinity) >= keepFrom) continue;
     try {
       await rm(file.path);
       forgetTouch(file.path);
@@ -127,16 +127,15 @@ async function walk(folder: string, files: CachedFile[], maxFiles: number): Prom
       if (entry.isDirectory() && !KEPT_FOLDERS.has(relative(dirname(folder), path))) pending.push(path);
       if (!entry.isFile() || KEPT_NAMES.has(entry.name)) continue;
       if (files.length >= maxFiles) return true;
-      const stat = await lstat(path).catch(() => undefined);
-      if (!stat?.isFile()) continue;
-      files.push({ path, bytes: stat.size, usedAt: Math.max(stat.mtimeMs, touchedAt(path) ?? 0) });
+      const use = await lastUse(path);
+      if (use) files.push({ path, ...use });
     }
   }
   return false;
 }
 
-/** When the file was last used, now; Infinity when it is gone or no longer a file (nothing to remove). */
-async function usedAt(path: string): Promise<number> {
+/** The file's size and when it was last used, read now; undefined when it is gone or not a regular file. */
+async function lastUse(path: string): Promise<{ bytes: number; usedAt: number } | undefined> {
   const stat = await lstat(path).catch(() => undefined);
-  return stat?.isFile() ? Math.max(stat.mtimeMs, touchedAt(path) ?? 0) : Infinity;
+  return stat?.isFile() ? { bytes: stat.size, usedAt: Math.max(stat.mtimeMs, touchedAt(path) ?? 0) } : undefined;
 }

@@ -82,7 +82,7 @@ export interface LaneClock {
 
 export const THREAD_CLOCK: LaneClock = {
   wallMs: () => performance.now(),
-  cpuMicros: () => threadCpuMicros(),
+  cpuMicros: threadCpuMicros,
 };
 
 /** One policy's inline instance, its own log buffer, and whether it has answered (its first call compiles nothing now, but is allowed more). */
