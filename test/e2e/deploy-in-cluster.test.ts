@@ -223,6 +223,8 @@ describe('deploy/ in a cluster', () => {
     expect(await servedFingerprint(b.port, ca)).toBe(fingerprint);
     expect(a.output()).toMatch(/"msg":"TLS","mode":"secret","source":"Secret portcullis\/portcullis-tls/);
     expect(a.output()).toMatch(/"msg":"ready","loadMs":\d+/);
+    // It knows its own user from the ServiceAccount token, so only its own writes of its Lease and Secret skip the policies.
+    expect(a.output()).toContain(`"msg":"the host's own Lease and certificate Secret skip the policies when it writes them itself","username":"system:serviceaccount:${NS}:portcullis"`);
 
     // The leader's webhooks name the Service (not a URL) and trust the Secret's CA.
     const validating = await waitFor('the validating configuration', () => getJson<WebhookConfiguration>(['get', 'validatingwebhookconfiguration', 'portcullis.dev']), 30_000);

@@ -28,7 +28,14 @@ export function policyYaml(name: string, extra = '', file = name): string {
   return `  - name: ${name}\n    module: ${POLICIES}/${file}/${file}.wasm\n${extra.split('\n').filter(Boolean).map((l) => `    ${l}`).join('\n')}\n`;
 }
 
-export async function startServer(yaml: string, options: { watch?: boolean; log?: Logger; retireGraceMs?: number } = {}): Promise<TestServer> {
+export interface StartServerOptions {
+  watch?: boolean;
+  log?: Logger;
+  retireGraceMs?: number;
+  requester?: string;
+}
+
+export async function startServer(yaml: string, options: StartServerOptions = {}): Promise<TestServer> {
   const dir = await mkdtemp(join(tmpdir(), 'portcullis-server-'));
   const configPath = join(dir, 'portcullis.yaml');
   // Tests share the developer's cache folder, from parallel processes: only a test about the
@@ -36,7 +43,10 @@ export async function startServer(yaml: string, options: { watch?: boolean; log?
   await writeFile(configPath, /^cache:/m.test(yaml) ? yaml : `cache: { maxMiB: 0 }\n${yaml}`);
   const logs: string[] = [];
   const log = options.log ?? createLogger('debug', (line) => logs.push(line));
-  const grace = options.retireGraceMs !== undefined ? { retireGraceMs: options.retireGraceMs } : {};
+  const grace = {
+    ...(options.retireGraceMs !== undefined ? { retireGraceMs: options.retireGraceMs } : {}),
+    ...(options.requester !== undefined ? { requester: options.requester } : {}),
+  };
   let server: PortcullisServer;
   try {
     const config = await loadConfigFile(configPath);

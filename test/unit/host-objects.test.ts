@@ -1,7 +1,7 @@
 import type { AdmissionRequest } from '@portcullis/sdk';
 import { expect, it } from 'vitest';
 import { parseConfig } from '../../host/src/config/load.ts';
-import { hostObjects } from '../../host/src/select/host-objects.ts';
+import { hostObjects, writesOwnObjects } from '../../host/src/select/host-objects.ts';
 
 const request = (group: string, resource: string, namespace: string, name: string, more: Record<string, unknown> = {}) => ({
   uid: 'u', kind: { group, version: 'v1', kind: 'X' }, resource: { group, version: 'v1', resource }, namespace, name, operation: 'UPDATE',
@@ -43,4 +43,21 @@ webhooks: { managed: guard.example.com, url: "https://127.0.0.1:1", leaderElecti
 policies: []
 `, 'test.yaml');
   expect(hostObjects(config, 'guards')).toBeUndefined();
+  expect(writesOwnObjects(config)).toBe(false);
+});
+
+it('exempts them only for the host\'s own user, when it is known', () => {
+  const config = parseConfig(`
+server: { tls: { mode: secret, secretName: portcullis-tls } }
+webhooks: { managed: guard.example.com, service: { name: portcullis, namespace: guards }, leaderElection: true }
+policies: []
+`, 'test.yaml');
+  const own = hostObjects(config, 'guards', 'system:serviceaccount:guards:portcullis')!;
+  expect(own.requester).toBe('system:serviceaccount:guards:portcullis');
+  const secret = (username: string) => own(request('', 'secrets', 'guards', 'portcullis-tls', { userInfo: { username } }));
+  expect(secret('system:serviceaccount:guards:portcullis')).toBe("the host's own certificate Secret guards/portcullis-tls");
+  expect(secret('system:serviceaccount:guards:other')).toBeUndefined();
+  expect(secret('')).toBeUndefined();
+  expect(own(request('', 'secrets', 'guards', 'portcullis-tls', { userInfo: {} }))).toBeUndefined();
+  expect(writesOwnObjects(config)).toBe(true);
 });

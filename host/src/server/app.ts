@@ -18,7 +18,7 @@ import type { RegistryOptions } from '../policy/source.ts';
 import { PatchMerger } from '../merge/offload.ts';
 import { SandboxPool } from '../sandbox/pool.ts';
 import type { NamespaceLabels } from '../select/match.ts';
-import { hostObjects } from '../select/host-objects.ts';
+import { hostObjects, writesOwnObjects } from '../select/host-objects.ts';
 import { hostNamespace } from '../webhooks/build.ts';
 import { createServer } from './http.ts';
 import { createLogger, type Logger } from '../util/log.ts';
@@ -46,6 +46,8 @@ export interface StartOptions {
   certificateSource?: string;
   /** Without managed webhooks, how long a removed policy is still answered (tests). Default RETIRE_GRACE_MS. */
   retireGraceMs?: number;
+  /** The username of the host's own requests to the apiserver (select/host-objects.ts). Default: what its credentials say (webhooks/kube.ts ownUsername). */
+  requester?: string;
 }
 
 type Listener = (set: PolicySet) => void;
@@ -103,7 +105,7 @@ export class PortcullisServer {
   #metricsServer: Server | undefined;
   #listeners: { reload: Listener[]; tls: ((tls: TlsMaterial) => void | Promise<void>)[] } = { reload: [], tls: [] };
 
-  private constructor(config: Config, log: Logger, tls: TlsMaterial | undefined, namespaceLabels?: NamespaceLabels) {
+  private constructor(config: Config, log: Logger, tls: TlsMaterial | undefined, namespaceLabels?: NamespaceLabels, requester?: string) {
     this.config = config;
     this.log = log;
     this.tls = tls;
@@ -115,7 +117,12 @@ export class PortcullisServer {
     });
     this.registry = new PolicyRegistry(this.pool, new PolicySet([]));
     this.metrics = new Metrics(this.pool);
-    const own = hostObjects(config, hostNamespace(config.webhooks));
+    const own = hostObjects(config, hostNamespace(config.webhooks), requester);
+    if (own?.requester) log.info('the host\'s own Lease and certificate Secret skip the policies when it writes them itself', { username: own.requester });
+    else if (own) {
+      log.warn('cannot tell which username the apiserver gives this host (its credentials are not a ServiceAccount token or a client certificate): '
+        + 'its own Lease and certificate Secret skip the policies whoever writes them');
+    }
     this.#server = createServer(config.server, tls, {
       registry: this.registry, pool: this.pool, metrics: this.metrics, log, merger: this.merger,
       namespaceLabels: namespaceLabels ?? ((namespace) => this.context.namespaceLabels(namespace)),
@@ -147,7 +154,9 @@ export class PortcullisServer {
       tls = options.tls ?? await tlsMaterial(config.server.tls);
     }
     log.info('TLS', { mode, source: options.certificateSource ?? certificateSource(config), clientCertificates: tls?.clientCA ? (tls.requireClientCert ? 'required' : 'optional') : 'off' });
-    const server = new PortcullisServer(config, log, tls, options.namespaceLabels);
+    // Imported only here: the Kubernetes client is a large load, and a host that writes nothing to the cluster never needs it.
+    const requester = options.requester ?? (writesOwnObjects(config) ? (await import('../webhooks/kube.ts')).ownUsername() : undefined);
+    const server = new PortcullisServer(config, log, tls, options.namespaceLabels, requester);
     if (options.retireGraceMs !== undefined) server.#retireGraceMs = options.retireGraceMs;
     try {
       await server.#listen();

@@ -13,6 +13,8 @@ import {
   type ConfigurationOptions,
   type ObservableMiddleware,
 } from '@kubernetes/client-node';
+import { X509Certificate } from 'node:crypto';
+import { readFileSync } from 'node:fs';
 import { errorMessage, PortcullisError } from '../errors.ts';
 import { defaultKubeConfigFound } from '../util/kubeconfig.ts';
 
@@ -87,6 +89,48 @@ export function createKubeClients(kubeconfig?: string): KubeClients {
     version: kc.makeApiClient(VersionApi),
     server: cluster.server,
   };
+}
+
+/**
+ * The username the apiserver gives this host's own requests (an admission review's
+ * userInfo.username), where its credentials say it: a ServiceAccount token (mounted in a Pod, or
+ * in a kubeconfig), or a client certificate (its CN). undefined where they do not (a static
+ * token, an exec plugin, OIDC, basic auth mapped by the apiserver): that mapping is the
+ * apiserver's own, and a guess would exempt the wrong user.
+ */
+export function ownUsername(kc?: KubeConfig): string | undefined {
+  try {
+    if (!kc) {
+      kc = new KubeConfig();
+      kc.loadFromDefault();
+    }
+    const user = kc.getCurrentUser();
+    if (!user) return undefined;
+    const provider = user.authProvider as { name?: unknown; config?: { tokenFile?: unknown } } | undefined;
+    const tokenFile = provider?.name === 'tokenFile' ? provider.config?.tokenFile : undefined;
+    const token = user.token ?? (typeof tokenFile === 'string' ? readFileSync(tokenFile, 'utf8').trim() : undefined);
+    if (token) return serviceAccountOf(token);
+    const pem = user.certData ? Buffer.from(user.certData, 'base64').toString('utf8') : user.certFile ? readFileSync(user.certFile, 'utf8') : undefined;
+    if (pem) return commonName(new X509Certificate(pem).subject);
+    return undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/** A ServiceAccount token's user (its JWT `sub`, which the apiserver uses as is); other tokens say nothing. */
+function serviceAccountOf(token: string): string | undefined {
+  const payload = token.split('.')[1];
+  if (payload === undefined) return undefined;
+  const claims: unknown = JSON.parse(Buffer.from(payload, 'base64url').toString('utf8'));
+  const sub = typeof claims === 'object' && claims !== null ? (claims as { sub?: unknown }).sub : undefined;
+  return typeof sub === 'string' && /^system:serviceaccount:[^:]+:[^:]+$/.test(sub) ? sub : undefined;
+}
+
+/** The CN of an X.509 subject as Node prints it (one attribute a line); the apiserver's username for a client certificate. */
+function commonName(subject: string): string | undefined {
+  const names = subject.split('\n').filter((line) => line.startsWith('CN='));
+  return names.length === 1 ? names[0]!.slice(3) : undefined;
 }
 
 /**
