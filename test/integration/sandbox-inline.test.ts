@@ -32,12 +32,15 @@ beforeAll(async () => {
 afterAll(() => pool.close());
 
 /** Calls `policy` one review at a time, a little apart (an idle host), until the lane has answered `calls` more, or gives up. */
-async function untilInline(policy: LoadedPolicy, calls = 1): Promise<void> {
+async function untilInline(policy: LoadedPolicy, calls = 1, fn: 'validate' | 'mutate' = 'validate', call = input()): Promise<void> {
   const target = pool.stats.inlineCalls + calls;
-  for (let i = 0; i < 400 && pool.stats.inlineCalls < target; i++) {
-    await evaluatePolicy(pool, policy, 'validate', input());
+  // A component's metered copy is compiled after compile trials of its modules: seconds, the first time.
+  const until = performance.now() + 60_000;
+  while (performance.now() < until && pool.stats.inlineCalls < target && pool.inlineOut(policy.key) === undefined) {
+    await evaluatePolicy(pool, policy, fn, call);
     await sleep(20);
   }
+  expect(pool.inlineOut(policy.key)).toBeUndefined();
   expect(pool.stats.inlineCalls).toBeGreaterThanOrEqual(target);
 }
 
@@ -75,7 +78,77 @@ describe('inline lane', () => {
     }
   });
 
-  it('stops a policy that loops inline by its fuel, lets a worker answer the call, and keeps it out of the lane', async () => {
+  it('answers a trusted TypeScript policy (a component) in the main thread, as a worker does', async () => {
+    const labels = await load(pool, 'require-labels', { settings: { labels: { team: 'x' } } });
+    await untilInline(labels, 3, 'validate', input({ object: { metadata: { name: 'p', labels: { team: 'a' } } } }, { labels: { team: 'x' } }));
+    const before = pool.stats.inlineCalls;
+    await sleep(100);
+    const labelled = { metadata: { name: 'p', labels: { team: 'a' } } };
+    const allowed = await evaluatePolicy(pool, labels, 'validate', input({ object: labelled }, { labels: { team: 'x' } }));
+    await sleep(100);
+    const denied = await evaluatePolicy(pool, labels, 'validate', input({ object: { metadata: { name: 'p' } } }, { labels: { team: 'x' } }));
+    expect(pool.inlineOut(labels.key)).toBeUndefined();
+    expect(pool.stats.inlineCalls).toBe(before + 2);
+    expect(allowed.status).toBe('allowed');
+    expect(denied).toMatchObject({ status: 'denied', message: 'missing required label: team' });
+    const workersOnly = new SandboxPool(1, { inline: false });
+    try {
+      const reference = await load(workersOnly, 'require-labels', { settings: { labels: { team: 'x' } } });
+      const strip = ({ guestMicros: _g, totalMicros: _t, ...rest }: Record<string, unknown>) => rest;
+      expect(strip({ ...denied })).toEqual(strip({ ...await evaluatePolicy(workersOnly, reference, 'validate', input({ object: { metadata: { name: 'p' } } }, { labels: { team: 'x' } })) }));
+      expect(strip({ ...allowed })).toEqual(strip({ ...await evaluatePolicy(workersOnly, reference, 'validate', input({ object: labelled }, { labels: { team: 'x' } })) }));
+    } finally {
+      await workersOnly.close();
+    }
+  });
+
+  it('stops a TypeScript policy that loops inline by time; a worker answers the call, under its deadline', async () => {
+    // spin: mutate loops settings.iterations times (few: the lane takes it), validate forever.
+    const spin = await load(pool, 'spin', { settings: { iterations: 10 }, limits: { ...DEFAULT_LIMITS, timeoutMs: 300 } });
+    await untilInline(spin, 2, 'mutate', input({}, { iterations: 10 }));
+    await sleep(100);
+    const held = threadCpuMicros();
+    const looped = await evaluatePolicy(pool, spin, 'validate', input({}, { iterations: 10 }));
+    const heldMs = (threadCpuMicros() - held) / 1000;
+    // The worker ran it to its deadline: a policy failure, as without the lane.
+    expect(looped).toMatchObject({ status: 'failed', message: 'exceeded its 300ms CPU deadline' });
+    // QuickJS burns fuel fast (~200 units a ns, its dispatch loop charged its longest case): the
+    // fuel may run out before the time does.
+    expect(pool.inlineOut(spin.key)).toMatch(/^it (ran out of inline fuel|ran past the 10 ms an inline call may take)$/);
+    // The main thread spent one bounded call on it, not the deadline.
+    expect(heldMs).toBeLessThan(250);
+    const calls = pool.stats.inlineCalls;
+    await sleep(100);
+    await evaluatePolicy(pool, spin, 'mutate', input({}, { iterations: 10 }));
+    expect(pool.stats.inlineCalls).toBe(calls);
+  });
+
+  it('bounds the host calls a component makes inline: a policy that logs too much leaves the lane, and a worker answers', async () => {
+    const flood = await load(pool, 'log-flood');
+    const lines = (n: number) => input({ object: { metadata: { name: 'p', annotations: { lines: String(n) } } } });
+    await untilInline(flood, 2, 'validate', lines(10));
+    await sleep(100);
+    const flooded = await evaluatePolicy(pool, flood, 'validate', lines(300));
+    // The worker's answer: allowed, with the 64 lines a call keeps.
+    expect(flooded.status).toBe('allowed');
+    expect(flooded.logs).toHaveLength(64);
+    // Whichever bound comes first: 256 host calls, or the time (300 log lines take QuickJS a few ms).
+    expect(pool.inlineOut(flood.key)).toMatch(/^it (failed inline: made more than 256 host calls in one inline call|ran past the 10 ms an inline call may take)$/);
+  });
+
+  it('caps a TypeScript policy\'s memory in the lane at 8 MiB: past it, it leaves the lane, and a worker answers under its own cap', async () => {
+    // A quarter MiB kept per call: the lane's instance fills 8 MiB in about 30 calls, the workers' 64 MiB long after.
+    const bomb = await load(pool, 'memory-bomb', { settings: { mib: 0.25 } });
+    await untilInline(bomb, 1, 'mutate');
+    for (let i = 0; i < 80 && pool.inlineOut(bomb.key) === undefined; i++) {
+      await sleep(60);
+      expect((await evaluatePolicy(pool, bomb, 'mutate', input())).status).toBe('allowed');
+    }
+    // QuickJS meets the cap as an allocation that fails: the policy answers an error, which a worker judges again.
+    expect(pool.inlineOut(bomb.key)).toMatch(/^it (answered an error|failed inline: .*memory|memory grew)/);
+  });
+
+  it('stops a policy that loops inline by time (its fuel granted in slices), lets a worker answer the call, and keeps it out of the lane', async () => {
     // The inline instance loops from its 101st call; the workers' instances answer fewer (only
     // the calls before the lane had its instance ready).
     const policy = await load(pool, 'loops-after', { module: await allowing('loops-after', { loopsAfter: 100 }), limits: { ...DEFAULT_LIMITS, timeoutMs: 1000 } });
@@ -92,24 +165,33 @@ describe('inline lane', () => {
       slowest = Math.max(slowest, ticked);
       await sleep(5);
     }
-    expect(pool.inlineOut(policy.key)).toBe('it ran out of inline fuel');
+    expect(pool.inlineOut(policy.key)).toBe('it ran past the 10 ms an inline call may take');
     expect(pool.stats.inlineOut).toBe(outBefore + 1);
     // The call the lane gave up on was answered by a worker (its instance had not reached its loop).
     expect(outcome).toMatchObject({ status: 'allowed' });
-    // The main thread was held for the fuel's worth at most, not the policy's 1 s deadline.
+    // The main thread was held for the lane's time bound and a slice at most, not the policy's 1 s deadline.
     expect(slowest).toBeLessThan(250);
     const inline = pool.stats.inlineCalls;
     await evaluatePolicy(pool, policy, 'validate', input());
     expect(pool.stats.inlineCalls).toBe(inline);
   });
 
-  it('keeps out a policy whose start function would take the main thread long', async () => {
+  it('stops a start function by time in the main thread, however little fuel is worth there', async () => {
+    // A start function that never ends (the lane takes only policies a worker made quickly; this
+    // is the bound behind that, should one's start run longer in the main thread).
+    const module = await WebAssembly.compile(metered(await answering({ outcome: 'allow' }, { startMillions: 1_000_000 })));
+    const { instantiateGuest, LogBuffer } = await import('../../host/src/sandbox/guest.ts');
+    const spec = { key: 'k', policy: 'slow-start', kind: 'core' as const, modules: { 'policy.wasm': module }, memoryCapBytes: 2 ** 26, maxOutputBytes: 2 ** 20, fresh: false };
+    const started = performance.now();
+    await expect(instantiateGuest(spec, new LogBuffer(), { start: 10n ** 15n, call: 10n ** 15n, wallMs: 5, slice: 1_000_000n }))
+      .rejects.toThrow('its start function ran past the 5 ms making an inline instance may take');
+    expect(performance.now() - started).toBeLessThan(500);
+  });
+
+  it('takes a policy whose start function burns much fuel in little time: time is what the lane bounds', async () => {
     const policy = await load(pool, 'costly-start', { module: await allowing('costly-start', { costlyStart: 30 }) });
-    for (let i = 0; i < 200 && pool.inlineOut(policy.key) === undefined; i++) {
-      expect(await evaluatePolicy(pool, policy, 'validate', input())).toMatchObject({ status: 'allowed' });
-      await sleep(20);
-    }
-    expect(pool.inlineOut(policy.key)).toMatch(/start function ran past the 6000000 units of fuel it may use here/);
+    await untilInline(policy, 2);
+    expect(pool.inlineOut(policy.key)).toBeUndefined();
   });
 
   it('bounds by time what the host does for an inline guest: past it every host function throws and the counter is emptied, so catching the throw does not help', async () => {

@@ -4,7 +4,7 @@ import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { HOST_CALL_COST, RUNTIME_COST } from '../../host/src/sandbox/code-walk.ts';
-import { FUEL_EXPORT, meterModule, START_EXPORT } from '../../host/src/sandbox/metering.ts';
+import { FUEL_EXPORT, meterModule, setRefill, START_EXPORT } from '../../host/src/sandbox/metering.ts';
 import { moduleKind } from '../../host/src/sandbox/module-kind.ts';
 import { root, wasm } from '../helpers/policies.ts';
 
@@ -22,6 +22,8 @@ function metered(bytes: Uint8Array): Uint8Array<ArrayBuffer> {
 /** Instantiates a metered module, returning its exports and its counter. */
 async function instance(bytes: Uint8Array, imports: WebAssembly.Imports = {}) {
   const made = await WebAssembly.instantiate(new WebAssembly.Module(metered(bytes)), imports);
+  // A refill that grants nothing: the counter running dry traps, as a budget spent does in the lane.
+  setRefill(made.exports, () => {});
   const fuel = made.exports[FUEL_EXPORT] as WebAssembly.Global;
   return { exports: made.exports as Record<string, (...args: number[]) => number>, fuel };
 }
@@ -32,6 +34,40 @@ describe('metering', () => {
     fuel.value = 100_000n;
     expect(() => exports.spin!()).toThrow(/unreachable/);
     expect(fuel.value).toBeLessThan(0n);
+  });
+
+  it('asks the host for more through the refill slot as the counter runs dry, and traps once it declines', async () => {
+    const text = `(module (func (export "sum") (param $n i32) (result i32) (local $i i32) (local $s i32)
+      (block $done (loop $l (br_if $done (i32.ge_u (local.get $i) (local.get $n)))
+        (local.set $s (i32.add (local.get $s) (local.get $i)))
+        (local.set $i (i32.add (local.get $i) (i32.const 1))) (br $l)))
+      (local.get $s)))`;
+    const made = await WebAssembly.instantiate(new WebAssembly.Module(metered(await wat(text))));
+    const fuel = made.exports[FUEL_EXPORT] as WebAssembly.Global;
+    let grants = 0;
+    let allowed = Infinity;
+    setRefill(made.exports, () => {
+      if (grants >= allowed) return;
+      grants++;
+      fuel.value = (fuel.value as bigint) + 1_000n;
+    });
+    const sum = made.exports.sum as (n: number) => number;
+    fuel.value = 0n;
+    expect(sum(10_000)).toBe(49_995_000);
+    // About 20 units a turn, 1,000 a grant.
+    expect(grants).toBeGreaterThan(100);
+    expect(grants).toBeLessThan(400);
+    grants = 0;
+    allowed = 5;
+    fuel.value = 0n;
+    expect(() => sum(10_000)).toThrow(/unreachable/);
+    expect(grants).toBe(5);
+  });
+
+  it('meters a module that exports nothing (a component\'s fixup, run by its start function)', async () => {
+    const { exports, fuel } = await instance(await wat('(module (func $s (loop $l (br $l))) (start $s))'));
+    fuel.value = 10_000n;
+    expect(() => exports[START_EXPORT]!()).toThrow(/unreachable/);
   });
 
   it('changes no answer: a computation gives the same result, and costs about its instructions', async () => {

@@ -10,6 +10,7 @@
 // or another policy with the same bytes (every TypeScript policy's QuickJS) does not pay again.
 import { spawn } from 'node:child_process';
 import { readFile, writeFile } from 'node:fs/promises';
+import { setPriority } from 'node:os';
 import { join } from 'node:path';
 import { atomicWrite, cacheDir, sha256, touch } from '../util/files.ts';
 
@@ -117,25 +118,30 @@ export function markTrialUsed(hash: string, bounds: TrialBounds = TRIAL_BOUNDS):
  * The trial of `bytes` (content hash `hash`), one at a time in this process: a hostile module
  * listed many times holds one child at a time. Never throws for what the module does.
  */
-export async function trialCompile(bytes: Uint8Array, hash: string, bounds: TrialBounds = TRIAL_BOUNDS): Promise<TrialVerdict> {
+/**
+ * `nice`: the child's CPU priority (Linux nice value), for a trial nobody waits on (the inline
+ * lane's metered copies): QuickJS's takes seconds of TurboFan, and on a small node it took them
+ * from the workers at the first burst of reviews (the overload test shed every call).
+ */
+export async function trialCompile(bytes: Uint8Array, hash: string, bounds: TrialBounds = TRIAL_BOUNDS, nice?: number): Promise<TrialVerdict> {
   // Read outside the queue: modules tried before do not wait behind a hostile one's bounds.
   const passed = passRecord(hash, bounds);
   if (await readFile(passed, 'utf8').then((text) => text === 'passed', () => false)) {
     void touch(passed);
     return { ok: true };
   }
-  const run = queue.then(() => trial(bytes, passed, bounds));
+  const run = queue.then(() => trial(bytes, passed, bounds, nice));
   queue = run.catch(() => undefined);
   return run;
 }
 
-async function trial(bytes: Uint8Array, passed: string, bounds: TrialBounds): Promise<TrialVerdict> {
+async function trial(bytes: Uint8Array, passed: string, bounds: TrialBounds, nice: number | undefined): Promise<TrialVerdict> {
   const allowance = (bounds.growthMiB * 2 ** 20) + Math.min(bounds.keptPerByte * bytes.length, bounds.keptMaxMiB * 2 ** 20);
   const over = `took more than ${Math.round(allowance / 2 ** 20)} MiB of memory (${bounds.growthMiB} MiB, ` +
     `and ${bounds.keptPerByte} bytes per byte of module, at most ${bounds.keptMaxMiB} MiB, for the code it keeps)`;
   for (const compiler of COMPILERS) {
     const timeoutMs = Math.min(bounds.maxMs, compiler.ms(bounds) + Math.ceil((bytes.length / 2 ** 20) * bounds.msPerMiB));
-    const verdict = await runChild(bytes, compiler.flag, { allowance, over, timeoutMs });
+    const verdict = await runChild(bytes, compiler.flag, { allowance, over, timeoutMs, nice });
     if (verdict === 'invalid') return { ok: true, invalid: true };
     if (verdict !== 'compiled') return { ...verdict, reason: `compiling it with V8's ${compiler.name} compiler ${verdict.reason}` };
   }
@@ -147,7 +153,7 @@ async function trial(bytes: Uint8Array, passed: string, bounds: TrialBounds): Pr
 type ChildVerdict = 'compiled' | 'invalid' | { ok: false; reason: string; lasting: boolean };
 
 function runChild(
-  bytes: Uint8Array, flag: string, { allowance, over, timeoutMs }: { allowance: number; over: string; timeoutMs: number },
+  bytes: Uint8Array, flag: string, { allowance, over, timeoutMs, nice }: { allowance: number; over: string; timeoutMs: number; nice: number | undefined },
 ): Promise<ChildVerdict> {
   return new Promise((resolve) => {
     const child = spawn(process.execPath, [
@@ -155,6 +161,13 @@ function runChild(
     ], { stdio: ['pipe', 'pipe', 'pipe'], env: { ...process.env, NODE_OPTIONS: '' } });
     // Linux: the child, not the host, is the one to go when memory runs out.
     if (child.pid !== undefined) writeFile(`/proc/${child.pid}/oom_score_adj`, '1000').catch(() => undefined);
+    if (child.pid !== undefined && nice !== undefined) {
+      try {
+        setPriority(child.pid, nice);
+      } catch {
+        // The host's own priority, as any trial.
+      }
+    }
     let out = '';
     let err = '';
     let timedOut = false;

@@ -18,7 +18,7 @@
 import { MAX_REQUEST_DECODE_BYTES } from '../context/read.ts';
 
 /** Part of the transpile cache's key: cached glue from an older revision is transpiled again. */
-export const GLUE_REVISION = 4;
+export const GLUE_REVISION = 5;
 
 const UTF8_LENGTH = /(function _utf8AllocateAndEncode\(s, realloc, memory\) \{[^]*?)let len = 0;\s*let codepoints = 0;\s*for \(let i = 0; i < s\.length; i\+\+\) \{[^]*?\n(\s*)const ptr = realloc\(0, 0, 1, len\);/;
 // jco's trampoline for the context import (its name, memory, host function and realloc), and the

@@ -8,7 +8,7 @@ import { threadCpuMicros } from '../util/thread-cpu.ts';
 import { inputBytes, inputParts, inputText } from './input.ts';
 import type { CallInput, FaultKind, GuestFunction, LogEntry, SandboxSpec } from './protocol.ts';
 import { PortcullisError } from '../errors.ts';
-import { FUEL_EXPORT, START_EXPORT, UNLIMITED_FUEL } from './metering.ts';
+import { FUEL_EXPORT, setRefill, START_EXPORT, UNLIMITED_FUEL } from './metering.ts';
 
 export class GuestFault extends PortcullisError {
   readonly fault: FaultKind;
@@ -19,6 +19,7 @@ export class GuestFault extends PortcullisError {
 }
 
 const MAX_LOGS_PER_CALL = 64;
+const LEVELS = new Set<unknown>(['debug', 'info', 'warn', 'error']);
 const MAX_LOG_LENGTH = 2048;
 const noFetch: typeof fetch = () => Promise.reject(new Error('policies have no network access'));
 const LOG_DECODER = new TextDecoder();
@@ -40,6 +41,9 @@ export class LogBuffer {
   entries: LogEntry[] = [];
   push(level: string, message: string): void {
     if (this.entries.length >= MAX_LOGS_PER_CALL) return;
+    // The level is the guest's too: one of four words, or info (red team: an array as the level
+    // rode uncut to the main thread).
+    level = LEVELS.has(level) ? level : 'info';
     const text = String(message);
     // A copy, not a slice: V8's slice of a long string keeps the whole string alive (red team: 20
     // logs of a 60 MiB block held 1.9 GB).
@@ -66,13 +70,125 @@ export interface FuelBudget {
    * 150 config_get calls on a 60 MB block, 1.5% of a call's fuel, held the main thread 6 s).
    */
   wallMs?: number;
+  /** Fuel granted to a counter at a time; between two grants the Meter looks at the clock (see Meter). */
+  slice?: bigint;
+  /** The same bound as wallMs for making the instance, every start function together (default wallMs). */
+  startWallMs?: number;
+}
+
+/** Fuel granted at a time when the budget says nothing: more than any call needs (workers). */
+const WHOLE = UNLIMITED_FUEL;
+
+/**
+ * The fuel of one instance, for all its metered modules together (a component has up to a dozen):
+ * one budget per call (or start), granted to each module's counter in slices as the counter
+ * runs dry (metering.ts REFILL_EXPORT). At each grant it looks at the clock: past `wallMs` of
+ * wall time and of this thread's CPU both, it grants nothing and the guest traps. So a call is
+ * bounded by time, within about a slice, whatever fuel is worth in time for its code.
+ */
+class Meter {
+  readonly #counters: WebAssembly.Global[] = [];
+  readonly #slice: bigint;
+  readonly #callMs: number | undefined;
+  readonly #startMs: number | undefined;
+  #wallMs: number | undefined;
+  #budget = 0n;
+  #granted = 0n;
+  #started = 0;
+  #cpu = 0;
+  /** Set when the meter stopped the call: out of time, or told to (stop()). */
+  stopped: string | undefined;
+
+  constructor(budget: FuelBudget) {
+    this.#slice = budget.slice ?? WHOLE;
+    this.#callMs = budget.wallMs;
+    this.#startMs = budget.startWallMs ?? budget.wallMs;
+    this.#wallMs = budget.wallMs;
+  }
+
+  get metered(): boolean {
+    return this.#counters.length > 0;
+  }
+
+  /** A metered instance: its counter, and its refill slot filled. */
+  attach(exports: WebAssembly.Exports): boolean {
+    const counter = exports[FUEL_EXPORT];
+    if (!(counter instanceof WebAssembly.Global)) return false;
+    this.#counters.push(counter);
+    setRefill(exports, () => this.#refill(counter));
+    return true;
+  }
+
+  /** A new call (or, `making`, the instance's start functions), with `budget` units for all the modules together. */
+  begin(budget: bigint, making = false): void {
+    this.#wallMs = making ? this.#startMs : this.#callMs;
+    this.#budget = budget;
+    this.#granted = 0n;
+    this.stopped = undefined;
+    for (const counter of this.#counters) counter.value = 0n;
+    this.#started = performance.now();
+    if (this.#wallMs !== undefined) this.#cpu = threadCpuMicros();
+  }
+
+  /** Wall time first (cheap); then this thread's CPU: being descheduled on a busy node is not the guest's doing. */
+  overTime(): boolean {
+    const wallMs = this.#wallMs;
+    return wallMs !== undefined && performance.now() - this.#started > wallMs && threadCpuMicros() - this.#cpu > wallMs * 1000;
+  }
+
+  /** No more fuel this call: the guest traps at its next charge. */
+  stop(why: string): void {
+    this.stopped ??= why;
+    for (const counter of this.#counters) counter.value = -1n;
+  }
+
+  /** What the guest ran past, for its fault. */
+  get late(): string {
+    return `ran past the ${this.#wallMs} ms an inline call may take`;
+  }
+
+  #refill(counter: WebAssembly.Global): void {
+    if (this.stopped !== undefined) return;
+    if (this.overTime()) {
+      this.stopped = this.late;
+      return;
+    }
+    let value = counter.value as bigint;
+    while (value < 0n && this.#granted < this.#budget) {
+      const grant = this.#budget - this.#granted < this.#slice ? this.#budget - this.#granted : this.#slice;
+      this.#granted += grant;
+      value += grant;
+    }
+    counter.value = value;
+  }
+
+  /** Fuel left of the last budget; below zero when it ran out (undefined: nothing metered). */
+  left(): bigint | undefined {
+    if (this.#counters.length === 0) return undefined;
+    const lowest = this.#counters.reduce((low, c) => ((c.value as bigint) < low ? (c.value as bigint) : low), 0n);
+    return lowest < 0n ? lowest : this.#budget - this.#granted + this.#counters.reduce((sum, c) => sum + (c.value as bigint), 0n);
+  }
 }
 
 const NO_FUEL_LIMIT: FuelBudget = { start: UNLIMITED_FUEL, call: UNLIMITED_FUEL };
 
 export async function instantiateGuest(spec: SandboxSpec, logs: LogBuffer, fuel = NO_FUEL_LIMIT): Promise<Guest> {
-  return spec.kind === 'component' ? instantiateComponent(spec, logs) : instantiateCore(spec, logs, fuel);
+  return spec.kind === 'component' ? instantiateComponent(spec, logs, fuel) : instantiateCore(spec, logs, fuel);
 }
+
+/**
+ * Calls of the JavaScript a metered component imports (the host log, and jco's glue: its
+ * canonical ABI helpers, resource and task bookkeeping) one inline call may make. The policies
+ * of this SDK make none but their log lines (64 kept at most); the glue keeps state for some
+ * (handles, tasks) that the fuel of one call would let pile up over many.
+ */
+export const MAX_HOST_CALLS_PER_CALL = 256;
+/**
+ * Calls of jco's own helpers (not the host log or context reads) an inline instance may make in
+ * its life. This SDK's policies make none once made; what the glue keeps for them (handles,
+ * tasks) would otherwise pile up over calls, out of sight of the memory cap.
+ */
+export const MAX_GLUE_CALLS = 4096;
 
 interface ComponentExports {
   metadata(): string;
@@ -87,10 +203,45 @@ type JcoInstantiate = (
   instantiateCore: (module: WebAssembly.Module, imports: WebAssembly.Imports) => Promise<WebAssembly.Instance>,
 ) => Promise<Record<string, unknown>>;
 
-async function instantiateComponent(spec: SandboxSpec, logs: LogBuffer): Promise<Guest> {
+async function instantiateComponent(spec: SandboxSpec, logs: LogBuffer, budget: FuelBudget): Promise<Guest> {
   const glue = (await import(spec.glue!)) as { instantiate: JcoInstantiate };
   const memories: WebAssembly.Memory[] = [];
   const instantiated = new Map<WebAssembly.Module, number>();
+  // Metered core modules (the inline lane's copies, metering.ts): one budget for them all.
+  const meter = new Meter(budget);
+  const { wallMs } = budget;
+  let hostCalls = 0;
+  let fault: GuestFault | undefined;
+  const halt = (why: string): GuestFault => {
+    meter.stop(why);
+    return (fault ??= new GuestFault('trap', why));
+  };
+  // Calls of the glue's own functions (not the host's log or context read) over the instance's
+  // life: jco keeps state for some (resource handles), which the lane does not see in linear
+  // memory (red team: 250 handles a call, never dropped, ~5 KB of the main thread's heap each).
+  let glueCalls = 0;
+  let ownCalls = 0;
+  const own = <A extends unknown[], R>(fn: (...args: A) => R) => (...args: A): R => {
+    ownCalls++;
+    return fn(...args);
+  };
+  /** Bounds a function the host provides (the glue's or ours) by the call's time and count. */
+  const bounded = (fn: (...args: unknown[]) => unknown) => (...args: unknown[]): unknown => {
+    if (++hostCalls > MAX_HOST_CALLS_PER_CALL) throw halt(`made more than ${MAX_HOST_CALLS_PER_CALL} host calls in one inline call`);
+    if (meter.overTime()) throw halt(meter.late);
+    const before = ownCalls;
+    try {
+      return fn(...args);
+    } finally {
+      if (ownCalls === before && ++glueCalls > MAX_GLUE_CALLS) halt(`made more than ${MAX_GLUE_CALLS} calls of the component glue's own functions`);
+    }
+  };
+  // Functions the instances export: what is imported and is not one of these is JavaScript.
+  const wasmFunctions = new WeakSet<object>();
+  // One window and one budget for making the whole instance, every start function together (red
+  // team: 40 modules whose start functions each ran just under a window of their own held the
+  // main thread 264 ms in one stretch).
+  meter.begin(budget.start, true);
   const instance = await glue.instantiate(
     (name) => {
       const module = spec.modules[name];
@@ -100,8 +251,8 @@ async function instantiateComponent(spec: SandboxSpec, logs: LogBuffer): Promise
     // The only imports a policy component may have (checked at load): the host log, and (issue 15)
     // context reads, which refuse every kind the policy has no grant for.
     {
-      'portcullis:policy/host': { log: (level: string, message: string) => logs.push(level, message) },
-      'portcullis:policy/context': { read: contextReader(spec.policy, spec.context ?? [], spec.memoryCapBytes) },
+      'portcullis:policy/host': { log: own((level: string, message: string) => logs.push(level, message)) },
+      'portcullis:policy/context': { read: own(contextReader(spec.policy, spec.context ?? [], spec.memoryCapBytes)) },
     },
     async (module, imports) => {
       // The memory cap was split among the component's core modules once each (planBudget): a
@@ -113,8 +264,33 @@ async function instantiateComponent(spec: SandboxSpec, logs: LogBuffer): Promise
         throw new Error('the component instantiates one of its core modules more than once, which its memory cap does not allow');
       }
       instantiated.set(module, times);
+      if (meter.overTime()) throw new Error(`making its instance ${meter.late.replace('an inline call', 'making an inline instance')}`);
+      // In the inline lane every function the host gives the component is bounded, a module's
+      // without code too (its start function may be one of them).
+      if (wallMs !== undefined) {
+        for (const namespace of Object.values(imports ?? {})) {
+          const functions = namespace as Record<string, unknown>;
+          for (const [name, value] of Object.entries(functions)) {
+            if (typeof value === 'function' && !wasmFunctions.has(value)) functions[name] = bounded(value as (...args: unknown[]) => unknown);
+          }
+        }
+      }
       const core = await WebAssembly.instantiate(module, imports);
-      for (const value of Object.values(core.exports)) if (value instanceof WebAssembly.Memory) memories.push(value);
+      for (const value of Object.values(core.exports)) {
+        if (value instanceof WebAssembly.Memory) memories.push(value);
+        if (typeof value === 'function') wasmFunctions.add(value);
+      }
+      if (meter.attach(core.exports)) {
+        // As a start function would run now, on the instance's start budget (the counter is 0 until granted).
+        const start = core.exports[START_EXPORT];
+        try {
+          if (typeof start === 'function') (start as () => void)();
+        } catch (error) {
+          if (meter.stopped) throw new Error(`a start function ${meter.stopped.replace('an inline call', 'making an inline instance')}`);
+          if ((meter.left() ?? 0n) < 0n) throw new Error(`a start function ran past the ${budget.start} units of fuel it may use here`);
+          throw error;
+        }
+      }
       return core;
     },
   );
@@ -126,14 +302,39 @@ async function instantiateComponent(spec: SandboxSpec, logs: LogBuffer): Promise
     validate: (input) => exports.validate(input),
     mutate: (input) => exports.mutate(input),
   };
+  if (!meter.metered) {
+    return {
+      call: (fn, input) => Promise.resolve(fns[fn](inputText(input))),
+      fuelLeft: () => undefined,
+      memoryBytes: () => largestMemory(memories),
+      footprintBytes: () => total(memories),
+      close: () => {},
+    };
+  }
   return {
-    call: (fn, input) => Promise.resolve(fns[fn](inputText(input))),
-    fuelLeft: () => undefined,
-    memoryBytes: () => largest(memories),
+    call: (fn, input) => {
+      const text = inputText(input);
+      hostCalls = 0;
+      fault = undefined;
+      meter.begin(budget.call);
+      try {
+        const output = fns[fn](text);
+        // A guest that caught what a host function threw and answered anyway failed for that.
+        const caught = fault as GuestFault | undefined;
+        if (caught) throw caught;
+        return Promise.resolve(output);
+      } catch (error) {
+        const stopped = meter.stopped;
+        return Promise.reject(fault ?? (stopped ? new GuestFault('trap', stopped) : error instanceof Error ? error : new Error(String(error))));
+      }
+    },
+    fuelLeft: () => meter.left(),
+    memoryBytes: () => largestMemory(memories),
     footprintBytes: () => total(memories),
     close: () => {},
   };
 }
+
 
 const NO_INPUT: [Uint8Array, Uint8Array] = [new Uint8Array(0), new Uint8Array(0)];
 
@@ -283,10 +484,7 @@ async function instantiateCore(spec: SandboxSpec, logs: LogBuffer, budget: FuelB
   // Extism's own config_get decodes the whole block it is named, however large, to look up a
   // configuration policies are never given: the answer is always "none" (0).
   const config_get = (): bigint => 0n;
-  // Set once the instance exists; the host functions are made before it.
-  const metered: { fuel?: WebAssembly.Global } = {};
-  let callStarted = 0;
-  let callCpu = 0;
+  const meter = new Meter(budget);
   const functions: Record<string, Record<string, (context: CallContext, ...args: never[]) => unknown>> = {
     'extism:host/env': {
       alloc, var_get, var_set, config_get,
@@ -301,11 +499,9 @@ async function instantiateCore(spec: SandboxSpec, logs: LogBuffer, budget: FuelB
     for (const namespace of Object.values(functions)) {
       for (const [name, fn] of Object.entries(namespace)) {
         namespace[name] = (context, ...args) => {
-          // Wall time first (cheap); then this thread's CPU, so that being descheduled on a busy
-          // node is not counted against the guest (it is still bounded by its fuel).
-          if (performance.now() - callStarted > wallMs && threadCpuMicros() - callCpu > wallMs * 1000) {
-            if (metered.fuel) metered.fuel.value = -1n;
-            throw kept(new GuestFault('trap', `ran past the ${wallMs} ms an inline call may take`));
+          if (meter.overTime()) {
+            meter.stop(meter.late);
+            throw kept(new GuestFault('trap', meter.late));
           }
           return fn(context, ...args);
         };
@@ -326,18 +522,15 @@ async function instantiateCore(spec: SandboxSpec, logs: LogBuffer, budget: FuelB
   }
   const instance = await plugin.getInstance();
   // A metered module's start function is an export, run now on the start budget (metering.ts).
-  const fuel = instance.exports[FUEL_EXPORT] instanceof WebAssembly.Global ? instance.exports[FUEL_EXPORT] : undefined;
-  metered.fuel = fuel;
-  if (fuel) {
-    fuel.value = budget.start;
-    callStarted = performance.now();
-    if (wallMs !== undefined) callCpu = threadCpuMicros();
+  if (meter.attach(instance.exports)) {
+    meter.begin(budget.start, true);
     const start = instance.exports[START_EXPORT];
     try {
       if (typeof start === 'function') (start as () => void)();
     } catch (error) {
       void plugin.close();
-      if (fuel.value < 0n) throw new Error(`its start function ran past the ${budget.start} units of fuel it may use here`);
+      if (meter.stopped) throw new Error(`its start function ${meter.stopped.replace('an inline call', 'making an inline instance')}`);
+      if ((meter.left() ?? 0n) < 0n) throw new Error(`its start function ran past the ${budget.start} units of fuel it may use here`);
       throw startError(error);
     }
   }
@@ -358,14 +551,12 @@ async function instantiateCore(spec: SandboxSpec, logs: LogBuffer, budget: FuelB
       allocated = 0;
       fault = undefined;
       returned = undefined;
-      if (fuel) fuel.value = budget.call;
-      callStarted = performance.now();
-      if (wallMs !== undefined) callCpu = threadCpuMicros();
+      meter.begin(budget.call);
       if (oneCopy) parts = inputParts(input);
       try {
         const output = await plugin.call(name, oneCopy ? undefined : inputBytes(input)).catch((error: unknown) => {
           // A guest that caught a host function's fault and then trapped failed for that fault.
-          throw fault ?? error;
+          throw fault ?? (meter.stopped ? new GuestFault('trap', meter.stopped) : error);
         });
         // Set by the host functions during the call, which the compiler cannot see from here.
         const caught = fault as GuestFault | undefined;
@@ -389,8 +580,8 @@ async function instantiateCore(spec: SandboxSpec, logs: LogBuffer, budget: FuelB
         await plugin.reset();
       }
     },
-    fuelLeft: () => (fuel ? (fuel.value as bigint) : undefined),
-    memoryBytes: () => largest(memories),
+    fuelLeft: () => meter.left(),
+    memoryBytes: () => largestMemory(memories),
     footprintBytes: () => total(memories),
     close: () => void plugin.close(),
   };
@@ -430,7 +621,7 @@ function keepReturnValues(plugin: Plugin, names: string[], onReturn: (value: unk
   target.instance = { exports };
 }
 
-function largest(memories: WebAssembly.Memory[]): number {
+function largestMemory(memories: WebAssembly.Memory[]): number {
   return memories.reduce((max, m) => Math.max(max, m.buffer.byteLength), 0);
 }
 

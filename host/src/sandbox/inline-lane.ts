@@ -1,38 +1,46 @@
-// The inline lane (issue 14): a cheap core-module policy called in the main thread, with no hop
-// to a worker, while the pool is idle. At low load a hop costs more than the policy: a message
-// to a sleeping worker and its answer back took 80-290 µs on this project's VMs, a whole
-// AssemblyScript call 30-120 µs.
+// The inline lane (issue 14): a cheap policy (an AssemblyScript core module, or a TypeScript
+// component) called in the main thread, with no hop to a worker, while the pool is idle. At low
+// load a hop costs more than the policy: a message to a sleeping worker and its answer back took
+// 80-290 µs on this project's VMs, a whole AssemblyScript call 30-120 µs.
 //
-// THE INLINE DEADLINE IS FUEL, AND A TIME BOUND ON HOST FUNCTIONS: the lane runs a metered copy
-// of the module (metering.ts), given INLINE_FUEL per call, and every host function throws past
-// INLINE_WALL_MS (guest.ts). A call that runs out, traps, or misbehaves in any way is not
-// answered here: the pool runs it again in a worker, under the policy's real deadline, and the
-// worker's answer is the one that counts. A policy that did that, or was slow once, is never
-// called inline again (until its sandbox is replaced: a change to its module, limits or
-// settings, or a restart), so a policy holds the main thread at most once.
+// THE INLINE DEADLINE IS TIME, CHECKED AS FUEL RUNS OUT: the lane runs metered copies of the
+// modules (metering.ts), whose fuel guest.ts's Meter grants in slices (INLINE_FUEL_SLICE) while
+// the call is under INLINE_WALL_MS; every host function checks the same bound (guest.ts). A call
+// that runs out, traps, or misbehaves in any way is not answered here: the pool runs it again in
+// a worker, under the policy's real deadline, and the worker's answer is the one that counts. A
+// policy that did that, or was slow once, is never called inline again (until its sandbox is
+// replaced: a change to its module, limits or settings, or a restart), so a policy holds the
+// main thread at most once.
 // Only policies the pool already trusts come here: answered from a worker, not costly or
 // distrusted, quick to instantiate, no context grants (reads are answered by the workers'
 // replicas), not fresh per call.
 import { performance } from 'node:perf_hooks';
 import type { Guest, LogBuffer } from './guest.ts';
 import type { CallInput, GuestFunction, LogEntry, SandboxSpec } from './protocol.ts';
-import { meteredCopy } from './prepare.ts';
+import { meteredComponent, meteredCopy } from './prepare.ts';
 // Reasons kept for a policy out of the lane are cut, as a copy: a guest chooses its error text
 // (red team: a slice of a 60 MB error_set text kept it all, per policy).
 import { cutMessage } from '../util/text.ts';
 import { threadCpuMicros } from '../util/thread-cpu.ts';
 
 /**
- * Fuel per inline call. A charge counts the longest path through a loop's body, whichever path
- * runs, and a host or indirect call as 1,000, so real code burns more fuel than it runs
- * instructions: the AssemblyScript examples take 1.0-1.2 million units on the benchmark's 5 KB
- * review (2.3 million at most, when their collector runs; 1.3-1.6 and 3.1 million when a charge
- * counted a loop's whole body). Fuel is not time: straight-line code that runs every
- * instruction it is charged for gets 2-6 ms of it, code whose every load misses the caches about
- * 200 ms (red team: a pointer chase, 35 ns a load charged 1 unit). So a slow call ends the
- * policy's inline life at once (INLINE_SLOW_MS).
+ * Fuel per inline call, all of an instance's modules together. A charge counts the longest path
+ * through a loop's body, whichever path runs, and a host or indirect call as 1,000, so real code
+ * burns more fuel than it runs instructions: the AssemblyScript examples take 1.0-1.2 million
+ * units on the benchmark's 5 KB review (2.3 million at most, when their collector runs), a
+ * TypeScript policy 9-23 million, and 200,000 more for each line it logs (QuickJS's dispatch
+ * loop is charged its longest case on every opcode). Fuel is not time: code whose every load
+ * misses the caches burns ~30 units a µs, QuickJS ~200,000. So the fuel is granted in slices
+ * (INLINE_FUEL_SLICE) and at each the clock decides (INLINE_WALL_MS): a call's bound is that
+ * time plus about a slice. This budget only caps it besides (about 5 ms of QuickJS).
  */
-export const INLINE_FUEL = 6_000_000n;
+export const INLINE_FUEL = 1_000_000_000n;
+/**
+ * Fuel granted at a time (guest.ts Meter). Between two looks at the clock a guest runs at most
+ * this: ~35 ms for the worst code the red team found (a pointer chase), well under a ms for
+ * straight-line code; a TypeScript call asks 9-23 times (a host call, ~0.3 µs, each).
+ */
+export const INLINE_FUEL_SLICE = 1_000_000n;
 /**
  * A call that took more of the main thread's CPU than this (ms, the whole call: host functions,
  * input, output) ends the policy's inline life; its answer still counts (it came within the
@@ -47,10 +55,18 @@ export const INLINE_SLOW_MS = 5;
  * thread's CPU goes to other work too.
  */
 export const INLINE_FIRST_CALL_MS = 25;
-/** What an inline instance's start function may burn (see INLINE_FUEL). */
-export const INLINE_START_FUEL = 6_000_000n;
+/** What an inline instance's start function may burn (see INLINE_FUEL; it is timed as a call is). */
+export const INLINE_START_FUEL = 1_000_000_000n;
 /** Metered modules larger than this stay in workers: compiling them would hold the main thread. */
 export const INLINE_MAX_MODULE_BYTES = 256 * 1024;
+/**
+ * The same for a component's core modules together (a TypeScript policy's are about 1.8 MB,
+ * QuickJS's 1.3 MB shared by all): they are metered and walked on a thread of their own
+ * (meter-thread.ts), and compiled once by content.
+ */
+export const INLINE_MAX_COMPONENT_BYTES = 4 * 2 ** 20;
+/** ... and at most this many core modules (a TypeScript policy has 13): each is made in the main thread. */
+export const INLINE_MAX_COMPONENT_MODULES = 24;
 /**
  * An inline copy's memory cap (its one memory is capped again at this): the main thread keeps
  * little. A policy that needs more traps there and is answered by a worker, with its own cap.
@@ -126,13 +142,13 @@ export class InlineLane {
   }
 
   /**
-   * Whether the lane may take this policy's calls: a core module the pool trusts (`trusted`:
+   * Whether the lane may take this policy's calls: a policy the pool trusts (`trusted`:
    * answered from a worker, not costly, not distrusted), instantiated in a worker within
    * `loadMs`, with no context grants, reused between calls, whose deadline is far above what an
    * inline call may take.
    */
   fits(spec: SandboxSpec, timeoutMs: number, trusted: boolean, loadMs: number | undefined): boolean {
-    return spec.kind === 'core' && !spec.fresh && !spec.context?.length && timeoutMs >= INLINE_MIN_TIMEOUT_MS &&
+    return !spec.fresh && !spec.context?.length && timeoutMs >= INLINE_MIN_TIMEOUT_MS &&
       trusted && (loadMs ?? Infinity) <= INLINE_MAX_LOAD_MS;
   }
 
@@ -181,21 +197,27 @@ export class InlineLane {
   }
 
   async #prepare(spec: SandboxSpec): Promise<void> {
-    const module = await meteredCopy(spec, { maxBytes: INLINE_MAX_MODULE_BYTES, memoryBytes: INLINE_MAX_MEMORY_BYTES });
-    if (!(module instanceof WebAssembly.Module)) {
-      this.#setOut(spec.key, module.unmetered);
+    const copy = spec.kind === 'core'
+      ? await meteredCopy(spec, { maxBytes: INLINE_MAX_MODULE_BYTES, memoryBytes: INLINE_MAX_MEMORY_BYTES }).then((m) => (m instanceof WebAssembly.Module ? { modules: { 'policy.wasm': m } } : m))
+      : await meteredComponent(spec, { maxBytes: INLINE_MAX_COMPONENT_BYTES, memoryBytes: INLINE_MAX_MEMORY_BYTES, maxModules: INLINE_MAX_COMPONENT_MODULES });
+    if ('unmetered' in copy) {
+      this.#setOut(spec.key, copy.unmetered);
       return;
     }
-    // Imported only now: Extism pulls in node:wasi, and a host with no core policy never needs it.
+    // Imported only now: guest.ts pulls in Extism, which pulls in node:wasi (and its warning).
     await import('./quiet-wasi-warning.ts');
     const { instantiateGuest, LogBuffer: Logs } = await import('./guest.ts');
     const logs = new Logs();
     try {
+      // Loaded (parsed, compiled) before the instance is timed: jco's glue is the host's code, not the policy's.
+      if (spec.glue) await import(spec.glue);
       const started = performance.now();
       // Extism's kernel blocks count against the same 8 MiB as the copy's memory (red team: 60 MiB
       // blocks, within the policy's own cap, made into error texts held in this thread).
-      const small = { ...spec, modules: { 'policy.wasm': module }, memoryCapBytes: Math.min(spec.memoryCapBytes, INLINE_MAX_MEMORY_BYTES) };
-      const guest = await instantiateGuest(small, logs, { start: INLINE_START_FUEL, call: INLINE_FUEL, wallMs: INLINE_WALL_MS });
+      const small = { ...spec, modules: copy.modules, memoryCapBytes: Math.min(spec.memoryCapBytes, INLINE_MAX_MEMORY_BYTES) };
+      const guest = await instantiateGuest(small, logs, {
+        start: INLINE_START_FUEL, call: INLINE_FUEL, wallMs: INLINE_WALL_MS, startWallMs: INLINE_FIRST_CALL_MS, slice: INLINE_FUEL_SLICE,
+      });
       const ms = performance.now() - started;
       logs.take();
       // Unloaded or closed meanwhile: nobody will call it. Slow to make: its start function
@@ -247,8 +269,10 @@ export class InlineLane {
     } catch (error) {
       logs.take();
       const message = error instanceof Error ? error.message : String(error);
-      const spent = (guest.fuelLeft() ?? 0n) < 0n && !message.includes('an inline call may take');
-      this.#leave(spec.key, spent ? 'it ran out of inline fuel' : `it failed inline: ${message}`);
+      const late = message.startsWith('ran past the ') && message.endsWith('an inline call may take');
+      // A fault the host raised (time, host calls) also empties the counters: it is not fuel spent.
+      const spent = (error as { code?: unknown }).code !== 'GUEST_FAULT' && (guest.fuelLeft() ?? 0n) < 0n;
+      this.#leave(spec.key, late ? `it ${message}` : spent ? 'it ran out of inline fuel' : `it failed inline: ${message}`);
       return undefined;
     } finally {
       this.#busy = false;

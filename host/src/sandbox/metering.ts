@@ -30,7 +30,18 @@ export const FUEL_EXPORT = 'portcullis_fuel';
 export const START_EXPORT = 'portcullis_start';
 /** What a worker gives each call: more than any deadline allows to burn. The deadline stops it there. */
 export const UNLIMITED_FUEL = 2n ** 62n;
+/**
+ * A one-slot table the host fills with its refill function (setRefill). When the counter falls
+ * below zero the guest calls it, and traps unless it was given more: the host grants fuel in
+ * slices and looks at the clock at each, so a call is bounded by time as well as by fuel. Fuel
+ * is not time (longest-path charges make QuickJS's dispatch loop cost ~200 units a nanosecond,
+ * a pointer chase ~0.03), so a budget large enough for a TypeScript policy would, on its own,
+ * let a hostile module hold the thread for seconds. An empty slot traps (call_indirect on null).
+ */
+export const REFILL_EXPORT = 'portcullis_refill';
 
+const TYPE_SECTION = 1;
+const TABLE_SECTION = 4;
 const GLOBAL_SECTION = 6;
 const EXPORT_SECTION = 7;
 const START_SECTION = 8;
@@ -55,17 +66,18 @@ export function meterModule(bytes: Uint8Array): Metering {
   // not worth the cases for what no policy toolchain emits.
   if (layout.memories.some((m) => m.flags & 0x04) || layout.tables.some((t) => t.flags & 0x04)) return { unmetered: 'it has a 64-bit memory or table' };
   const sections = readSections(bytes);
-  const imports = sections.get(2) ? readImports(bytes, sections.get(2)!) : { functions: 0, globals: 0, memory64: false };
+  const imports = sections.get(2) ? readImports(bytes, sections.get(2)!) : { functions: 0, globals: 0, tables: 0, memory64: false };
   if (!imports) return { unmetered: 'it imports something of a kind the host does not know' };
   if (imports.memory64) return { unmetered: 'it imports a 64-bit memory or table' };
   const meter: CodeMeter = { importedFunctions: imports.functions, bodies: [], atomics: false };
   checkCodeSection(bytes, layout.codeSection.start, layout.codeSection.end, meter);
   // memory.atomic.wait blocks its thread until another writes: the thread must be a worker.
   if (meter.atomics) return { unmetered: 'it uses atomic instructions' };
+  // A module may export nothing (a component's table fixup, run by its start function): it gets
+  // an export section for the counter.
   const exported = sections.get(EXPORT_SECTION);
-  if (!exported) return { unmetered: 'it exports nothing' };
-  const names = exportNames(bytes, exported);
-  for (const taken of [FUEL_EXPORT, START_EXPORT]) if (names.has(taken)) return { unmetered: `it exports a name of its own called ${taken}` };
+  const names = exported ? exportNames(bytes, exported) : new Set<string>();
+  for (const taken of [FUEL_EXPORT, START_EXPORT, REFILL_EXPORT]) if (names.has(taken)) return { unmetered: `it exports a name of its own called ${taken}` };
   // Extism calls hs_init as it instantiates, before the host could set the counter.
   if (names.has('hs_init')) return { unmetered: 'it exports hs_init, which Extism runs while instantiating' };
   const startSection = sections.get(START_SECTION);
@@ -76,30 +88,39 @@ export function meterModule(bytes: Uint8Array): Metering {
   // A bulk charge needs one more local, and V8 refuses a function with more than MAX_LOCALS.
   if (meter.bodies.some((plan, i) => plan.bulk.length > 0 && params[i]! + plan.declaredLocals >= MAX_LOCALS)) return { unmetered: 'a function has as many locals as V8 allows' };
 
+  // Appended, as the counter is: a type [] -> [] for the refill, and its table. Nothing the
+  // module had moves, and its own code cannot name either (it was valid without them).
+  const refill = { type: entryCount(bytes, sections.get(TYPE_SECTION)), table: imports.tables + layout.tables.length };
   const replaced = new Map<number, number[]>();
+  replaced.set(TYPE_SECTION, appendEntries(bytes, sections.get(TYPE_SECTION), [[0x60, 0x00, 0x00]]));
+  replaced.set(TABLE_SECTION, appendEntries(bytes, sections.get(TABLE_SECTION), [[0x70, 0x01, 0x01, 0x01]]));
   replaced.set(GLOBAL_SECTION, appendEntries(bytes, sections.get(GLOBAL_SECTION), [[I64, 0x01, 0x42, 0x00, 0x0b]]));
   const startExport = start === undefined ? [] : [[...name(START_EXPORT), 0x00, ...writeLeb(start)]];
-  replaced.set(EXPORT_SECTION, appendEntries(bytes, exported, [[...name(FUEL_EXPORT), 0x03, ...writeLeb(fuel)], ...startExport]));
-  const bodies = meter.bodies.map((plan, i) => meterBody(bytes, plan, fuel, params[i]!));
+  replaced.set(EXPORT_SECTION, appendEntries(bytes, exported, [
+    [...name(FUEL_EXPORT), 0x03, ...writeLeb(fuel)], [...name(REFILL_EXPORT), 0x01, ...writeLeb(refill.table)], ...startExport,
+  ]));
+  const bodies = meter.bodies.map((plan, i) => meterBody(bytes, plan, fuel, params[i]!, refill));
   if (bodies.some((body) => body.length > MAX_BODY_BYTES)) return { unmetered: `charging it would take a function past ${MAX_BODY_BYTES} bytes` };
   const codeSize = writeLeb(bodies.length).length + bodies.reduce((n, b) => n + b.length, 0);
 
   const out: (Uint8Array | number[])[] = [bytes.subarray(0, 8)];
-  let globalWritten = false;
-  const writeGlobal = () => {
-    if (!globalWritten) out.push(sectionOf(GLOBAL_SECTION, replaced.get(GLOBAL_SECTION)!));
-    globalWritten = true;
+  // The sections every metered module has, written once, where the spec's order puts them (a
+  // module without one gets it there).
+  const written = new Set<number>();
+  const write = (id: number) => {
+    if (!written.has(id)) out.push(sectionOf(id, replaced.get(id)!));
+    written.add(id);
   };
+  const added = [TYPE_SECTION, TABLE_SECTION, GLOBAL_SECTION, EXPORT_SECTION];
   for (const [id, span] of sections.all) {
-    if (id !== 0 && ORDER[id]! > ORDER[GLOBAL_SECTION]!) writeGlobal();
+    for (const other of added) if (id !== 0 && ORDER[id]! > ORDER[other]!) write(other);
     if (id === 0 && isCodeMetadata(bytes, span)) continue; // offsets into the code, which moved
     if (id === START_SECTION) continue; // exported instead (START_EXPORT)
-    if (id === GLOBAL_SECTION) writeGlobal();
-    else if (id === EXPORT_SECTION) out.push(sectionOf(id, replaced.get(id)!));
+    if (added.includes(id)) write(id);
     else if (id === CODE_SECTION) out.push([CODE_SECTION, ...writeLeb(codeSize), ...writeLeb(bodies.length)], ...bodies);
     else out.push(bytes.subarray(span.header, span.end));
   }
-  writeGlobal();
+  for (const other of added) write(other);
   return { bytes: concat(out) };
 }
 
@@ -137,11 +158,12 @@ function skipName(r: Reader): void {
 }
 
 /** What the module imports, or undefined for an import of a kind this does not know. */
-function readImports(bytes: Uint8Array, span: SectionSpan): { functions: number; globals: number; memory64: boolean } | undefined {
+function readImports(bytes: Uint8Array, span: SectionSpan): { functions: number; globals: number; tables: number; memory64: boolean } | undefined {
   const c = new Reader(bytes, span.start, span.end);
   const count = c.leb();
   let functions = 0;
   let globals = 0;
+  let tables = 0;
   let memory64 = false;
   for (let i = 0; i < count; i++) {
     skipName(c);
@@ -153,6 +175,7 @@ function readImports(bytes: Uint8Array, span: SectionSpan): { functions: number;
     } else if (kind === 0x01) {
       c.valueType();
       memory64 = limits(c) || memory64;
+      tables++;
     } else if (kind === 0x02) memory64 = limits(c) || memory64;
     else if (kind === 0x03) {
       c.valueType();
@@ -163,7 +186,7 @@ function readImports(bytes: Uint8Array, span: SectionSpan): { functions: number;
       c.leb();
     } else return undefined;
   }
-  return { functions, globals, memory64 };
+  return { functions, globals, tables, memory64 };
 }
 
 function exportNames(bytes: Uint8Array, span: SectionSpan): Set<string> {
@@ -200,6 +223,11 @@ function paramCounts(bytes: Uint8Array, types?: SectionSpan, functions?: Section
   return out;
 }
 
+/** How many entries a vector section holds (0 when there is none). */
+function entryCount(bytes: Uint8Array, span: SectionSpan | undefined): number {
+  return span ? readLeb(bytes, span.start, span.end)[0] : 0;
+}
+
 /** A vector section's payload with more entries (a new section's when there is none). */
 function appendEntries(bytes: Uint8Array, span: SectionSpan | undefined, entries: number[][]): number[] {
   if (!span) return [...writeLeb(entries.length), ...entries.flat()];
@@ -209,12 +237,14 @@ function appendEntries(bytes: Uint8Array, span: SectionSpan | undefined, entries
 
 /**
  * One body with its charges. A static charge subtracts its cost; a bulk charge takes the count
- * off the stack into a scratch local, subtracts it (shifted), and puts it back. Either traps
- * when the counter is below zero.
+ * off the stack into a scratch local, subtracts it (shifted), and puts it back. When the counter
+ * is then below zero the guest calls the refill (REFILL_EXPORT), and traps if it still is.
  */
-function meterBody(bytes: Uint8Array, plan: BodyPlan, fuel: number, params: number): Uint8Array {
+function meterBody(bytes: Uint8Array, plan: BodyPlan, fuel: number, params: number, refill: { type: number; table: number }): Uint8Array {
   const scratch = params + plan.declaredLocals;
-  const trapIfSpent = [0x23, ...writeLeb(fuel), 0x42, 0x00, 0x53, 0x04, 0x40, 0x00, 0x0b];
+  const spent = [0x23, ...writeLeb(fuel), 0x42, 0x00, 0x53];
+  // if (fuel < 0) { refill(); if (fuel < 0) unreachable }
+  const trapIfSpent = [...spent, 0x04, 0x40, 0x41, 0x00, 0x11, ...writeLeb(refill.type), ...writeLeb(refill.table), ...spent, 0x04, 0x40, 0x00, 0x0b, 0x0b];
   const subtract = (cost: number[]) => [0x23, ...writeLeb(fuel), ...cost, 0x7d, 0x24, ...writeLeb(fuel), ...trapIfSpent];
   const inserts: { at: number; code: number[] }[] = [
     ...plan.charges.map(({ at, cost }) => ({ at, code: subtract([0x42, ...sleb(BigInt(cost))]) })),
@@ -269,3 +299,22 @@ function sleb(value: bigint): number[] {
     if (done) return out;
   }
 }
+
+/**
+ * Puts `refill` in a metered instance's refill slot (REFILL_EXPORT). A table holds only
+ * WebAssembly functions: a two-import module makes one of the host function.
+ */
+export function setRefill(exports: WebAssembly.Exports, refill: () => void): void {
+  const table = exports[REFILL_EXPORT];
+  if (!(table instanceof WebAssembly.Table)) throw new Error(`a metered module exports ${REFILL_EXPORT}`);
+  const made = new WebAssembly.Instance(REFILL_WRAPPER, { host: { refill } });
+  table.set(0, made.exports.refill);
+}
+
+// (module (type (func)) (import "host" "refill" (func (type 0))) (export "refill" (func 0)))
+const REFILL_WRAPPER = new WebAssembly.Module(new Uint8Array([
+  0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00,
+  0x01, 0x04, 0x01, 0x60, 0x00, 0x00,
+  0x02, 0x0f, 0x01, 0x04, ...[...'host'].map((c) => c.charCodeAt(0)), 0x06, ...[...'refill'].map((c) => c.charCodeAt(0)), 0x00, 0x00,
+  0x07, 0x0a, 0x01, 0x06, ...[...'refill'].map((c) => c.charCodeAt(0)), 0x00, 0x00,
+]));

@@ -494,7 +494,13 @@ export class SandboxPool {
         const dispatched = new Promise<void>((resolve) => queueMicrotask(() => queueMicrotask(resolve)));
         return dispatched.then(() => this.#inline!.call(spec, fn, input, timeoutMs)).then((answer) => {
           const totalMicros = Math.round((performance.now() - started) * 1000);
-          if (answer) return { ...answer, totalMicros };
+          if (answer) {
+            // What a call costs is what predicts the queue under overload: learnt from inline calls
+            // too (a little above a worker's: the copy is metered), or a policy answered inline
+            // until a burst had no cost known, and the burst queued to expire instead of being refused.
+            if (this.#specs.has(key)) this.#cost.set(key, costAfter(this.#cost.get(key), answer.guestMicros));
+            return { ...answer, totalMicros };
+          }
           // Not answered inline: a worker runs it, in the time left.
           const spent = performance.now() - started;
           return this.#queueCall(key, fn, input, timeoutMs, Math.max(0, Math.min(waitMs, timeoutMs) - spent), group, started);

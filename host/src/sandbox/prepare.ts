@@ -5,18 +5,19 @@
 // content hash so a restart does not transpile again (transpile.ts runs jco in a bounded child).
 import { readFile } from 'node:fs/promises';
 import v8 from 'node:v8';
-import { join } from 'node:path';
-import { pathToFileURL } from 'node:url';
+import { extname, join } from 'node:path';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+import { Worker } from 'node:worker_threads';
 import type { SandboxLimits } from '../config/limits.ts';
 import { atomicWrite, cacheDir, sha256, touch } from '../util/files.ts';
 import { moduleKind, type ModuleKind } from './module-kind.ts';
 import { applyPlan, capMemory, planBudget, readLayout } from './memory-cap.ts';
 import { checkCodeSection } from './code-walk.ts';
-import { meterModule } from './metering.ts';
+import { meterModule, type Metering } from './metering.ts';
 import { GLUE_REVISION, tuneGlue } from './glue.ts';
 import { transpileIsolated } from './transpile.ts';
 import { markTrialUsed, trialCompile } from './compile-trial.ts';
-import { mib } from '../util/text.ts';
+import { cutMessage, mib } from '../util/text.ts';
 import type { SandboxSpec } from './protocol.ts';
 import { PortcullisError } from '../errors.ts';
 
@@ -66,7 +67,103 @@ export async function prepareSandbox(
   for (const [i, { name, core, layout }] of cores.entries()) {
     modules[name] = await compile(applyPlan(core, layout, plan.memoryMax[i]!, plan.tableMax[i]!));
   }
-  return { ...base, modules, glue: transpiled.glue };
+  return { ...base, modules, glue: transpiled.glue, cores: transpiled.hashes };
+}
+
+/**
+ * A component's core modules with fuel counters (metering.ts), for the inline lane; or why there
+ * are none. Read again from the transpile cache (kept there while the policy is loaded, see
+ * cache/prune.ts) rather than held in memory for every policy the lane may never want. The
+ * memory cap is planned again at `memoryBytes` for the whole component; every module with code
+ * must take its counter (a module without code runs nothing of its own), and the walks run on a
+ * thread of their own (meter-thread.ts). Metered copies are compiled once by content: every
+ * TypeScript policy shares QuickJS's.
+ */
+export async function meteredComponent(
+  spec: SandboxSpec, bounds: { maxBytes: number; memoryBytes: number; maxModules: number },
+): Promise<{ modules: Record<string, WebAssembly.Module> } | { unmetered: string }> {
+  if (spec.kind !== 'component' || !spec.cores) return { unmetered: 'it is not a component prepared here' };
+  const names = Object.keys(spec.cores);
+  if (names.length > bounds.maxModules) return { unmetered: `it has ${names.length} core modules, more than the ${bounds.maxModules} the lane takes` };
+  let originals: Uint8Array[];
+  try {
+    originals = await Promise.all(names.map(async (name) => {
+      const hash = spec.cores![name]!;
+      const content = new Uint8Array(await readFile(join(cacheDir(), 'transpiled', 'cores', `${hash}.wasm`)));
+      if (sha256(content) !== hash) throw new Error(`cache entry ${hash} is damaged`);
+      return content;
+    }));
+  } catch (error) {
+    return { unmetered: `its core modules could not be read again from the cache: ${error instanceof Error ? error.message : String(error)}` };
+  }
+  const size = originals.reduce((n, b) => n + b.length, 0);
+  if (size > bounds.maxBytes) return { unmetered: `its core modules are ${size} bytes, more than the ${bounds.maxBytes} the lane takes` };
+  let capped: Uint8Array<ArrayBuffer>[];
+  try {
+    const layouts = originals.map((bytes) => readLayout(bytes));
+    const plan = planBudget(layouts, Math.min(spec.memoryCapBytes, bounds.memoryBytes));
+    capped = originals.map((bytes, i) => applyPlan(bytes, layouts[i]!, plan.memoryMax[i]!, plan.tableMax[i]!));
+  } catch (error) {
+    return { unmetered: `it needs more memory than the lane allows: ${error instanceof Error ? error.message : String(error)}` };
+  }
+  const hashes = capped.map((bytes) => sha256(bytes));
+  const known = hashes.map((hash) => meteredByContent.get(hash)?.deref());
+  const todo = capped.filter((_, i) => !known[i] && readLayout(capped[i]!).codeSection);
+  const meterings = todo.length > 0 ? await meterInThread(todo) : [];
+  const modules: Record<string, WebAssembly.Module> = {};
+  let next = 0;
+  for (const [i, name] of names.entries()) {
+    const have = known[i];
+    if (have) {
+      modules[name] = have;
+      continue;
+    }
+    // No code: nothing of its own runs (its start, if any, is an import: metered or host-bounded).
+    const metering = readLayout(capped[i]!).codeSection ? meterings[next++]! : { bytes: capped[i]! };
+    if (!('bytes' in metering)) return { unmetered: `its core module ${name} cannot be metered: ${metering.unmetered}` };
+    try {
+      modules[name] = await compile(metering.bytes, true, true, true);
+    } catch (error) {
+      return { unmetered: `the metered copy of ${name} was refused: ${error instanceof Error ? error.message : String(error)}` };
+    }
+    meteredByContent.set(hashes[i]!, new WeakRef(modules[name]));
+  }
+  return { modules };
+}
+const meteredByContent = new Map<string, WeakRef<WebAssembly.Module>>();
+/** The compile trials of the lane's copies yield to everything else (compile-trial.ts `nice`). */
+const LANE_TRIAL_NICE = 19;
+
+/** What the lane waits at most for a component's walks (the thread is ended past it). */
+const METER_THREAD_MS = 30_000;
+
+function meterInThread(modules: Uint8Array<ArrayBuffer>[]): Promise<Metering[]> {
+  return new Promise((resolve) => {
+    // meter-thread.ts in the checkout, meter-thread.js in the installed package.
+    const worker = new Worker(new URL(`./meter-thread${extname(fileURLToPath(import.meta.url))}`, import.meta.url), {
+      workerData: modules, stdout: false, stderr: false, resourceLimits: { maxOldGenerationSizeMb: 256 },
+    });
+    worker.unref();
+    const failed = (why: string) => modules.map(() => ({ unmetered: why }));
+    const timer = setTimeout(() => {
+      void worker.terminate();
+      resolve(failed(`metering took more than ${METER_THREAD_MS} ms`));
+    }, METER_THREAD_MS);
+    timer.unref();
+    worker.once('message', (answers: Metering[]) => {
+      clearTimeout(timer);
+      void worker.terminate();
+      resolve(answers);
+    });
+    worker.once('error', (error: Error) => {
+      clearTimeout(timer);
+      resolve(failed(`the metering thread failed: ${error.message}`));
+    });
+    worker.once('exit', () => {
+      clearTimeout(timer);
+      resolve(failed('the metering thread ended without an answer'));
+    });
+  });
 }
 
 /**
@@ -103,7 +200,7 @@ export async function meteredCopy(spec: SandboxSpec, bounds: { maxBytes: number;
   if (!('bytes' in metering)) return metering;
   if (metering.bytes.length > bounds.maxBytes) return { unmetered: `its metered copy is ${metering.bytes.length} bytes, more than ${bounds.maxBytes}` };
   try {
-    return await compile(metering.bytes, true);
+    return await compile(metering.bytes, true, false, true);
   } catch (error) {
     return { unmetered: `its metered copy was refused: ${error instanceof Error ? error.message : String(error)}` };
   }
@@ -115,8 +212,12 @@ export async function meteredCopy(spec: SandboxSpec, bounds: { maxBytes: number;
 const compiled = new Map<string, WeakRef<WebAssembly.Module>>();
 const compiling = new Map<string, Promise<WebAssembly.Module>>();
 
-/** `eager`: every function compiled now, off the main thread, rather than on its first call in the thread that calls it. */
-async function compile(bytes: Uint8Array<ArrayBuffer>, eager = false): Promise<WebAssembly.Module> {
+/**
+ * `eager`: every function compiled now, off the main thread, rather than on its first call in the
+ * thread that calls it. `walked`: code-walk.ts has checked these very bytes already, on another
+ * thread (meter-thread.ts).
+ */
+async function compile(bytes: Uint8Array<ArrayBuffer>, eager = false, walked = false, background = false): Promise<WebAssembly.Module> {
   const hash = sha256(bytes);
   const known = compiled.get(hash)?.deref();
   if (known) {
@@ -126,7 +227,7 @@ async function compile(bytes: Uint8Array<ArrayBuffer>, eager = false): Promise<W
   }
   let pending = compiling.get(hash);
   if (!pending) {
-    pending = trialThenCompile(bytes, hash, eager).then(
+    pending = trialThenCompile(bytes, hash, eager, walked, background).then(
       (module) => {
         compiled.set(hash, new WeakRef(module));
         return module;
@@ -137,14 +238,16 @@ async function compile(bytes: Uint8Array<ArrayBuffer>, eager = false): Promise<W
   return pending;
 }
 
-async function trialThenCompile(bytes: Uint8Array<ArrayBuffer>, hash: string, eager: boolean): Promise<WebAssembly.Module> {
+async function trialThenCompile(
+  bytes: Uint8Array<ArrayBuffer>, hash: string, eager: boolean, walked: boolean, background: boolean,
+): Promise<WebAssembly.Module> {
   const refused = refusals.get(hash);
   if (refused && refused.until > Date.now()) throw new PrepareError(refused.reason);
   // Before V8 sees it: a body nested deep enough costs the worker's compiler gigabytes later.
   const { codeSection, types } = readLayout(bytes);
-  if (codeSection) checkCodeSection(bytes, codeSection.start, codeSection.end);
+  if (codeSection && !walked) checkCodeSection(bytes, codeSection.start, codeSection.end);
   // Nesting is one way to make a compiler run away, not the only one: try both where it is safe.
-  const verdict = await trialCompile(bytes, hash);
+  const verdict = await trialCompile(bytes, hash, undefined, background ? LANE_TRIAL_NICE : undefined);
   if (!verdict.ok) {
     if (verdict.lasting) remember(hash, verdict.reason);
     throw new PrepareError(verdict.reason);
@@ -238,6 +341,8 @@ function checkCoreImports(module: WebAssembly.Module): void {
 interface Transpiled {
   glue: string;
   cores: Record<string, Uint8Array>;
+  /** Each core's content hash: its file in the cache's cores folder. */
+  hashes: Record<string, string>;
 }
 
 /** What one component transpiled to: jco's file names mapped to content hashes in the cache. */
@@ -294,6 +399,7 @@ async function transpileAndStore(bytes: Uint8Array, digest: string): Promise<Tra
       '(no files, network, clock, random or environment); build it with `portcullis build`, which stubs WASI out',
     );
   }
+  checkContract(out.files);
   const root = join(cacheDir(), 'transpiled');
   const index: TranspiledIndex = { revision: GLUE_REVISION, glue: '', cores: {} };
   for (const [name, content] of Object.entries(out.files)) {
@@ -310,6 +416,39 @@ async function transpileAndStore(bytes: Uint8Array, digest: string): Promise<Tra
   }
   await writeOnce(join(root, `${digest}.json`), Buffer.from(JSON.stringify(index)));
   return readTranspiled(digest);
+}
+
+/**
+ * The contract's interfaces as jco declares them (wit/policy.wit), parameter names left out. A
+ * component was checked by the names of what it imports and exports; the types matter as much:
+ * jco's glue lifts what the types say, in JavaScript, in the thread that runs the guest (red
+ * team: `log: func(message: list<string>)` made the glue decode 2,000 views of one 64 KiB
+ * slice per call, 125 MB in one call, 8 GB in another, in the main thread with the inline lane).
+ */
+const CONTRACT: Record<string, string> = {
+  'interfaces/portcullis-policy-host.d.ts': "export function log(_: Level, _: string): void; export type Level = 'debug' | 'info' | 'warn' | 'error';",
+  'interfaces/portcullis-policy-context.d.ts': 'export function read(_: string): string;',
+  'interfaces/portcullis-policy-policy.d.ts':
+    'export function metadata(): string; export function validateSettings(_: string): string; export function validate(_: string): string; export function mutate(_: string): string;',
+};
+
+function checkContract(files: Record<string, Uint8Array>): void {
+  for (const [name, expected] of Object.entries(CONTRACT)) {
+    const declared = files[name];
+    // An interface the component does not import is not there to check (context reads are optional).
+    if (!declared) {
+      if (name.endsWith('-policy.d.ts')) throw new PrepareError('it does not export portcullis:policy/policy@0.1.0 (build it with `portcullis build`)');
+      continue;
+    }
+    const shape = Buffer.from(declared).toString('utf8')
+      .replace(/\/\*[^]*?\*\//g, '').replace(/\/\/[^\n]*/g, '')
+      .replace(/([(,]\s*)[\w$]+(\??:)/g, '$1_$2')
+      .replace(/\s+/g, ' ').trim();
+    if (shape !== expected) {
+      const iface = name.replace('interfaces/', '').replace('.d.ts', '').replace(/^portcullis-policy-/, 'portcullis:policy/');
+      throw new PrepareError(`its ${iface} interface does not have the contract's types (wit/policy.wit). It declares: ${cutMessage(shape)} Build it with \`portcullis build\``);
+    }
+  }
 }
 
 /** Writes content-addressed data unless an intact copy is already there. */
@@ -342,5 +481,5 @@ async function readTranspiled(digest: string): Promise<Transpiled> {
   // Marked used only whole. The glue stays needed while the policy is loaded: a worker that
   // replaces another imports it again (cache/prune.ts keeps what the current set touched).
   for (const path of [...used, gluePath]) void touch(path);
-  return { glue: pathToFileURL(gluePath).href, cores };
+  return { glue: pathToFileURL(gluePath).href, cores, hashes: index.cores };
 }

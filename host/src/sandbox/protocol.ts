@@ -15,6 +15,8 @@ export interface SandboxSpec {
   modules: Record<string, WebAssembly.Module>;
   /** file: URL of the jco-transpiled glue (components only). */
   glue?: string;
+  /** Components only: the content hash of each core module as jco wrote it (uncapped), in the transpile cache (for the inline lane's metered copy). */
+  cores?: Record<string, string>;
   memoryCapBytes: number;
   maxOutputBytes: number;
   /** true: a new instance for every call (no state survives between calls). */

@@ -1,6 +1,8 @@
 // Runs jco's transpile for transpile.ts, in a process of its own: the component's bytes come on
 // stdin; file descriptor 3 (not stdout, which a library may write to) gets one JSON line (the
 // imports and each file's name and length, or an error) followed by the files' bytes in order.
+// The TypeScript declarations come too: they are how the host reads the types of the
+// component's imports and exports (prepare.ts checkContract).
 import { createWriteStream } from 'node:fs';
 import { transpile } from '@bytecodealliance/jco';
 
@@ -9,7 +11,7 @@ for await (const chunk of process.stdin) chunks.push(chunk as Buffer);
 let header: string;
 let files: Uint8Array[] = [];
 try {
-  const out = await transpile(Buffer.concat(chunks), { name: 'policy', instantiation: 'async', noTypescript: true, nodejsCompat: false });
+  const out = await transpile(Buffer.concat(chunks), { name: 'policy', instantiation: 'async', noTypescript: false, nodejsCompat: false });
   const entries = Object.entries(out.files);
   files = entries.map(([, content]) => content);
   header = JSON.stringify({ imports: out.imports, files: entries.map(([name, content]) => [name, content.length]) });
