@@ -104,6 +104,16 @@ async function sampleRound(pool: SandboxPool, policy: LoadedPolicy, iterations: 
   into.roundMedians.push(percentiles(guest).p50);
 }
 
+/** Calls `policy` a few ms apart (an idle host) until the inline lane answers one, or 60 s pass. */
+async function laneReady(pool: SandboxPool, policy: LoadedPolicy): Promise<void> {
+  const until = performance.now() + 60_000;
+  const before = pool.stats.inlineCalls;
+  while (pool.stats.inlineCalls === before && performance.now() < until && pool.inlineOut(policy.key) === undefined) {
+    await evaluatePolicy(pool, policy, 'validate', freshInput());
+    await new Promise((resolve) => setTimeout(resolve, 5));
+  }
+}
+
 /** AS and TS interleaved in rounds, so a slow moment of the machine does not land on one of them only. */
 async function singles(pool: SandboxPool, policies: { policy: LoadedPolicy; language: 'AS' | 'TS' }[], iterations: number, rounds: number): Promise<SingleResult[]> {
   for (const { policy } of policies) for (let i = 0; i < 500; i++) await evaluatePolicy(pool, policy, 'validate', freshInput());
@@ -151,6 +161,10 @@ async function main(quick: boolean): Promise<SandboxResult> {
     const ten: LoadedPolicy[] = [];
     for (const p of MIXED_10) ten.push(await load(pool, p));
     const n = quick ? 1500 : 8000;
+    // The inline lane makes its copies in the background, its compile trials at the lowest CPU
+    // priority, so on a busy machine only in idle moments: measured once made, as on a host that
+    // has been idle a while, not while they are being made.
+    for (const policy of [as, ts]) await laneReady(pool, policy);
     const result: SandboxResult = {
       poolSize: pool.size,
       single: await singles(pool, [{ policy: as, language: 'AS' }, { policy: ts, language: 'TS' }], n, quick ? 3 : 8),

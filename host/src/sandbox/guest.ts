@@ -322,6 +322,8 @@ async function instantiateComponent(spec: SandboxSpec, logs: LogBuffer, budget: 
         // A guest that caught what a host function threw and answered anyway failed for that.
         const caught = fault as GuestFault | undefined;
         if (caught) throw caught;
+        // And an answer after the meter stopped it (should the glue ever swallow the trap) is none.
+        if (meter.stopped !== undefined) throw new GuestFault('trap', meter.stopped);
         return Promise.resolve(output);
       } catch (error) {
         const stopped = meter.stopped;

@@ -13,7 +13,7 @@ import { atomicWrite, cacheDir, sha256, touch } from '../util/files.ts';
 import { moduleKind, type ModuleKind } from './module-kind.ts';
 import { applyPlan, capMemory, planBudget, readLayout } from './memory-cap.ts';
 import { checkCodeSection } from './code-walk.ts';
-import { meterModule, type Metering } from './metering.ts';
+import { FUEL_EXPORT, meterModule, REFILL_EXPORT, START_EXPORT, type Metering } from './metering.ts';
 import { GLUE_REVISION, tuneGlue } from './glue.ts';
 import { transpileIsolated } from './transpile.ts';
 import { markTrialUsed, trialCompile } from './compile-trial.ts';
@@ -85,6 +85,12 @@ export async function meteredComponent(
   if (spec.kind !== 'component' || !spec.cores) return { unmetered: 'it is not a component prepared here' };
   const names = Object.keys(spec.cores);
   if (names.length > bounds.maxModules) return { unmetered: `it has ${names.length} core modules, more than the ${bounds.maxModules} the lane takes` };
+  // The names metering gives its counter, refill slot and start: a module (one without code too,
+  // which is not metered) that imports or exports one could reach another module's (reviewer).
+  for (const module of Object.values(spec.modules)) {
+    const named = [...WebAssembly.Module.imports(module), ...WebAssembly.Module.exports(module)].find((d) => METERING_NAMES.has(d.name));
+    if (named) return { unmetered: `one of its core modules names ${named.name}, which metering reserves` };
+  }
   let originals: Uint8Array[];
   try {
     originals = await Promise.all(names.map(async (name) => {
@@ -131,6 +137,7 @@ export async function meteredComponent(
   return { modules };
 }
 const meteredByContent = new Map<string, WeakRef<WebAssembly.Module>>();
+const METERING_NAMES = new Set([FUEL_EXPORT, REFILL_EXPORT, START_EXPORT]);
 /** The compile trials of the lane's copies yield to everything else (compile-trial.ts `nice`). */
 const LANE_TRIAL_NICE = 19;
 
@@ -249,7 +256,8 @@ async function trialThenCompile(
   // Nesting is one way to make a compiler run away, not the only one: try both where it is safe.
   const verdict = await trialCompile(bytes, hash, undefined, background ? LANE_TRIAL_NICE : undefined);
   if (!verdict.ok) {
-    if (verdict.lasting) remember(hash, verdict.reason);
+    // A trial at the lowest priority may run out of time on a busy node: not the module's doing.
+    if (verdict.lasting && !background) remember(hash, verdict.reason);
     throw new PrepareError(verdict.reason);
   }
   processTypes.charge(hash, types);
@@ -424,6 +432,10 @@ async function transpileAndStore(bytes: Uint8Array, digest: string): Promise<Tra
  * jco's glue lifts what the types say, in JavaScript, in the thread that runs the guest (red
  * team: `log: func(message: list<string>)` made the glue decode 2,000 views of one 64 KiB
  * slice per call, 125 MB in one call, 8 GB in another, in the main thread with the inline lane).
+ * Not complete: jco declares a function returning `result<T, E>` as returning T (reviewer), and
+ * the declarations do not say which version of an interface. What such a component's glue does
+ * stays in its worker (terminated at its deadline, heap-capped); the inline lane runs only glue
+ * it has reviewed (inline-lane.ts REVIEWED_GLUE), which a component of other types does not have.
  */
 const CONTRACT: Record<string, string> = {
   'interfaces/portcullis-policy-host.d.ts': "export function log(_: Level, _: string): void; export type Level = 'debug' | 'info' | 'warn' | 'error';",
