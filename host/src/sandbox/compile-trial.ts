@@ -173,7 +173,7 @@ function runChild(
     // Started through nice(1), so that every thread of the child (V8's compiler threads start
     // with it) has the priority; where nice is missing, the child's main thread gets it after.
     const niced = nice !== undefined && NICE_BINARY !== undefined;
-    const child = spawn(niced ? NICE_BINARY! : process.execPath, niced ? ['-n', String(nice), process.execPath, ...args] : args,
+    const child = spawn(niced ? NICE_BINARY : process.execPath, niced ? ['-n', String(nice), process.execPath, ...args] : args,
       { stdio: ['pipe', 'pipe', 'pipe'], env: { ...process.env, NODE_OPTIONS: '' } });
     // Linux: the child, not the host, is the one to go when memory runs out.
     if (child.pid !== undefined) writeFile(`/proc/${child.pid}/oom_score_adj`, '1000').catch(() => undefined);
