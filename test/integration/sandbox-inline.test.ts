@@ -25,6 +25,11 @@ function metered(bytes: Uint8Array): Uint8Array<ArrayBuffer> {
 
 let pool: SandboxPool;
 let dir: string;
+/**
+ * Tests that wait for the lane to make a TypeScript policy's copies: its compile trials run at
+ * the lowest priority, so beside other test files on 2 cores that takes a while.
+ */
+const LANE_WAIT_MS = 120_000;
 beforeAll(async () => {
   pool = new SandboxPool(2);
   dir = await mkdtemp(join(tmpdir(), 'portcullis-inline-'));
@@ -35,7 +40,7 @@ afterAll(() => pool.close());
 async function untilInline(policy: LoadedPolicy, calls = 1, fn: 'validate' | 'mutate' = 'validate', call = input()): Promise<void> {
   const target = pool.stats.inlineCalls + calls;
   // A component's metered copy is compiled after compile trials of its modules: seconds, the first time.
-  const until = performance.now() + 60_000;
+  const until = performance.now() + LANE_WAIT_MS - 10_000;
   while (performance.now() < until && pool.stats.inlineCalls < target && pool.inlineOut(policy.key) === undefined) {
     await evaluatePolicy(pool, policy, fn, call);
     await sleep(20);
@@ -100,7 +105,7 @@ describe('inline lane', () => {
     } finally {
       await workersOnly.close();
     }
-  });
+  }, LANE_WAIT_MS);
 
   it('stops a TypeScript policy that loops inline by time; a worker answers the call, under its deadline', async () => {
     // spin: mutate loops settings.iterations times (few: the lane takes it), validate forever.
@@ -121,7 +126,7 @@ describe('inline lane', () => {
     await sleep(100);
     await evaluatePolicy(pool, spin, 'mutate', input({}, { iterations: 10 }));
     expect(pool.stats.inlineCalls).toBe(calls);
-  });
+  }, LANE_WAIT_MS);
 
   it('bounds the host calls a component makes inline: a policy that logs too much leaves the lane, and a worker answers', async () => {
     const flood = await load(pool, 'log-flood');
@@ -134,7 +139,7 @@ describe('inline lane', () => {
     expect(flooded.logs).toHaveLength(64);
     // Whichever bound comes first: 256 host calls, or the time (300 log lines take QuickJS a few ms).
     expect(pool.inlineOut(flood.key)).toMatch(/^it (failed inline: made more than 256 host calls in one inline call|ran past the 10 ms an inline call may take)$/);
-  });
+  }, LANE_WAIT_MS);
 
   it('caps a TypeScript policy\'s memory in the lane at 8 MiB: past it, it leaves the lane, and a worker answers under its own cap', async () => {
     // A quarter MiB kept per call: the lane's instance fills 8 MiB in about 30 calls, the workers' 64 MiB long after.
@@ -146,7 +151,7 @@ describe('inline lane', () => {
     }
     // QuickJS meets the cap as an allocation that fails: the policy answers an error, which a worker judges again.
     expect(pool.inlineOut(bomb.key)).toMatch(/^it (answered an error|failed inline: .*memory|memory grew)/);
-  });
+  }, LANE_WAIT_MS);
 
   it('stops a policy that loops inline by time (its fuel granted in slices), lets a worker answer the call, and keeps it out of the lane', async () => {
     // The inline instance loops from its 101st call; the workers' instances answer fewer (only

@@ -211,6 +211,11 @@ export class InlineLane {
     return this.#busyShare < INLINE_MAX_UTILIZATION;
   }
 
+  /** Gives back a claim without calling (the caller sends the call to a worker after all). */
+  release(): void {
+    this.#busy = false;
+  }
+
   /** Why the policy left the lane, if it did. */
   outReason(key: string): string | undefined {
     return this.#out.get(key);

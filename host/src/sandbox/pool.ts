@@ -492,7 +492,16 @@ export class SandboxPool {
         // Run after the review's other calls are queued and dispatched (two microtasks on, behind
         // the dispatch those calls scheduled): the workers start on them while this one runs here.
         const dispatched = new Promise<void>((resolve) => queueMicrotask(() => queueMicrotask(resolve)));
-        return dispatched.then(() => this.#inline!.call(spec, fn, input, timeoutMs)).then((answer) => {
+        return dispatched.then(() => {
+          // The review's other calls went to the workers: this one goes with them. Inline, it
+          // would add a metered guest's time to the main thread while they run (10 mixed
+          // policies back to back: whole evaluation 0.82 -> 1.28 ms once TypeScript went inline).
+          if (group !== undefined && this.#othersOut(group)) {
+            this.#inline!.release();
+            return undefined;
+          }
+          return this.#inline!.call(spec, fn, input, timeoutMs);
+        }).then((answer) => {
           const totalMicros = Math.round((performance.now() - started) * 1000);
           if (answer) {
             // What a call costs is what predicts the queue under overload: learnt from inline calls
@@ -509,6 +518,12 @@ export class SandboxPool {
       this.#inline!.want(spec);
     }
     return this.#queueCall(key, fn, input, timeoutMs, Math.min(waitMs, timeoutMs), group, started);
+  }
+
+  /** Whether calls of this review are queued or in a worker. */
+  #othersOut(group: object): boolean {
+    const ours = (job: Job) => job.group === group;
+    return this.#queue.some(ours) || this.#slots.some((slot) => slot.batches.some((batch) => batch.jobs.some(ours)));
   }
 
   /** Nothing queued, no worker running or loading anything: a call inline delays nobody's. */
