@@ -92,6 +92,7 @@ class Meter {
   readonly #callMs: number | undefined;
   readonly #startMs: number | undefined;
   #wallMs: number | undefined;
+  #making = false;
   #budget = 0n;
   #granted = 0n;
   #started = 0;
@@ -121,6 +122,7 @@ class Meter {
 
   /** A new call (or, `making`, the instance's start functions), with `budget` units for all the modules together. */
   begin(budget: bigint, making = false): void {
+    this.#making = making;
     this.#wallMs = making ? this.#startMs : this.#callMs;
     this.#budget = budget;
     this.#granted = 0n;
@@ -144,7 +146,7 @@ class Meter {
 
   /** What the guest ran past, for its fault. */
   get late(): string {
-    return `ran past the ${this.#wallMs} ms an inline call may take`;
+    return `ran past the ${this.#wallMs} ms ${this.#making ? 'making an inline instance' : 'an inline call'} may take`;
   }
 
   #refill(counter: WebAssembly.Global): void {
@@ -264,7 +266,7 @@ async function instantiateComponent(spec: SandboxSpec, logs: LogBuffer, budget: 
         throw new Error('the component instantiates one of its core modules more than once, which its memory cap does not allow');
       }
       instantiated.set(module, times);
-      if (meter.overTime()) throw new Error(`making its instance ${meter.late.replace('an inline call', 'making an inline instance')}`);
+      if (meter.overTime()) throw new Error(`making its instance ${meter.late}`);
       // In the inline lane every function the host gives the component is bounded, a module's
       // without code too (its start function may be one of them).
       if (wallMs !== undefined) {
@@ -286,7 +288,7 @@ async function instantiateComponent(spec: SandboxSpec, logs: LogBuffer, budget: 
         try {
           if (typeof start === 'function') (start as () => void)();
         } catch (error) {
-          if (meter.stopped) throw new Error(`a start function ${meter.stopped.replace('an inline call', 'making an inline instance')}`);
+          if (meter.stopped) throw new Error(`a start function ${meter.stopped}`);
           if ((meter.left() ?? 0n) < 0n) throw new Error(`a start function ran past the ${budget.start} units of fuel it may use here`);
           throw error;
         }
@@ -531,7 +533,7 @@ async function instantiateCore(spec: SandboxSpec, logs: LogBuffer, budget: FuelB
       if (typeof start === 'function') (start as () => void)();
     } catch (error) {
       void plugin.close();
-      if (meter.stopped) throw new Error(`its start function ${meter.stopped.replace('an inline call', 'making an inline instance')}`);
+      if (meter.stopped) throw new Error(`its start function ${meter.stopped}`);
       if ((meter.left() ?? 0n) < 0n) throw new Error(`its start function ran past the ${budget.start} units of fuel it may use here`);
       throw startError(error);
     }

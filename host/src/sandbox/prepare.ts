@@ -105,8 +105,9 @@ export async function meteredComponent(
   const size = originals.reduce((n, b) => n + b.length, 0);
   if (size > bounds.maxBytes) return { unmetered: `its core modules are ${size} bytes, more than the ${bounds.maxBytes} the lane takes` };
   let capped: Uint8Array<ArrayBuffer>[];
+  let layouts: ReturnType<typeof readLayout>[];
   try {
-    const layouts = originals.map((bytes) => readLayout(bytes));
+    layouts = originals.map((bytes) => readLayout(bytes));
     const plan = planBudget(layouts, Math.min(spec.memoryCapBytes, bounds.memoryBytes));
     capped = originals.map((bytes, i) => applyPlan(bytes, layouts[i]!, plan.memoryMax[i]!, plan.tableMax[i]!));
   } catch (error) {
@@ -114,7 +115,8 @@ export async function meteredComponent(
   }
   const hashes = capped.map((bytes) => sha256(bytes));
   const known = hashes.map((hash) => meteredByContent.get(hash)?.deref());
-  const todo = capped.filter((_, i) => !known[i] && readLayout(capped[i]!).codeSection);
+  // The plan changes only limits: a module has code as it came.
+  const todo = capped.filter((_, i) => !known[i] && layouts[i]!.codeSection);
   const meterings = todo.length > 0 ? await meterInThread(todo) : [];
   const modules: Record<string, WebAssembly.Module> = {};
   let next = 0;
@@ -125,7 +127,7 @@ export async function meteredComponent(
       continue;
     }
     // No code: nothing of its own runs (its start, if any, is an import: metered or host-bounded).
-    const metering = readLayout(capped[i]!).codeSection ? meterings[next++]! : { bytes: capped[i]! };
+    const metering = layouts[i]!.codeSection ? meterings[next++]! : { bytes: capped[i]! };
     if (!('bytes' in metering)) return { unmetered: `its core module ${name} cannot be metered: ${metering.unmetered}` };
     try {
       modules[name] = await compile(metering.bytes, true, true, true);
