@@ -107,6 +107,32 @@ describe('inline lane', () => {
     }
   }, LANE_WAIT_MS);
 
+  it('makes no inline instance for policies whose reviews always bring each other\'s calls (those go to the workers together); alone, one gets its instance', async () => {
+    const own = new SandboxPool(2);
+    try {
+      const a = await load(own, 'pair-a', { module: await allowing('pair-a') });
+      const b = await load(own, 'pair-b', { module: await allowing('pair-b') });
+      for (let i = 0; i < 30; i++) {
+        // One review, two policies: admission gives both calls the same input (one envelope).
+        const shared = input();
+        const outcomes = await Promise.all([evaluatePolicy(own, a, 'validate', shared), evaluatePolicy(own, b, 'validate', shared)]);
+        expect(outcomes.map((o) => o.status)).toEqual(['allowed', 'allowed']);
+        await sleep(20);
+      }
+      expect(own.stats).toMatchObject({ inlineCalls: 0, inlineReady: 0, inlinePreparing: 0 });
+      // The same policy on its own is what the lane is for.
+      const until = performance.now() + 20_000;
+      while (own.stats.inlineCalls === 0 && performance.now() < until) {
+        await evaluatePolicy(own, a, 'validate', input());
+        await sleep(20);
+      }
+      expect(own.stats).toMatchObject({ inlineReady: 1 });
+      expect(own.stats.inlineCalls).toBeGreaterThan(0);
+    } finally {
+      await own.close();
+    }
+  });
+
   it('stops a TypeScript policy that loops inline by time; a worker answers the call, under its deadline', async () => {
     // spin: mutate loops settings.iterations times (few: the lane takes it), validate forever.
     const spin = await load(pool, 'spin', { settings: { iterations: 10 }, limits: { ...DEFAULT_LIMITS, timeoutMs: 300 } });
@@ -262,6 +288,20 @@ describe('inline lane timing', () => {
     };
     return { lane, spec, call };
   }
+
+  it('makes no instance while the main thread is busy (under load its CPU is the load\'s), and makes it once the thread is quiet', async () => {
+    const { prepareSandbox } = await import('../../host/src/sandbox/prepare.ts');
+    const spec = await prepareSandbox('busy-want', new Uint8Array(await readFile(wasm('no-delete'))), DEFAULT_LIMITS, false);
+    const lane = new InlineLane();
+    // Busy for longer than the lane's sample (INLINE_SAMPLE_MS), as a thread under load is.
+    for (const until = performance.now() + 80; performance.now() < until;);
+    lane.want(spec);
+    expect(lane.preparing + lane.ready).toBe(0);
+    await sleep(120);
+    lane.want(spec);
+    expect(lane.preparing).toBe(1);
+    lane.close();
+  });
 
   it('does not count wall time the main thread lost to being descheduled against a policy', async () => {
     // Every reading of the wall clock 30 ms past the last: each call seems to take 30 ms.

@@ -10,7 +10,7 @@
 // a worker, under the policy's real deadline, and the worker's answer is the one that counts. A
 // policy that did that, or was slow once, is never called inline again (until its sandbox is
 // replaced: a change to its module, limits or settings, or a restart), so a policy holds the
-// main thread at most once.
+// main thread a bounded few times at most (INLINE_SLOW_STRIKES).
 // Only policies the pool already trusts come here: answered from a worker, not costly or
 // distrusted, quick to instantiate, no context grants (reads are answered by the workers'
 // replicas), not fresh per call.
@@ -221,10 +221,24 @@ export class InlineLane {
     return this.#out.get(key);
   }
 
-  /** Makes the policy's inline instance in the background, once; it is used when ready. */
+  /** Policies whose inline instance is ready. */
+  get ready(): number {
+    return this.#entries.size;
+  }
+
+  /** Policies whose inline instance is being made now. */
+  get preparing(): number {
+    return this.#preparing.size;
+  }
+
+  /**
+   * Makes the policy's inline instance in the background, once; it is used when ready. Not while
+   * the main thread is busy: under load the lane is not used, and making the instance would take
+   * CPU from the load (it is asked again at the next quiet call).
+   */
   want(spec: SandboxSpec): void {
     const { key } = spec;
-    if (this.#closed || this.#entries.has(key) || this.#preparing.has(key) || this.#out.has(key)) return;
+    if (this.#closed || this.#entries.has(key) || this.#preparing.has(key) || this.#out.has(key) || !this.#quiet()) return;
     if (this.#entries.size + this.#preparing.size >= INLINE_MAX_POLICIES) return;
     this.#preparing.add(key);
     // Anything that throws before #prepare's own handling (a thread that cannot start) only keeps the policy out.

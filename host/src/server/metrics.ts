@@ -83,6 +83,7 @@ export class Metrics {
     new Gauge({ name: 'portcullis_sandbox_restarts', help: 'Sandbox workers replaced after a deadline or crash', registers, collect() { this.set(pool.stats.restarts); } });
     new Gauge({ name: 'portcullis_sandbox_inline_calls', help: 'Policy calls answered in the main thread by the inline lane, with no hop to a worker (an idle host\'s cheap core policies)', registers, collect() { this.set(pool.stats.inlineCalls); } });
     new Gauge({ name: 'portcullis_sandbox_inline_out', help: 'Policies the inline lane no longer takes, until a change to their module, limits or settings, or a restart (out of fuel, failed, or a call took too much of the main thread; the log says which)', registers, collect() { this.set(pool.stats.inlineOut); } });
+    new Gauge({ name: 'portcullis_sandbox_inline_preparing', help: 'Policies whose inline instance is being made now (in the background, while the host is quiet)', registers, collect() { this.set(pool.stats.inlinePreparing); } });
   }
 
   /** Where portcullis_leader reads leadership from (the webhook manager, once started). */
