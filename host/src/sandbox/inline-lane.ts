@@ -137,6 +137,8 @@ export class InlineLane {
   readonly #preparing = new Set<string>();
   /** Keys unloaded while their instance was being made. */
   readonly #gone = new Set<string>();
+  /** How many times each policy's instance took longer than INLINE_FIRST_CALL_MS to make. */
+  readonly #slowMakes = new Map<string, number>();
   /** Policies out of the lane, and why (for tests and logs). */
   readonly #out = new Map<string, string>();
   #busy = false;
@@ -268,20 +270,26 @@ export class InlineLane {
     try {
       // Loaded (parsed, compiled) before the instance is timed: jco's glue is the host's code, not the policy's.
       if (spec.glue) await import(spec.glue);
-      const started = performance.now();
+      const started = this.#clock.wallMs();
       // Extism's kernel blocks count against the same 8 MiB as the copy's memory (red team: 60 MiB
       // blocks, within the policy's own cap, made into error texts held in this thread).
       const small = { ...spec, modules: copy.modules, memoryCapBytes: Math.min(spec.memoryCapBytes, INLINE_MAX_MEMORY_BYTES) };
       const guest = await instantiateGuest(small, logs, {
         start: INLINE_START_FUEL, call: INLINE_FUEL, wallMs: INLINE_WALL_MS, startWallMs: INLINE_FIRST_CALL_MS, slice: INLINE_FUEL_SLICE,
       });
-      const ms = performance.now() - started;
+      const ms = this.#clock.wallMs() - started;
       logs.take();
-      // Unloaded or closed meanwhile: nobody will call it. Slow to make: its start function
-      // held this thread once, and will not again.
+      // Unloaded or closed meanwhile: nobody will call it. Slow to make: its start functions held
+      // this thread (each time within the Meter's start window); made again at a later quiet
+      // moment, up to INLINE_SLOW_STRIKES times. The wall clock spans awaits, in which the thread
+      // runs other work: once on a busy machine (29 ms, a test run beside others) is no verdict.
       if (this.#closed || this.#out.has(spec.key) || this.#gone.has(spec.key) || ms > INLINE_FIRST_CALL_MS) {
         guest.close();
-        if (ms > INLINE_FIRST_CALL_MS) this.#setOut(spec.key, `its inline instance took ${Math.round(ms)} ms to make`);
+        if (ms > INLINE_FIRST_CALL_MS) {
+          const strikes = (this.#slowMakes.get(spec.key) ?? 0) + 1;
+          this.#slowMakes.set(spec.key, strikes);
+          if (strikes >= INLINE_SLOW_STRIKES) this.#setOut(spec.key, `its inline instance took ${Math.round(ms)} ms to make, ${strikes} times over ${INLINE_FIRST_CALL_MS} ms`);
+        }
       } else this.#entries.set(spec.key, { guest, logs, warm: false, slow: 0 });
     } catch (error) {
       this.#setOut(spec.key, `its inline instance failed: ${error instanceof Error ? error.message : String(error)}`);
@@ -361,6 +369,7 @@ export class InlineLane {
   drop(key: string): void {
     this.#drop(key);
     this.#out.delete(key);
+    this.#slowMakes.delete(key);
     if (this.#preparing.has(key)) this.#gone.add(key);
   }
 

@@ -201,6 +201,11 @@ port.on('message', (message: ToWorker) => {
           if (!specs.has(spec.key)) send({ type: 'loaded', key: spec.key });
           return;
         }
+        // jco's glue is the host's code, not the policy's: loaded (parsed, compiled) before the
+        // load is timed, as the inline lane times its own instance. A first import, with Node's
+        // compile cache empty, took a TypeScript policy's load past the lane's INLINE_MAX_LOAD_MS
+        // on a busy machine, and the lane never took it.
+        if (spec.glue) await import(spec.glue);
         const started = performance.now();
         const guest = await guestFor(spec);
         // A fresh policy's instance was made only to prove it instantiates.
