@@ -55,8 +55,8 @@ interface Span { start: number; end: number }
 interface ObjectsFound {
   object?: Span | undefined;
   oldObject?: Span | undefined;
-  objectMembers?: Member[] | undefined;
-  oldObjectMembers?: Member[] | undefined;
+  /** The object's (oldObject's) members, when the scan noted them; listed only when asked (review/scan.ts membersOf). */
+  listMembers?: ((which: 'object' | 'oldObject') => Member[] | undefined) | undefined;
 }
 interface Member { key: Span; value: Span; inner?: Member[] | undefined }
 /** Where object and oldObject lie in a raw envelope, when the scan found them (rawEnvelope). */
@@ -149,8 +149,9 @@ function deferredValues(body: Uint8Array, found: ObjectsFound, shift: number): D
   const defer = (value: Span, path: readonly string[]) => apart.push([value.start + shift, value.end + shift, path]);
   // { or [: a scalar costs nothing to parse
   const large = (value: Span) => value.end - value.start >= DEFER_FROM_BYTES && (body[value.start] === 0x7b || body[value.start] === 0x5b);
-  for (const [span, members, which] of [[found.object, found.objectMembers, 'object'], [found.oldObject, found.oldObjectMembers, 'oldObject']] as const) {
+  for (const [span, which] of [[found.object, 'object'], [found.oldObject, 'oldObject']] as const) {
     if (!span) continue;
+    const members = found.listMembers?.(which);
     const names = namesOnce(body, members);
     if (!members || !names) {
       if (large(span)) defer(span, ['request', which]);

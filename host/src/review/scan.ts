@@ -48,12 +48,23 @@ export interface ReviewScan {
   object?: Span;
   oldObject?: Span;
   /**
-   * Their own members, when `object` (`oldObject`) is set and has at most MAX_MEMBERS: key
-   * (without its quotes) and value, in order, a key named twice listed twice. For guests that
-   * parse large members only when read.
+   * What the walk noted of their members, as numbers: membersOf() lists them. Built as objects
+   * on every review, the lists were the main thread's largest allocation after parsing (about
+   * 4 KB of a Pod review), and only a policy input taken apart reads them (evaluate.ts).
    */
-  objectMembers?: Member[];
-  oldObjectMembers?: Member[];
+  memberNotes?: MemberNotes;
+  /** membersOf() for this scan and its bytes. */
+  listMembers?: (which: 'object' | 'oldObject') => Member[] | undefined;
+}
+
+/** A copy of the walk's notes of members (see `members`, `inner`, `crowded` below). */
+export interface MemberNotes {
+  noted: number[];
+  nested: Uint32Array;
+  crowded: number[];
+  /** Whether object (oldObject) has at most MAX_MEMBERS, so that its members are listed. */
+  object: boolean;
+  oldObject: boolean;
 }
 
 export interface Member {
@@ -277,39 +288,44 @@ function finish(bytes: Uint8Array, found: Found): ReviewScan {
   const { requestStart, requestEnd } = found;
   if (!found.topPlain || found.requests !== 1 || requestStart < 0 || bytes[requestStart] !== OPEN_BRACE) return { ...scan, plainKeys: false };
   scan.request = { start: requestStart, end: requestEnd };
-  if (found.plainKeys) {
-    if (found.objects === 1 && found.objectStart >= 0) {
-      scan.object = { start: found.objectStart, end: found.objectEnd };
-      const list = membersOf(bytes, OBJECT);
-      if (list) scan.objectMembers = list;
-    }
-    if (found.oldObjects === 1 && found.oldStart >= 0) {
-      scan.oldObject = { start: found.oldStart, end: found.oldEnd };
-      const list = membersOf(bytes, OLD_OBJECT);
-      if (list) scan.oldObjectMembers = list;
-    }
+  if (!found.plainKeys) return scan;
+  const hasObject = found.objects === 1 && found.objectStart >= 0;
+  const hasOld = found.oldObjects === 1 && found.oldStart >= 0;
+  if (hasObject) scan.object = { start: found.objectStart, end: found.objectEnd };
+  if (hasOld) scan.oldObject = { start: found.oldStart, end: found.oldEnd };
+  // Copied: the walk's own arrays serve the next body.
+  if (hasObject || hasOld) {
+    scan.memberNotes = {
+      noted: members.slice(), nested: inner.slice(0, innerLength), crowded: crowded.slice(),
+      object: hasObject && memberCounts[OBJECT]! <= MAX_MEMBERS, oldObject: hasOld && memberCounts[OLD_OBJECT]! <= MAX_MEMBERS,
+    };
+    scan.listMembers = (which) => membersOf(bytes, scan, which);
   }
   return scan;
 }
 
 /**
- * The members of the object (OBJECT) or oldObject (OLD_OBJECT), or undefined when it has too
- * many. Keys named twice are listed twice: whoever takes members apart checks, when it does
- * (most reviews have no policy that does, and this runs on every review).
+ * The members of the object or oldObject that `scan` found in `bytes`: key (without its quotes)
+ * and value, in order, and for a value that is a map of at most MAX_MEMBERS its own members
+ * likewise (`inner`). Undefined when it has more than MAX_MEMBERS, or was not found. Keys named
+ * twice are listed twice: whoever takes members apart checks.
  */
-function membersOf(bytes: Uint8Array, which: number): Member[] | undefined {
-  if (memberCounts[which]! > MAX_MEMBERS) return undefined;
+export function membersOf(bytes: Uint8Array, scan: { memberNotes?: MemberNotes | undefined }, which: 'object' | 'oldObject'): Member[] | undefined {
+  const notes = scan.memberNotes;
+  if (!notes?.[which]) return undefined;
+  const tag = which === 'object' ? OBJECT : OLD_OBJECT;
+  const { noted, nested, crowded: full } = notes;
   const list: Member[] = [];
-  // `inner` lists members by the member they are in, in order.
+  // `nested` lists members by the member they are in, in order.
   let next = 0;
-  for (let i = 0; i < members.length; i += 5) {
-    while (next < innerLength && inner[next]! < i) next += 5;
-    if (members[i] !== which) continue;
-    const member: Member = { key: { start: members[i + 1]!, end: members[i + 2]! }, value: { start: members[i + 3]!, end: members[i + 4]! } };
-    if (bytes[member.value.start] === OPEN_BRACE && !crowded.includes(i)) {
+  for (let i = 0; i < noted.length; i += 5) {
+    while (next < nested.length && nested[next]! < i) next += 5;
+    if (noted[i] !== tag) continue;
+    const member: Member = { key: { start: noted[i + 1]!, end: noted[i + 2]! }, value: { start: noted[i + 3]!, end: noted[i + 4]! } };
+    if (bytes[member.value.start] === OPEN_BRACE && !full.includes(i)) {
       const own: Member[] = [];
-      for (; next < innerLength && inner[next] === i; next += 5) {
-        own.push({ key: { start: inner[next + 1]!, end: inner[next + 2]! }, value: { start: inner[next + 3]!, end: inner[next + 4]! } });
+      for (; next < nested.length && nested[next] === i; next += 5) {
+        own.push({ key: { start: nested[next + 1]!, end: nested[next + 2]! }, value: { start: nested[next + 3]!, end: nested[next + 4]! } });
       }
       member.inner = own;
     }
