@@ -5,7 +5,7 @@ import { describe, expect, it } from 'vitest';
 import { definePolicy, type EvaluationInput, type JsonObject } from '@portcullis/sdk';
 import { readInput } from '../../sdk/src/input.ts';
 import { DEFER_FROM_BYTES, rawEnvelope, sharedInput } from '../../host/src/evaluate/evaluate.ts';
-import { MAX_MEMBERS, membersOf, rawRequestSpan, scanReview } from '../../host/src/review/scan.ts';
+import { MAX_MEMBERS, rawRequestSpan, scanReview } from '../../host/src/review/scan.ts';
 import type { LoadedPolicy } from '../../host/src/policy/loaded.ts';
 import { joinInput } from '../../host/src/sandbox/input.ts';
 
@@ -160,11 +160,10 @@ describe('objects apart', () => {
     const many = (n: number) => Object.fromEntries(Array.from({ length: n }, (_, i) => [`k${i}`, { v: 'x'.repeat(130) }]));
     for (const [n, members] of [[MAX_MEMBERS, true], [MAX_MEMBERS + 1, false], [20_000, false]] as const) {
       const text = JSON.stringify({ kind: 'AdmissionReview', request: { uid: 'm', operation: 'UPDATE', object: many(n), oldObject: { spec: many(2) } } });
-      const bytes = Buffer.from(text);
-      const scan = scanReview(bytes);
+      const scan = scanReview(Buffer.from(text));
       expect(scan.object).toBeDefined();
-      expect(membersOf(bytes, scan, 'object') !== undefined).toBe(members);
-      expect(membersOf(bytes, scan, 'oldObject')).toHaveLength(1);
+      expect(scan.listMembers?.('object') !== undefined).toBe(members);
+      expect(scan.listMembers?.('oldObject')).toHaveLength(1);
       if (n < 1000) expect(JSON.stringify(readInput(inputFor(text, apartPolicy)))).toBe(JSON.stringify(JSON.parse(inputFor(text, wholePolicy))));
     }
   });

@@ -55,7 +55,7 @@ interface Span { start: number; end: number }
 interface ObjectsFound {
   object?: Span | undefined;
   oldObject?: Span | undefined;
-  /** The object's (oldObject's) members, when the scan noted them; listed only when asked (review/scan.ts membersOf). */
+  /** The object's (oldObject's) members, when the scan noted them; listed only when asked (review/scan.ts). */
   listMembers?: ((which: 'object' | 'oldObject') => Member[] | undefined) | undefined;
 }
 interface Member { key: Span; value: Span; inner?: Member[] | undefined }

@@ -48,17 +48,18 @@ export interface ReviewScan {
   object?: Span;
   oldObject?: Span;
   /**
-   * What the walk noted of their members, as numbers: membersOf() lists them. Built as objects
-   * on every review, the lists were the main thread's largest allocation after parsing (about
-   * 4 KB of a Pod review), and only a policy input taken apart reads them (evaluate.ts).
+   * Lists the members of `object` (`oldObject`): key (without its quotes) and value, in order, a
+   * key named twice listed twice; undefined when it has more than MAX_MEMBERS or was not found.
+   * For guests that parse large members only when read. The walk's notes are kept as numbers and
+   * made into lists only when asked: built as objects on every review, they were the main
+   * thread's largest allocation after parsing (about 4 KB of a Pod review), and only a policy
+   * input taken apart reads them (evaluate.ts).
    */
-  memberNotes?: MemberNotes;
-  /** membersOf() for this scan and its bytes. */
   listMembers?: (which: 'object' | 'oldObject') => Member[] | undefined;
 }
 
 /** A copy of the walk's notes of members (see `members`, `inner`, `crowded` below). */
-export interface MemberNotes {
+interface MemberNotes {
   noted: number[];
   nested: Uint32Array;
   crowded: number[];
@@ -295,24 +296,21 @@ function finish(bytes: Uint8Array, found: Found): ReviewScan {
   if (hasOld) scan.oldObject = { start: found.oldStart, end: found.oldEnd };
   // Copied: the walk's own arrays serve the next body.
   if (hasObject || hasOld) {
-    scan.memberNotes = {
+    const notes: MemberNotes = {
       noted: members.slice(), nested: inner.slice(0, innerLength), crowded: crowded.slice(),
       object: hasObject && memberCounts[OBJECT]! <= MAX_MEMBERS, oldObject: hasOld && memberCounts[OLD_OBJECT]! <= MAX_MEMBERS,
     };
-    scan.listMembers = (which) => membersOf(bytes, scan, which);
+    scan.listMembers = (which) => membersOf(bytes, notes, which);
   }
   return scan;
 }
 
 /**
- * The members of the object or oldObject that `scan` found in `bytes`: key (without its quotes)
- * and value, in order, and for a value that is a map of at most MAX_MEMBERS its own members
- * likewise (`inner`). Undefined when it has more than MAX_MEMBERS, or was not found. Keys named
- * twice are listed twice: whoever takes members apart checks.
+ * ReviewScan.listMembers: and for a value that is a map of at most MAX_MEMBERS, its own members
+ * likewise (`inner`). Keys named twice are listed twice: whoever takes members apart checks.
  */
-export function membersOf(bytes: Uint8Array, scan: { memberNotes?: MemberNotes | undefined }, which: 'object' | 'oldObject'): Member[] | undefined {
-  const notes = scan.memberNotes;
-  if (!notes?.[which]) return undefined;
+function membersOf(bytes: Uint8Array, notes: MemberNotes, which: 'object' | 'oldObject'): Member[] | undefined {
+  if (!notes[which]) return undefined;
   const tag = which === 'object' ? OBJECT : OLD_OBJECT;
   const { noted, nested, crowded: full } = notes;
   const list: Member[] = [];

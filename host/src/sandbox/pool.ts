@@ -500,7 +500,7 @@ export class SandboxPool {
           // The review's other calls went to the workers: this one goes with them. Inline, it
           // would add a metered guest's time to the main thread while they run (10 mixed
           // policies back to back: whole evaluation 0.82 -> 1.28 ms once TypeScript went inline).
-          if (group !== undefined && this.#othersOut(group)) {
+          if (group !== undefined && this.#callsOf(group) > 0) {
             this.#inline!.release();
             return undefined;
           }
@@ -527,7 +527,7 @@ export class SandboxPool {
   /**
    * Asks the lane to make this policy's instance only where the lane would take its calls: a
    * call that is its review's only one (a review's several calls go to the workers together, see
-   * #othersOut), on a quiet main thread (InlineLane.want). Making one costs CPU off the main
+   * call()), on a quiet main thread (InlineLane.want). Making one costs CPU off the main
    * thread: the metering thread, a niced compile trial in a child process, V8 compiling the copy.
    * Asked on every call, 10 mixed policies made ten copies the lane never used, and a saturating
    * load's first idle moment set it off while the load ran (the benchmark saw other processes
@@ -552,11 +552,6 @@ export class SandboxPool {
     return count;
   }
 
-  /** Whether calls of this review are queued or in a worker. */
-  #othersOut(group: object): boolean {
-    const ours = (job: Job) => job.group === group;
-    return this.#queue.some(ours) || this.#slots.some((slot) => slot.batches.some((batch) => batch.jobs.some(ours)));
-  }
 
   /** Nothing queued, no worker running or loading anything: a call inline delays nobody's. */
   #workersIdle(): boolean {
