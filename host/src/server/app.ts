@@ -22,6 +22,7 @@ import { hostObjects, writesOwnObjects } from '../select/host-objects.ts';
 import { hostNamespace } from '../webhooks/build.ts';
 import { createServer } from './http.ts';
 import { createLogger, type Logger } from '../util/log.ts';
+import { SlotList } from '../util/slot-list.ts';
 import { mib } from '../util/text.ts';
 import { Metrics } from './metrics.ts';
 import { listenMetrics, metricsUrl } from './metrics-listener.ts';
@@ -92,8 +93,8 @@ export class PortcullisServer {
   #ready = false;
   /** Leaving: /readyz says 503 and every answer closes its connection (drain, stop). */
   #draining = false;
-  /** Requests not yet answered. */
-  readonly #open = new Set<ServerResponse>();
+  /** Requests not yet answered (not a Set: see SlotList). */
+  readonly #open = new SlotList<ServerResponse>();
   #retireGraceMs = RETIRE_GRACE_MS;
   #stopping: Promise<void> | undefined;
   #cleanups: (() => void)[] = [];
@@ -134,8 +135,7 @@ export class PortcullisServer {
     });
     // First of the request listeners, so that the header is set before any answer is written.
     this.#server.prependListener('request', (_req, res) => {
-      this.#open.add(res);
-      res.on('close', () => this.#open.delete(res));
+      res.once('close', this.#open.add(res));
       if (this.#draining) res.setHeader('connection', 'close');
     });
   }
