@@ -130,6 +130,20 @@ describe('parseScannedReview: the object parsed when first read', () => {
     expect(JSON.stringify(lazy)).toBe(JSON.stringify(eager));
   });
 
+  it('reads each request\'s own object from its own body (the accessors are shared by all requests)', () => {
+    const other = Buffer.from(reviewBody().replace('"restartPolicy":"Always"', '"restartPolicy":"Never"'));
+    const first = parseScannedReview(body, scanReview(body));
+    const second = parseScannedReview(other, scanReview(other));
+    const getter = (request: object): unknown => (Object.getOwnPropertyDescriptor(request, 'object') as { get?: unknown } | undefined)?.get;
+    expect(getter(first.request)).toBe(getter(second.request));
+    expect(second.request.object).toEqual(parseReviewText(other).request.object);
+    expect(first.request.object).toEqual(parseReviewText(body).request.object);
+    expect(JSON.stringify(second.request.object)).toContain('"restartPolicy":"Never"');
+    // Where the unread object lies is no field of the request: not listed, not serialized.
+    expect(Object.keys(first.request)).toEqual(Object.keys(parseReviewText(body).request));
+    expect(JSON.stringify(second)).toBe(JSON.stringify(parseReviewText(other)));
+  });
+
   it('reads both objects of an UPDATE, and takes an assignment before the first read', () => {
     const text = JSON.stringify({
       kind: 'AdmissionReview', apiVersion: 'admission.k8s.io/v1',

