@@ -2,10 +2,10 @@
  * A set of short-lived objects held by a long-lived owner (the server's unanswered responses):
  * array slots reused through a free list, not a Set or Map.
  *
- * Why: each add and delete of a young object churns a long-lived hash table. V8 rehashes it now
- * and then, and each old copy it leaves in the old generation keeps its entries. A scavenge treats
- * everything in the old generation as live, so those dead copies kept whole requests alive
- * (response, request, parsed review) until the next full collection. Measured with
+ * Why: a long-lived Set or Map that each request's response enters and leaves kept whole
+ * requests (response, request, parsed review) alive through scavenges until the next full
+ * collection. Most likely (not checked in V8's source) the copies a rehash leaves behind keep
+ * their entries, and a scavenge takes everything in the old generation as live. Measured with
  * `--trace-gc` on the bare HTTPS server (bench/limit-server.ts) at 16 connections:
  * - as it is: 6 bytes promoted per request, a 0.6 ms scavenge every 50 ms;
  * - with one Set of its responses, added on request, deleted on close: 2.5 KB promoted per
