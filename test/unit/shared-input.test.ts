@@ -15,6 +15,10 @@ it('encodes a review once and joins each policy\'s settings in front, as text an
   expect(a.envelope.buffer).toBeInstanceOf(SharedArrayBuffer);
   expect(JSON.parse(joinInput(a))).toEqual({ ...input, settings: { x: 1 } });
   expect(JSON.parse(new TextDecoder().decode(joinInputBytes(b)))).toEqual({ ...input, settings: { y: 'ä' } });
+  // The encoded envelope is kept on the input itself, out of sight: not listed, copied or serialized.
+  expect(Object.keys(input)).toEqual(['request', 'settings', 'headers', 'sslpeer', 'dryRun', 'webhook']);
+  expect(Object.getOwnPropertySymbols({ ...input })).toEqual([]);
+  expect(JSON.parse(JSON.stringify(input))).toEqual(JSON.parse(joinInput({ ...a, settings: 'null' })));
 });
 
 it('handles an empty envelope', () => {

@@ -48,7 +48,21 @@ function timingOf(outcome: Outcome): Pick<Outcome, 'guestMicros' | 'totalMicros'
 // A review evaluated by ten policies is serialized and encoded once: the envelope without
 // settings goes into shared memory, cached per input object; each policy's settings are
 // serialized once per policy and travel beside it.
-const envelopes = new WeakMap<EvaluationInput, Uint8Array>();
+//
+// What a review's input carries for its calls (its envelope, and where values lie for the
+// policies that take them apart) is kept on the input itself, in non-enumerable symbol-keyed
+// fields, not in WeakMaps keyed by it: a long-lived WeakMap's entries kept each review's
+// values alive through scavenges until a full collection. Serve with one TypeScript policy
+// that takes values apart, 16 connections (`--trace-gc`): 580-860 bytes promoted per request
+// and 5-18 ms scavenges with the WeakMaps, 56-83 bytes and 1.0-1.2 ms with these fields.
+const ENVELOPE = Symbol('envelope');
+const DEFERRED = Symbol('deferred');
+type Deferreds = { nested: readonly Deferred[]; flat: readonly Deferred[] } | (() => readonly Deferred[]);
+type Carrying = EvaluationInput & { [ENVELOPE]?: Uint8Array; [DEFERRED]?: Deferreds };
+function carry<K extends typeof ENVELOPE | typeof DEFERRED>(input: EvaluationInput, key: K, value: Carrying[K]): void {
+  Object.defineProperty(input, key, { value, writable: true, configurable: true });
+}
+
 /** Bytes [start, end) of a body. */
 interface Span { start: number; end: number }
 /** Where the body's scan found the request's object and oldObject (review/scan.ts). */
@@ -59,8 +73,6 @@ interface ObjectsFound {
   listMembers?: ((which: 'object' | 'oldObject') => Member[] | undefined) | undefined;
 }
 interface Member { key: Span; value: Span; inner?: Member[] | undefined }
-/** Where object and oldObject lie in a raw envelope, when the scan found them (rawEnvelope). */
-const deferred = new WeakMap<EvaluationInput, { nested: readonly Deferred[]; flat: readonly Deferred[] } | (() => readonly Deferred[])>();
 const settingsJson = new WeakMap<LoadedPolicy, string>();
 const encoder = new TextEncoder();
 
@@ -69,17 +81,17 @@ const encoder = new TextEncoder();
  * whose `request` is the review's request. The patch merger reads the object from it (offload.ts).
  */
 export function envelopeOf(input: EvaluationInput): Uint8Array | undefined {
-  return envelopes.get(input);
+  return (input as Carrying)[ENVELOPE];
 }
 
 export function sharedInput(input: EvaluationInput, policy: LoadedPolicy): SharedInput {
-  let envelope = envelopes.get(input);
+  let envelope = (input as Carrying)[ENVELOPE];
   if (envelope === undefined) {
     // Encoded straight into shared memory: no second copy (Buffer.byteLength counts what encodeInto writes).
     const text = serialized(input);
     envelope = new Uint8Array(new SharedArrayBuffer(Buffer.byteLength(text)));
     encoder.encodeInto(text, envelope);
-    envelopes.set(input, envelope);
+    carry(input, ENVELOPE, envelope);
   }
   let settings = settingsJson.get(policy);
   if (settings === undefined) {
@@ -92,12 +104,12 @@ export function sharedInput(input: EvaluationInput, policy: LoadedPolicy): Share
 
 /** Worked out for the first policy of the review that reads values apart, then kept (with and without values nested). */
 function deferredOf(input: EvaluationInput, nested: boolean): readonly Deferred[] | undefined {
-  let found = deferred.get(input);
+  let found = (input as Carrying)[DEFERRED];
   if (typeof found === 'function') {
     const all = found();
     // Without nested-apart: no value inside another (an object's member is at request.object.key).
     found = { nested: all, flat: all.filter(([, , path]) => path.length <= 3) };
-    deferred.set(input, found);
+    carry(input, DEFERRED, found);
   }
   const apart = found?.[nested ? 'nested' : 'flat'];
   return apart !== undefined && apart.length > 0 ? apart : undefined;
@@ -131,8 +143,9 @@ export function rawEnvelope(input: EvaluationInput, body: Uint8Array, span: Span
   encoder.encodeInto(prefix, envelope);
   copyBytes(body.subarray(span.start, span.end), envelope, prefixBytes);
   envelope[prefixBytes + length] = 0x7d; // }
-  envelopes.set(input, envelope);
-  if (objects.object || objects.oldObject) deferred.set(input, () => deferredValues(body, objects, prefixBytes - span.start));
+  carry(input, ENVELOPE, envelope);
+  // Where object and oldObject lie in the envelope, worked out when a policy first asks (deferredOf).
+  if (objects.object || objects.oldObject) carry(input, DEFERRED, () => deferredValues(body, objects, prefixBytes - span.start));
 }
 
 /**
