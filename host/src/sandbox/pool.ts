@@ -552,7 +552,6 @@ export class SandboxPool {
     return count;
   }
 
-
   /** Nothing queued, no worker running or loading anything: a call inline delays nobody's. */
   #workersIdle(): boolean {
     return this.#queue.length === 0 && this.#slots.every((slot) => slot.batches.length === 0 && slot.loads.size === 0);

@@ -16,24 +16,21 @@
 export class SlotList<T extends object> {
   readonly #slots: (T | undefined)[] = [];
   readonly #free: number[] = [];
-  #size = 0;
 
   get size(): number {
-    return this.#size;
+    return this.#slots.length - this.#free.length;
   }
 
   /** Holds `item` until the returned function is called (calling it again does nothing). */
   add(item: T): () => void {
     const index = this.#free.pop() ?? this.#slots.length;
     this.#slots[index] = item;
-    this.#size++;
     let held = true;
     return () => {
       if (!held) return;
       held = false;
       this.#slots[index] = undefined;
       this.#free.push(index);
-      this.#size--;
     };
   }
 
