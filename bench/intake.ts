@@ -95,7 +95,7 @@ async function start(scenario: Scenario, procs: ChildProcess[]): Promise<number>
 }
 
 /**
- * Longer than \`npm run bench\`'s 3 s: a fresh Portcullis runs at about half speed for its first
+ * Longer than `npm run bench`'s 3 s: a fresh Portcullis runs at about half speed for its first
  * 3-15 s of load on this VM (the ramp: first-touch page faults cost 12-17 µs each here, and its
  * code tiers up), and this experiment compares designs, not fresh processes.
  */
