@@ -149,22 +149,24 @@ await insecure.close();
 const limitRuns = rows.filter((r) => r.id === 'limit-1' || r.id === 'limit-end').map((r) => r.rps);
 const limitRps = limitRuns.length > 0 ? Math.max(...limitRuns) : undefined;
 const f = (v: number) => v.toFixed(2);
+/** A row's throughput as a share of the limit's. */
+const share = (r: Row) => (limitRps ? `${Math.round((r.rps / limitRps) * 100)}%` : '–');
+/** CPU µs per review of `cores` (one of a row's core counts). */
+const perReview = (r: Row, cores: number) => Math.round((cores / r.rps) * 1e6);
 const table = [
   '| server | processes | req/s | × limit (the better 1-process run) | p50 ms | p99 ms | cores: server (main threads) / load / other | CPU per review, µs: server / main threads | answers right |',
   '|---|---:|---:|---:|---:|---:|---|---|---|',
-  ...rows.map((r) => {
-    const us = (c: number) => Math.round((c / r.rps) * 1e6);
-    return `| ${r.label} | ${r.processes} | ${r.rps} | ${limitRps ? `${Math.round((r.rps / limitRps) * 100)}%` : '–'} | ${r.p50} | ${r.p99} | ${f(r.server)} (${f(r.main)}) / ${f(r.load)} / ${f(r.others)} | ${us(r.server)} / ${us(r.main)} | ${r.allowed ? 'yes' : 'NO'} |`;
-  }),
+  ...rows.map((r) => `| ${r.label} | ${r.processes} | ${r.rps} | ${share(r)} | ${r.p50} | ${r.p99} | ${f(r.server)} (${f(r.main)}) / ${f(r.load)} / ${f(r.others)} | ${perReview(r, r.server)} / ${perReview(r, r.main)} | ${r.allowed ? 'yes' : 'NO'} |`),
 ].join('\n');
+const rowOf = (id: string) => rows.find((row) => row.id === id);
 /** Main-thread CPU per review (µs) of a row, when it ran. */
 const mainMicros = (id: string) => {
-  const r = rows.find((row) => row.id === id);
-  return r ? Math.round((r.main / r.rps) * 1e6) : undefined;
+  const r = rowOf(id);
+  return r ? perReview(r, r.main) : undefined;
 };
 const ratio = (id: string) => {
-  const r = rows.find((row) => row.id === id);
-  return r && limitRps ? `${Math.round((r.rps / limitRps) * 100)}%` : '–';
+  const r = rowOf(id);
+  return r ? share(r) : '–';
 };
 // What posting a message costs the poster when the receiving thread sleeps, against when it is
 // awake: the wake-up is an inter-processor interrupt the hypervisor delivers (bench/wake-cost.ts).
