@@ -243,7 +243,7 @@ interface HttpResult {
   fanout: number;
   /** Cores other processes were using just before the run (see quiet()). */
   idleBefore: number;
-  saturation: LoadResult & { cpu: CpuShare };
+  saturation: LoadResult & { cpu: CpuShare; runsRps?: number[] };
   fixed: LoadResult & { cpu: CpuShare };
   autocannonRate?: LoadResult & { cpu: CpuShare };
   rssAfterLoad: { rssMiB: number; hwmMiB: number };
@@ -279,7 +279,13 @@ async function runScenario(scenario: Scenario): Promise<HttpResult> {
     const base = { origin: server.origin, paths: scenario.paths, connections: SETTINGS.connections };
     log(`${scenario.id}: saturating (${SETTINGS.saturate.durationSec}s, ${SETTINGS.connections} connections)`);
     const idleBefore = await quiet(SETTINGS.quietSec);
-    const saturation = await undisturbed(`${scenario.id} saturation`, server.pid, () => load({ ...base, kind: 'saturate', ...SETTINGS.saturate }));
+    const first = await undisturbed(`${scenario.id} saturation`, server.pid, () => load({ ...base, kind: 'saturate', ...SETTINGS.saturate }));
+    // Twice, back to back, the better kept (the limit's reference is likewise the best of its
+    // runs): a fresh server is slower for its first seconds under load (the warm-up ramp in
+    // bench/PROFILE.md), and this machine has phases of tens of seconds in which everything runs
+    // slower. The same code read 4,372 and 6,855 req/s with one AS policy in runs minutes apart.
+    const again = await undisturbed(`${scenario.id} saturation again`, server.pid, () => load({ ...base, kind: 'saturate', ...SETTINGS.saturate }));
+    const saturation = { ...(again.rps > first.rps ? again : first), runsRps: [first.rps, again.rps] };
     const rssAfterLoad = await memory(server.pid);
     const fanout = scenario.paths.length;
     // Per-policy endpoints: 200 requests/s in all, i.e. 20 reviews/s of 10 parallel requests.
@@ -616,7 +622,7 @@ function targets(
   const limit = reference(http)?.saturation.rps;
   if (limit && http.as1) {
     const r = http.as1.saturation.rps / limit;
-    out.push({ name: 'One AS policy: throughput vs the limit', target: '≥ 60%', value: `${pct(r)} (${http.as1.saturation.rps} / ${limit} req/s)`, met: r >= 0.6 });
+    out.push({ name: 'One AS policy: throughput vs the limit', target: '≥ 60%', value: `${pct(r)} (${http.as1.saturation.rps} / ${limit} req/s${http.as1.saturation.runsRps ? `; its two runs ${http.as1.saturation.runsRps.join(' and ')}` : ''})`, met: r >= 0.6 });
   }
   if (http.mixed10) {
     out.push({ name: '10 mixed policies, one review: throughput', target: '≥ 1,000 reviews/s', value: `${http.mixed10.saturation.rps} reviews/s`, met: http.mixed10.saturation.rps >= 1000 });
@@ -664,7 +670,7 @@ function markdown(results: Results): string {
   L.push(`- **Date:** ${results.date}`, `- **Command:** \`${results.command}\``, `- **Code:** ${results.git}`);
   L.push(`- **Machine:** ${m.cores} cores, ${m.cpuModel}, ${m.memoryGiB} GiB RAM, Linux ${m.kernel}, Node ${m.node}`);
   L.push(`- **Setup:** every server and the load generator are separate processes on this machine (load generator included in the ${m.cores} cores); HTTPS keep-alive on loopback; the same ${results.settings.bodyBytes}-byte Pod CREATE AdmissionReview (bench/review.ts). Portcullis: \`portcullis serve --tls-self-signed\`, default pool (${Math.max(2, m.cores)} workers), log level info.`);
-  L.push(`- **Load:** saturation = autocannon, ${results.settings.connections} connections, ${results.settings.saturate.durationSec}s after ${results.settings.saturate.warmupSec}s warm-up. Fixed load = open-loop pacer (bench/load.ts, its own minimal HTTPS keep-alive client), ${results.settings.rate} req/s for ${results.settings.paced.durationSec}s, latency per response at µs resolution.${results.settings.autocannonRate ? ` Also autocannon \`--overallRate ${results.settings.rate}\` for ${results.settings.autocannonRate}s (it sends each connection's per-second quota back to back, so it measures a burst of 10 concurrent requests each second, not a steady pace).` : ''}`);
+  L.push(`- **Load:** saturation = autocannon, ${results.settings.connections} connections, ${results.settings.saturate.durationSec}s after ${results.settings.saturate.warmupSec}s warm-up, run twice back to back on the same server and the better kept (both in results.json, \`runsRps\`). Fixed load = open-loop pacer (bench/load.ts, its own minimal HTTPS keep-alive client), ${results.settings.rate} req/s for ${results.settings.paced.durationSec}s, latency per response at µs resolution.${results.settings.autocannonRate ? ` Also autocannon \`--overallRate ${results.settings.rate}\` for ${results.settings.autocannonRate}s (it sends each connection's per-second quota back to back, so it measures a burst of 10 concurrent requests each second, not a steady pace).` : ''}`);
   L.push(`- **Other load on the machine:** load average ${results.loadavg.before} at the start, ${results.loadavg.after} at the end. This machine is shared; each run first waits (up to ${results.settings.quietSec}s) for it to be idle, a run during which other processes took more than 0.15 core is measured again (the less disturbed one is kept), and the tables show how much CPU other processes took during each run.`);
   L.push('');
   L.push('## Targets', '', '| | target | measured | |', '|---|---|---|---|');
