@@ -69,6 +69,19 @@ describe('scanReview: one walk over the body', () => {
     }
   });
 
+  it('lists a body\'s members after other bodies were walked (the walk keeps one set of notes)', () => {
+    const bytes = Buffer.from(reviewBody());
+    const scan = scanReview(bytes);
+    const text = (span: { start: number; end: number }) => bytes.subarray(span.start, span.end).toString();
+    const listed = () => scan.listMembers!('object')!.map(({ key, value, inner }) => [text(key), text(value), inner?.map((m) => text(m.key))]);
+    const first = listed();
+    const pod = JSON.parse(reviewBody()) as { request: { object: Record<string, Record<string, unknown>> } };
+    expect(first.map(([key]) => key)).toEqual(Object.keys(pod.request.object));
+    expect(first.find(([key]) => key === 'spec')![2]).toEqual(Object.keys(pod.request.object.spec!));
+    scanReview(Buffer.from('{"request":{"object":{"other":{"x":1},"y":[2]},"oldObject":{"z":{}}}}'));
+    expect(listed()).toEqual(first);
+  });
+
   it('names no object where another reading could differ, or where it is not an object', () => {
     const spans = (text: string) => {
       const scan = scanReview(Buffer.from(text));
