@@ -311,21 +311,17 @@ function finish(bytes: Uint8Array, found: Found): ReviewScan {
 function membersOf(bytes: Uint8Array, listable: Listable, which: 'object' | 'oldObject'): Member[] | undefined {
   if (!listable[which]) return undefined;
   const tag = which === 'object' ? OBJECT : OLD_OBJECT;
-  const noted = members;
-  const nested = inner;
-  const nestedLength = innerLength;
-  const full = crowded;
   const list: Member[] = [];
-  // `nested` lists members by the member they are in, in order.
+  // `inner` lists members by the member they are in, in order.
   let next = 0;
-  for (let i = 0; i < noted.length; i += 5) {
-    while (next < nestedLength && nested[next]! < i) next += 5;
-    if (noted[i] !== tag) continue;
-    const member: Member = { key: { start: noted[i + 1]!, end: noted[i + 2]! }, value: { start: noted[i + 3]!, end: noted[i + 4]! } };
-    if (bytes[member.value.start] === OPEN_BRACE && !full.includes(i)) {
+  for (let i = 0; i < members.length; i += 5) {
+    while (next < innerLength && inner[next]! < i) next += 5;
+    if (members[i] !== tag) continue;
+    const member: Member = { key: { start: members[i + 1]!, end: members[i + 2]! }, value: { start: members[i + 3]!, end: members[i + 4]! } };
+    if (bytes[member.value.start] === OPEN_BRACE && !crowded.includes(i)) {
       const own: Member[] = [];
-      for (; next < nestedLength && nested[next] === i; next += 5) {
-        own.push({ key: { start: nested[next + 1]!, end: nested[next + 2]! }, value: { start: nested[next + 3]!, end: nested[next + 4]! } });
+      for (; next < innerLength && inner[next] === i; next += 5) {
+        own.push({ key: { start: inner[next + 1]!, end: inner[next + 2]! }, value: { start: inner[next + 3]!, end: inner[next + 4]! } });
       }
       member.inner = own;
     }

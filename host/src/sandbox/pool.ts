@@ -604,8 +604,9 @@ export class SandboxPool {
    * and not yet dispatched (their turn is still running) are handed out too.
    */
   pump(): void {
-    if (this.#dispatchQueued && performance.now() - this.#dispatchAskedAt >= PUMP_DISPATCH_MS) {
-      this.#dispatchAskedAt = performance.now();
+    const now = performance.now();
+    if (this.#dispatchQueued && now - this.#dispatchAskedAt >= PUMP_DISPATCH_MS) {
+      this.#dispatchAskedAt = now;
       this.#dispatch();
     }
     for (const slot of this.#slots) {
