@@ -164,3 +164,48 @@ it('listens with a backlog a burst of connections fits in: 1,200 connect while t
     child.kill('SIGKILL');
   }
 }, 60_000);
+
+it('stops when the terminal it was started from closes, instead of serving on orphaned; a SIGHUP with the terminal open reloads', async () => {
+  // Outsider: `npx portcullis serve` in a terminal that was then closed went on serving, holding
+  // its port: npx and the shell exited on the hang-up, and the host read its SIGHUP as "reload".
+  const { spawn } = await import('node:child_process');
+  const { writeFile, mkdtemp, readFile, readdir } = await import('node:fs/promises');
+  const { join } = await import('node:path'); // eslint-disable-line @typescript-eslint/unbound-method -- path.join does not use this
+  const { tmpdir } = await import('node:os');
+  const { fileURLToPath } = await import('node:url');
+  const dir = await mkdtemp(join(tmpdir(), 'portcullis-hangup-'));
+  const config = join(dir, 'c.yaml');
+  const log = join(dir, 'serve.log');
+  await writeFile(config, 'server: { host: 127.0.0.1, port: 0, tls: { mode: self-signed, hostnames: [127.0.0.1] } }\npolicies: []\n');
+  const bin = fileURLToPath(new URL('../../host/bin/portcullis.js', import.meta.url));
+  const quote = (s: string) => `'${s.replaceAll("'", "'\\''")}'`;
+  // script(1) runs a shell on a terminal of its own, and the host under that shell, as npx does;
+  // killing script closes the terminal, and the kernel hangs it up.
+  const terminal = spawn('script', ['-qfec', `${quote(process.execPath)} ${quote(bin)} serve --config ${quote(config)} 2>>${quote(log)}; true`, '/dev/null'], { stdio: 'ignore' });
+  const text = () => readFile(log, 'utf8').catch(() => '');
+  const state = (pid: number) => readFile(`/proc/${pid}/stat`, 'utf8').then((s) => s.slice(s.lastIndexOf(')') + 2, s.lastIndexOf(')') + 3), () => 'gone');
+  const wait = async (done: () => Promise<boolean>, ms: number) => {
+    for (const until = performance.now() + ms; !(await done()) && performance.now() < until;) await new Promise((r) => setTimeout(r, 100));
+  };
+  let host: number | undefined;
+  try {
+    await wait(async () => (await text()).includes('"msg":"ready"'), 20_000);
+    for (const entry of await readdir('/proc')) {
+      const cmdline = await readFile(`/proc/${entry}/cmdline`, 'utf8').catch(() => '');
+      if (cmdline.startsWith(`${process.execPath}\0`) && cmdline.includes(`\0${config}`)) host = Number(entry);
+    }
+    expect(host).toBeDefined();
+    process.kill(host!, 'SIGHUP');
+    await wait(async () => (await text()).includes('"msg":"configuration reloaded"'), 10_000);
+    expect(await text()).toContain('"msg":"configuration reloaded"');
+    expect(await state(host!)).not.toMatch(/gone|Z/);
+    terminal.kill('SIGKILL');
+    // A zombie has stopped too: nobody here is its parent to reap it.
+    await wait(async () => /gone|Z/.test(await state(host!)), 15_000);
+    expect(await state(host!)).toMatch(/gone|Z/);
+    expect(await text()).toMatch(/"msg":"shutting down","signal":"SIGHUP"[^\n]*\n(.*\n)*.*"msg":"stopped"/);
+  } finally {
+    terminal.kill('SIGKILL');
+    if (host !== undefined && !/gone|Z/.test(await state(host))) process.kill(host, 'SIGKILL');
+  }
+}, 60_000);

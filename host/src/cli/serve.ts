@@ -8,6 +8,7 @@ import type { Config, TlsConfig } from '../config/types.ts';
 import { errorMessage } from '../errors.ts';
 import { PortcullisServer } from '../server/app.ts';
 import { createLogger } from '../util/log.ts';
+import { terminalHungUp } from '../util/terminal.ts';
 import type { WebhookManager } from '../webhooks/manager.ts';
 import { UsageError } from './usage.ts';
 
@@ -57,6 +58,14 @@ export default async function serve(args: string[]): Promise<number> {
   };
   process.on('SIGTERM', () => shutdown('SIGTERM'));
   process.on('SIGINT', () => shutdown('SIGINT'));
+  // The terminal it was started from closed (SIGHUP otherwise reloads: app.ts). What is left of
+  // the log has nowhere to go: a write to the hung-up terminal fails, and must not end the
+  // process before the webhooks are removed.
+  process.on('SIGHUP', () => {
+    if (!terminalHungUp()) return;
+    for (const stream of [process.stdout, process.stderr]) stream.on('error', () => {});
+    shutdown('SIGHUP');
+  });
   if (!values.config) server.log.info('serving the built-in example policies', { config: BUILTIN_CONFIG });
   // Node writes its compile cache (bin/portcullis.js) at exit, which a killed Pod never reaches.
   module.flushCompileCache?.(); // Node 22.10+

@@ -27,6 +27,7 @@ import { mib } from '../util/text.ts';
 import { Metrics } from './metrics.ts';
 import { listenMetrics, metricsUrl } from './metrics-listener.ts';
 import { checkServable, tlsMaterial, watchCertificates, type TlsMaterial } from './tls.ts';
+import { terminalHungUp } from '../util/terminal.ts';
 
 function certificateSource(config: Config): string {
   const tls = config.server.tls;
@@ -504,11 +505,13 @@ export class PortcullisServer {
   #watchConfig(): void {
     const source = this.config.source!;
     const onChange = () => void this.reload();
+    // A closed terminal's SIGHUP is a stop, which `portcullis serve` makes; not a reload.
+    const onHangup = () => { if (!terminalHungUp()) onChange(); };
     watchFile(source, { interval: 500 }, onChange);
-    process.on('SIGHUP', onChange);
+    process.on('SIGHUP', onHangup);
     this.#cleanups.push(() => {
       unwatchFile(source, onChange);
-      process.off('SIGHUP', onChange);
+      process.off('SIGHUP', onHangup);
     });
   }
 
