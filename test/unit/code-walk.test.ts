@@ -51,3 +51,16 @@ it('refuses a function body larger than 512 KiB, whatever it holds, and accepts 
   expect(() => walk(ofSize(MAX_BODY_BYTES))).not.toThrow();
   expect(() => walk(ofSize(MAX_BODY_BYTES + 1))).toThrow("function body 0 is 524289 bytes; a policy's functions may be at most 512 KiB (524288 bytes) each");
 });
+
+it('refuses a try_table that catches an exception as a value (catch_ref, catch_all_ref), and accepts catch and catch_all', () => {
+  // Red team: exceptions kept as exnref values chained on the host's heap, 2.5 GB from a 5 KB module.
+  const withClause = (clause: number[]) => {
+    const body = [0x00, 0x1f, 0x40, 0x01, ...clause, 0x0b, 0x0b]; // try_table, one clause, branching to the function's block
+    const code = [...leb(1), ...leb(body.length), ...body];
+    return Uint8Array.from([0, 0x61, 0x73, 0x6d, 1, 0, 0, 0, 1, 4, 1, 0x60, 0, 0, 3, 2, 1, 0, 10, ...leb(code.length), ...code]);
+  };
+  expect(() => walk(withClause([0x00, 0x00, 0x00]))).not.toThrow(); // catch $tag 0
+  expect(() => walk(withClause([0x02, 0x00]))).not.toThrow(); // catch_all 0
+  expect(() => walk(withClause([0x01, 0x00, 0x00]))).toThrow('function body 0 catches an exception as a value (try_table catch_ref), which the host does not accept in a policy');
+  expect(() => walk(withClause([0x03, 0x00]))).toThrow(/catch_all_ref/);
+});

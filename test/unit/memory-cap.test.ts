@@ -40,3 +40,21 @@ it('tells components from core modules by the header', async () => {
   expect(moduleKind(new Uint8Array(await readFile(wasm('numbers'))))).toBe('component');
   expect(moduleKind(new TextEncoder().encode('not wasm at all'))).toBeUndefined();
 });
+
+it('refuses more exception tags than a policy needs, and function types with exception references', async () => {
+  const { readLayout, MAX_TAGS, writeLeb: leb } = await import('../../host/src/sandbox/memory-cap.ts');
+  const section = (id: number, payload: number[]) => [id, ...leb(payload.length), ...payload];
+  const header = [0, 0x61, 0x73, 0x6d, 1, 0, 0, 0];
+  // Red team: a million tags, 23 MiB of a worker's heap per instance, outside the memory cap.
+  const tags = (count: number) => Uint8Array.from([
+    ...header, ...section(1, [1, 0x60, 0, 0]), ...section(13, [...leb(count), ...Array.from({ length: count }, () => [0, 0]).flat()]),
+  ]);
+  expect(() => readLayout(tags(MAX_TAGS))).not.toThrow();
+  expect(() => readLayout(tags(MAX_TAGS + 1))).toThrow(`the module declares ${MAX_TAGS + 1} exception tags; a policy may have at most ${MAX_TAGS}`);
+  // (func (param (ref null exn))) and (ref noexn); (ref null func) stays allowed.
+  const takes = (...param: number[]) => Uint8Array.from([...header, ...section(1, [1, 0x60, 1, ...param, 0])]);
+  expect(() => readLayout(takes(0x63, 0x70))).not.toThrow();
+  expect(() => readLayout(takes(0x63, 0x69))).toThrow('type 0 takes or returns an exception reference (exnref), which a policy may not use');
+  expect(() => readLayout(takes(0x64, 0x74))).toThrow(/exnref/);
+  expect(() => readLayout(takes(0x69))).toThrow(/value type 0x69/);
+});

@@ -25,6 +25,7 @@ const ELEMENT_SECTION = 9;
 const MEMORY_SECTION = 5;
 const GLOBAL_SECTION = 6;
 const CODE_SECTION = 10;
+const TAG_SECTION = 13;
 /**
  * What V8 spends per table entry: the table's own slot plus its entry in the instance's
  * indirect-call dispatch table (measured: ten million funcref entries cost about 305 MiB).
@@ -55,6 +56,12 @@ export const MAX_TYPES = 4096;
  */
 export const MAX_IMPORTS = 4096;
 export const MAX_EXPORTS = 4096;
+/**
+ * Exception tags per module. V8 makes a heap object of each per instance, outside the memory cap
+ * (red team: a million tags in a 2 MB module, 23 MiB of a worker's heap and 250 ms an instance).
+ * Toolchains make none or one (C++'s and AssemblyScript's exceptions).
+ */
+export const MAX_TAGS = 256;
 /**
  * Element segments of a policy, all its modules together, in bytes (at least one per entry). V8
  * keeps a passive segment as an array on the worker's JavaScript heap, 8 bytes an entry, outside
@@ -136,6 +143,9 @@ export function readLayout(bytes: Uint8Array): ModuleLayout {
       if (count > max) throw new MemoryCapError(`the module has ${count} ${what}; a policy may have at most ${max}`);
     } else if (id === ELEMENT_SECTION) {
       layout.elementBytes += size;
+    } else if (id === TAG_SECTION) {
+      const [count] = readLeb(bytes, start, end);
+      if (count > MAX_TAGS) throw new MemoryCapError(`the module declares ${count} exception tags; a policy may have at most ${MAX_TAGS}`);
     }
     offset = end;
   }
@@ -266,6 +276,8 @@ const FUNC_TYPE = 0x60;
 const PLAIN_VALUE_TYPES = new Set([0x7f, 0x7e, 0x7d, 0x7c, 0x7b, 0x70, 0x6f]);
 /** `(ref ht)` and `(ref null ht)`: a heap type follows, as a signed LEB128. */
 const TYPED_REFERENCES = new Set([0x63, 0x64]);
+/** The heap types exn and noexn (signed LEB128 -0x17, -0x0c). */
+const EXCEPTION_HEAP_TYPES = new Set([0x69, 0x74]);
 
 /**
  * Only function types: struct and array types (WasmGC) allocate on the worker's JavaScript heap,
@@ -288,7 +300,11 @@ function checkFunctionTypes(bytes: Uint8Array, start: number, end: number): numb
       at += length;
       for (let t = 0; t < types; t++) {
         const type = bytes[at++];
-        if (type !== undefined && TYPED_REFERENCES.has(type)) at += readLeb(bytes, at, end)[1];
+        if (type !== undefined && TYPED_REFERENCES.has(type)) {
+          // (ref null exn): a caught exception as a value, kept outside the memory cap (code-walk.ts, catch_ref).
+          if (EXCEPTION_HEAP_TYPES.has(bytes[at]!)) throw new MemoryCapError(`type ${i} takes or returns an exception reference (exnref), which a policy may not use`);
+          at += readLeb(bytes, at, end)[1];
+        }
         else if (type === undefined || !PLAIN_VALUE_TYPES.has(type)) throw new MemoryCapError(`type ${i} has a value type 0x${(type ?? 0).toString(16)} a policy may not use`);
       }
     }
