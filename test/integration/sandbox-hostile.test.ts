@@ -324,6 +324,29 @@ describe('entry points are checked at load', () => {
     const bytes = module({ memories: [{ min: 1 }], tables: [{ min: 1 }], functions: [RETURN_0], exports: [{ name: 'validate', kind, index: 0 }] });
     await expect(loadBytes('exports', bytes)).rejects.toThrow(`policy "exports" could not be loaded: it exports "validate" as a ${kind}, not a function`);
   });
+
+  it('refuses an entry point that takes parameters, saying its type and the one it must have', async () => {
+    // Red team and a newcomer (AssemblyScript's `export function validate(ctx: Context)`): such a
+    // module loaded, then failed every call with "Cannot convert undefined to a BigInt".
+    const typed = (name: string, params: number[], results: number[]) => {
+      const vector = (items: number[]) => [items.length, ...items];
+      const section = (id: number, payload: number[]) => [id, payload.length, ...payload];
+      const exportName = [...new TextEncoder().encode(name)];
+      return Uint8Array.from([
+        0x00, 0x61, 0x73, 0x6d, 1, 0, 0, 0,
+        ...section(1, [1, 0x60, ...vector(params), ...vector(results)]),
+        ...section(3, [1, 0]),
+        ...section(7, [1, exportName.length, ...exportName, 0, 0]),
+        ...section(10, [1, 4, 0, ...(results[0] === 0x7e ? [0x42, 0] : [0x41, 0]), 0x0b]),
+      ]);
+    };
+    await expect(loadBytes('params', typed('validate', [0x7e, 0x7e], [0x7f]))).rejects.toThrow('policy "params" could not be loaded: ' +
+      'its "validate" takes (i64, i64) and returns (i32); an entry point takes no parameters and returns an i32 status, 0 once the SDK wrote the answer ' +
+      '(AssemblyScript: `export function validate(): i32 { return handleValidate(check); }`)');
+    await expect(loadBytes('context', typed('mutate', [0x7f], [0x7f]))).rejects.toThrow(/its "mutate" takes \(i32\) and returns \(i32\)/);
+    await expect(loadBytes('i64', typed('validate', [], [0x7e]))).resolves.toMatchObject({ name: 'i64' });
+    await stillServes();
+  });
 });
 
 describe('deadlines while loading', () => {

@@ -360,6 +360,9 @@ const BLOCK_COST = 512;
 const VAR_COST = 128;
 const MAX_VAR_NAME_BYTES = 4096;
 
+/** The AssemblyScript SDK's handler behind each entry point, for the hint of a guest that returned something else. */
+const HANDLERS: Record<string, string> = { validate: 'handleValidate', mutate: 'handleMutate', validate_settings: 'handleSettings' };
+
 const CORE_EXPORTS: Record<GuestFunction, string> = {
   metadata: '',
   'validate-settings': 'validate_settings',
@@ -567,7 +570,8 @@ async function instantiateCore(spec: SandboxSpec, logs: LogBuffer, budget: FuelB
         if (caught) throw caught;
         const code = returned;
         if ((typeof code === 'number' && code !== 0) || (typeof code === 'bigint' && code !== 0n)) {
-          throw new GuestFault('trap', `returned ${code} from ${name}, which says it failed (Extism's convention: 0 is success), without an error message; its output, if any, is not used`);
+          throw new GuestFault('trap', `returned ${code} from ${name}, which says it failed (Extism's convention: 0 is success), without an error message; its output, if any, is not used ` +
+            `(an entry point returns the SDK's status: in AssemblyScript, \`export function ${name}(): i32 { return ${HANDLERS[name] ?? 'handleValidate'}(check); }\`)`);
         }
         if (output === null) return '';
         const size = (output as unknown as DataView).byteLength;

@@ -13,6 +13,7 @@ import { atomicWrite, cacheDir, sha256, touch } from '../util/files.ts';
 import { moduleKind, type ModuleKind } from './module-kind.ts';
 import { applyPlan, capMemory, planBudget, readLayout } from './memory-cap.ts';
 import { checkCodeSection } from './code-walk.ts';
+import { entryPointProblems } from './entry-points.ts';
 import { FUEL_EXPORT, meterModule, REFILL_EXPORT, START_EXPORT, type Metering } from './metering.ts';
 import { GLUE_REVISION, tuneGlue } from './glue.ts';
 import { transpileIsolated } from './transpile.ts';
@@ -56,6 +57,8 @@ export async function prepareSandbox(
     const capped = capMemory(bytes, capBytes);
     const module = await compile(capped);
     checkCoreImports(module);
+    const problems = entryPointProblems(capped, module);
+    if (problems.length > 0) throw new PrepareError(problems.join('; '));
     cappedBytes.set(module, capped);
     return { ...base, modules: { 'policy.wasm': module } };
   }
