@@ -210,3 +210,35 @@ describe('combinePatches on random patches of two and three policies', () => {
     }
   });
 });
+
+describe('numbers the host cannot write back exactly (red team)', () => {
+  // The original as the host reads it: JSON.parse rounds 9223372036854775807 (int64's largest).
+  const containers = (n: number): JsonValue => JSON.parse(`{"spec":{"containers":[${Array.from({ length: n }, (_, i) => `{"name":"c${i}","seed":9223372036854775807}`).join(',')}]}}`) as JsonValue;
+  const touched = (ops: PatchOperation[]) => JSON.stringify(ops).includes('9223372036854776000');
+
+  it('walks a map or list holding one instead of replacing it whole, however much changed under it', () => {
+    const original = containers(70);
+    const merged = JSON.parse(JSON.stringify(original)) as { spec: { containers: Record<string, JsonValue>[] } };
+    for (const container of merged.spec.containers) container.resources = { limits: { cpu: '1' } };
+    const ops = diff(original, merged);
+    expect(touched(ops)).toBe(false);
+    expect(ops).toHaveLength(70);
+    expect(ops.every((op) => op.op === 'add' && /^\/spec\/containers\/\d+\/resources$/.test(op.path))).toBe(true);
+    expect(equal(patched(original, ops), merged as unknown as JsonValue)).toBe(true);
+    // Without such a number, the list is replaced whole as before.
+    const plain = JSON.parse(JSON.stringify(original).replaceAll('9223372036854776000', '7')) as JsonValue;
+    const plainMerged = JSON.parse(JSON.stringify(merged).replaceAll('9223372036854776000', '7')) as JsonValue;
+    expect(diff(plain, plainMerged)).toEqual([{ op: 'replace', path: '/spec/containers', value: (plainMerged as { spec: { containers: JsonValue } }).spec.containers }]);
+  });
+
+  it('edits a resized list holding one by removes and adds, when what it inserts holds none', () => {
+    const original = containers(3);
+    const merged = JSON.parse(JSON.stringify(original)) as { spec: { containers: JsonValue[] } };
+    // The first element replaced by two new ones: neither a pure insert nor a pure removal.
+    merged.spec.containers.splice(0, 1, { name: 'new-a' }, { name: 'new-b' });
+    const ops = diff(original, merged);
+    expect(touched(ops)).toBe(false);
+    expect(ops.map((op) => `${op.op} ${op.path}`)).toEqual(['remove /spec/containers/0', 'add /spec/containers/0', 'add /spec/containers/1']);
+    expect(equal(patched(original, ops), merged as unknown as JsonValue)).toBe(true);
+  });
+});

@@ -42,7 +42,7 @@ interface Node {
   keys: string[];
   removals: boolean;
   next: number;
-  /** Its value nests deeper than MAX_REPLACED_DEPTH: walked, never replaced. */
+  /** Its value nests deeper than MAX_REPLACED_DEPTH, or holds an inexact number: walked, never replaced. */
   deep?: boolean;
 }
 
@@ -77,7 +77,7 @@ export function diff(original: JsonValue, merged: JsonValue): PatchOperation[] {
     const { before, after, at } = node;
     // Below the root a node with too much changed is replaced whole; the walk under it stops there.
     if (at !== '' && !node.deep && (out.length - node.start > MAX_OPERATIONS_PER_NODE || chars - node.chars > MAX_POINTER_CHARS_PER_NODE)) {
-      if (deeperThan(after, MAX_REPLACED_DEPTH)) {
+      if (deeperThan(after, MAX_REPLACED_DEPTH) || holdsInexactNumber(after)) {
         // So is every node above it, which contains it.
         for (let i = stack.length - 1; i >= 0 && !stack[i]!.deep; i--) stack[i]!.deep = true;
         continue;
@@ -142,12 +142,42 @@ function walkResized(before: JsonValue[], after: JsonValue[], at: string, emit: 
   } else if (added === 0 && removed <= MAX_LIST_EDITS) {
     // Each removal at the same index takes the next element down.
     for (let i = 0; i < removed; i++) emit({ op: 'remove', path: `${at}/${front}` });
-  } else if (removed + added <= MAX_DEEP_LIST_EDITS && deeperThan(after, MAX_REPLACED_DEPTH)) {
+  } else if (removed + added <= MAX_DEEP_LIST_EDITS && (deeperThan(after, MAX_REPLACED_DEPTH) || keepsExact(after, front, front + added))) {
     for (let i = 0; i < removed; i++) emit({ op: 'remove', path: `${at}/${front}` });
     for (let i = 0; i < added; i++) emit({ op: 'add', path: `${at}/${front + i}`, value: after[front + i]! });
   } else {
     emit({ op: 'replace', path: at, value: after });
   }
+}
+
+/**
+ * Whether `value` holds a number JSON.parse could not read exactly: an integer beyond 2^53 (an
+ * int64 field of a custom resource), or one too large for a double. The object is the host's
+ * parse of the request, so a replace that carries such a number writes back a rounded one (or
+ * null) where no policy wrote (red team: 65 containers each with 9223372036854775807, and three
+ * policies patching them, sent back 9223372036854776000, outside int64): a map or list holding
+ * one is walked, and only what changed is written.
+ */
+export function holdsInexactNumber(value: JsonValue): boolean {
+  const pending: JsonValue[] = [value];
+  while (pending.length > 0) {
+    const node = pending.pop()!;
+    if (typeof node === 'number') {
+      if (!Number.isFinite(node) || (Number.isInteger(node) && !Number.isSafeInteger(node))) return true;
+    } else if (node !== null && typeof node === 'object') {
+      for (const child of Array.isArray(node) ? node : Object.values(node)) pending.push(child);
+    }
+  }
+  return false;
+}
+
+/**
+ * A resized list holding inexact numbers, whose inserted elements [from, to) hold none: removing
+ * and inserting elements writes only those, exactly. Where the inserted ones hold such numbers
+ * (a policy moved elements that carry them), the list is replaced: docs/policy-contract.md says so.
+ */
+function keepsExact(after: JsonValue[], from: number, to: number): boolean {
+  return holdsInexactNumber(after) && !after.slice(from, to).some(holdsInexactNumber);
 }
 
 /** Whether maps and lists nest more than `limit` levels in `value` (its own stack; stops at the first such path). */
