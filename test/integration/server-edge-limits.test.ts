@@ -220,6 +220,52 @@ ${policyYaml('require-labels', 'settings: { labels: { team: unowned } }')}
   });
 });
 
+describe('near the connection cap, with connections that never start their handshake', () => {
+  it('closes those of the biggest holder first: two addresses holding them cannot lock a third out', async () => {
+    // Red team: 2,048 bare TCP connections from each of two addresses (under the per-address cap)
+    // filled maxConnections; only the handshake timeout freed a slot, now and then.
+    const small = await startServer(`
+server: { tls: { mode: self-signed, hostnames: [127.0.0.1] }, maxConnections: 10, maxConnectionsPerAddress: 5, headersTimeoutMs: 20000 }
+policies:
+${policyYaml('require-labels', 'settings: { labels: { team: unowned } }')}
+`);
+    const sockets: Socket[] = [];
+    try {
+      const smallPort = Number(new URL(small.server.url).port);
+      const bare = (from: string) => new Promise<Socket>((resolve) => {
+        const socket = netConnect({ host: '127.0.0.1', port: smallPort, localAddress: from });
+        sockets.push(socket);
+        socket.on('error', () => {});
+        socket.once('connect', () => resolve(socket));
+      });
+      const closed = new Set<Socket>();
+      for (const from of ['127.0.0.2', '127.0.0.3']) {
+        for (let i = 0; i < 5; i++) {
+          const socket = await bare(from);
+          socket.once('close', () => closed.add(socket));
+        }
+      }
+      const review = JSON.stringify(admissionReview({ kind: 'ConfigMap', metadata: { name: 'ok', labels: { team: 'a' } } }));
+      const third = { localAddress: '127.0.0.4' }; // net's option, which tls passes on
+      const newcomer = tlsConnect({ host: '127.0.0.1', port: smallPort, ca: small.server.tls!.caBundle, servername: '127.0.0.1', ...third });
+      sockets.push(newcomer);
+      const answer = await new Promise<string>((resolve) => {
+        let got = '';
+        newcomer.once('secureConnect', () => newcomer.write(post(Buffer.byteLength(review)) + review));
+        newcomer.on('data', (d: Buffer) => { got += d.toString(); if (got.includes('"allowed"')) resolve(got); });
+        newcomer.on('error', (error) => resolve(`error: ${error.message}`));
+        newcomer.once('close', () => resolve(got || 'closed'));
+        setTimeout(() => resolve(got || 'no answer'), 5000);
+      });
+      expect(answer).toMatch(/^HTTP\/1\.1 200 /);
+      expect(closed.size).toBeGreaterThanOrEqual(2);
+    } finally {
+      for (const s of sockets) s.destroy();
+      await small.close();
+    }
+  });
+});
+
 describe('the metrics port', () => {
   it('one address cannot hold the probes out: it gets 32 connections, and silent ones go after 5 s', async () => {
     // Re-test: 256 idle sockets on the metrics port failed every kubelet probe (~28 s each).

@@ -20,7 +20,12 @@ export interface ConnectionLimits {
 export function limitConnections(server: Server, limits: ConnectionLimits, tls: boolean, refused: () => void): void {
   // Past it Node closes new connections itself; eviction keeps the count below it.
   server.maxConnections = limits.maxConnections;
-  server.on('drop', refused);
+  // A connection Node dropped at the cap makes room for the next one (the cap can be reached
+  // without eviction: connections that arrive below EVICT_FROM and stay).
+  server.on('drop', () => {
+    refused();
+    evictIdle();
+  });
   const byAddress = new Map<string, Set<Socket>>();
   // Requests in flight per socket (the TLS socket for HTTPS: what requests arrive on).
   const inFlight = new WeakMap<Socket, number>();
@@ -39,8 +44,13 @@ export function limitConnections(server: Server, limits: ConnectionLimits, tls: 
       if (sockets.size === 0 && byAddress.get(address) === sockets) byAddress.delete(address);
     });
   };
+  // Raw sockets whose TLS handshake has not finished, by their peer's address and port. They
+  // count toward the cap like any other: two addresses holding 2,048 such connections each (no
+  // certificate needed) locked every other caller out until the handshake timeout (red team).
+  const handshaking = new Map<string, Socket>();
+  const peer = (socket: Socket) => `${socket.remoteAddress ?? ''} ${socket.remotePort ?? ''}`;
   // The raw TCP socket counts; the socket requests arrive on (for HTTPS, its TLS socket once the
-  // handshake is done) is what may be evicted.
+  // handshake is done) is what may be evicted, and so is a raw socket still in its handshake.
   server.on('connection', (socket: Socket) => {
     const address = socket.remoteAddress ?? '';
     if ((byAddress.get(`raw ${address}`)?.size ?? 0) >= limits.maxConnectionsPerAddress) {
@@ -49,23 +59,43 @@ export function limitConnections(server: Server, limits: ConnectionLimits, tls: 
     }
     track(socket, `raw ${address}`);
     if (!tls) track(socket, address);
+    else {
+      const key = peer(socket);
+      handshaking.set(key, socket);
+      socket.once('close', () => { if (handshaking.get(key) === socket) handshaking.delete(key); });
+    }
     open++;
     socket.once('close', () => open--);
-    if (open >= limits.maxConnections * EVICT_FROM) evictIdle();
+    if (open >= limits.maxConnections * EVICT_FROM) evictIdle(socket);
   });
-  server.on('secureConnection', (socket: Socket) => track(socket, socket.remoteAddress ?? ''));
+  server.on('secureConnection', (socket: Socket) => {
+    handshaking.delete(peer(socket));
+    track(socket, socket.remoteAddress ?? '');
+  });
 
-  function evictIdle(): void {
-    let biggest: Set<Socket> | undefined;
+  /**
+   * The address holding the most connections loses half of them: those still in their handshake
+   * first (the oldest first: a real client's handshake takes milliseconds), then idle ones.
+   * `arriving`, the connection that got here, is a newcomer this makes room for.
+   */
+  function evictIdle(arriving?: Socket): void {
+    let biggest: string | undefined;
+    let most = 0;
     for (const [address, sockets] of byAddress) {
-      if (address.startsWith('raw ')) continue;
-      if (!biggest || sockets.size > biggest.size) biggest = sockets;
+      if (address.startsWith('raw ') && sockets.size > most) [biggest, most] = [address.slice(4), sockets.size];
     }
-    if (!biggest) return;
+    if (biggest === undefined) return;
     // Half of them at a time, so a burst of new connections does not evict on every one.
-    let budget = Math.max(1, Math.floor(biggest.size / 2));
-    for (const socket of biggest) {
-      if (budget === 0) break;
+    let budget = Math.max(1, Math.floor(most / 2));
+    for (const socket of byAddress.get(`raw ${biggest}`)!) {
+      if (budget === 0) return;
+      if (socket === arriving || handshaking.get(peer(socket)) !== socket) continue;
+      socket.destroy();
+      refused();
+      budget--;
+    }
+    for (const socket of byAddress.get(biggest) ?? []) {
+      if (budget === 0) return;
       if ((inFlight.get(socket) ?? 0) > 0) continue;
       socket.destroy();
       refused();
