@@ -101,6 +101,26 @@ cases:
     expect(result.code).toBe(1);
   });
 
+  it('reads `warnings: []` as "no warnings", not as "none wanted"', async () => {
+    // Newcomer: a policy that always warned passed a case expecting none.
+    const file = join(await mkdtemp(join(tmpdir(), 'portcullis-cli-warnings-')), 'warnings.test.yaml');
+    await writeFile(file, `
+policy: ${policy('numbers')}
+cases:
+  - name: warned
+    object: { apiVersion: kopf.dev/v1, kind: KopfExample, metadata: { name: a }, spec: { numbers: ["7"] } }
+    expect: { allowed: true, warnings: [] }
+  - name: quiet
+    object: { apiVersion: kopf.dev/v1, kind: KopfExample, metadata: { name: a }, spec: { numbers: [7] } }
+    expect: { allowed: true, warnings: [] }
+`);
+    const result = await cli(['test', file]);
+    const lines = result.stdout.trim().split('\n');
+    expect(lines[0]).toMatch(/^FAIL .*› warned: expected no warnings, got \[".*is a string.*"\]$/);
+    expect(lines[1]).toMatch(/^PASS .*› quiet$/);
+    expect(result.code).toBe(1);
+  });
+
   it('says when no policy evaluated a case whose verdict is not the expected one (its rules match nothing)', async () => {
     // In a folder of its own: the folder test below counts the suites in the shared one.
     const file = join(await mkdtemp(join(tmpdir(), 'portcullis-cli-unmatched-')), 'unmatched.test.yaml');
@@ -194,7 +214,7 @@ cases:
     const lines = result.stdout.trim().split('\n');
     expect(lines.slice(0, 3).every((l) => l.startsWith('PASS ') && !l.includes('no policy evaluated'))).toBe(true);
     // A case that reaches no policy passes, saying so.
-    expect(lines[3]).toMatch(/^PASS .*› a secret no policy looks at \(no policy evaluated this request: none of their rules matches it\)$/);
+    expect(lines[3]).toMatch(/^PASS .*› a secret no policy looks at \(no policy evaluated this request: none of their rules matches its operation and resource, or its mode\)$/);
     expect(lines[4]).toBe('4 passed, 0 failed');
     expect(result.code).toBe(0);
   });

@@ -97,7 +97,7 @@ export default async function test(args: string[]): Promise<number> {
       }
       if (problems.length === 0) passed++;
       else failed++;
-      const note = vacuous ? ' (no policy evaluated this request: none of their rules matches it)' : '';
+      const note = vacuous ? ' (no policy evaluated this request: none of their rules matches its operation and resource, or its mode)' : '';
       process.stdout.write(problems.length === 0 ? `PASS ${shown} › ${name}${note}\n` : `FAIL ${shown} › ${name}: ${problems.join('; ')}\n`);
     }
   }
@@ -371,6 +371,8 @@ function check(c: Case, decision: Decision<PatchOperation[]>): string[] {
   if (expect.message !== undefined && !decision.status?.message.includes(expect.message)) {
     problems.push(`expected a message containing "${expect.message}", got ${decision.status ? `"${decision.status.message}"` : 'none'}`);
   }
+  // An empty list says "no warnings": read as "none wanted", it passed whatever the policy warned (newcomer).
+  if (expect.warnings?.length === 0 && decision.warnings.length > 0) problems.push(`expected no warnings, got ${JSON.stringify(decision.warnings)}`);
   for (const wanted of expect.warnings ?? []) {
     if (!decision.warnings.some((w) => w.includes(wanted))) problems.push(`expected a warning containing "${wanted}", got ${JSON.stringify(decision.warnings)}`);
   }
