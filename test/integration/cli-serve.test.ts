@@ -101,7 +101,10 @@ it('refuses to start when policies have context grants or webhooks are managed a
   await writeFile(join(dir, 'managed.yaml'), `webhooks:\n  managed: nocluster.portcullis.dev\n  url: https://127.0.0.1:1/\npolicies:\n  - { name: numbers, module: ${wasm('numbers')} }\n`);
   const managed = await cli(['serve', '--config', join(dir, 'managed.yaml'), '--host', '127.0.0.1', '--port', '0', '--tls-self-signed'], { env });
   expect(managed.code).toBe(1);
-  expect(managed.stderr).toContain('no current cluster in the Kubernetes configuration: set KUBECONFIG, or run in a Pod with a ServiceAccount');
+  expect(managed.stderr).toContain(`webhooks.managed is set in ${join(dir, 'managed.yaml')}, so the host registers its webhooks in a cluster, and no cluster is configured: ` +
+    'set KUBECONFIG, or run in a Pod with a ServiceAccount; to try the policies without a cluster, remove webhooks.managed');
+  // Before anything started: no "ready" first, which read as a crash after serving.
+  expect(managed.stderr).not.toContain('"msg":"ready"');
 }, 60_000);
 
 it('a second stop signal during the shutdown is logged and ignored, so the cleanup runs to its end', async () => {

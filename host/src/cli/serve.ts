@@ -5,9 +5,10 @@ import module from 'node:module';
 import { parseArgs } from 'node:util';
 import { loadConfigFile } from '../config/load.ts';
 import type { Config, TlsConfig } from '../config/types.ts';
-import { errorMessage } from '../errors.ts';
+import { ConfigError, errorMessage } from '../errors.ts';
 import { PortcullisServer } from '../server/app.ts';
 import { createLogger } from '../util/log.ts';
+import { defaultKubeConfigFound } from '../util/kubeconfig.ts';
 import { terminalHungUp } from '../util/terminal.ts';
 import type { WebhookManager } from '../webhooks/manager.ts';
 import { UsageError } from './usage.ts';
@@ -22,6 +23,13 @@ export default async function serve(args: string[]): Promise<number> {
     throw new UsageError('give --config FILE: the installed package has no built-in example policies (portcullis new DIR writes a portcullis.yaml)');
   }
   const config = applyFlags(await loadConfigFile(values.config ?? BUILTIN_CONFIG), values);
+  // Said before anything starts, naming the setting: found after "ready", the missing cluster
+  // read as a crash of a host that had just said it was serving (newcomer, `npm run serve` in a
+  // generated project, whose portcullis.yaml manages its webhooks).
+  if (config.webhooks.managed && !defaultKubeConfigFound()) {
+    throw new ConfigError(`webhooks.managed is set in ${values.config ?? BUILTIN_CONFIG}, so the host registers its webhooks in a cluster, and no cluster is configured: ` +
+      'set KUBECONFIG, or run in a Pod with a ServiceAccount; to try the policies without a cluster, remove webhooks.managed');
+  }
   const log = createLogger(config.logLevel);
   // tls.mode "secret": the certificate comes from the cluster, before the server can listen.
   const certificate = config.server.tls.mode === 'secret'
