@@ -21,6 +21,8 @@ describe('configuration', () => {
     ['policies: [{ name: a, module: a.wasm }, { name: a, module: b.wasm }]', 'c.yaml: /policies/1/name: "a" is used twice; policy names must be unique'],
     ['policies: [{ name: a, module: a.wasm, limits: { timeoutMs: 12000 } }]', 'c.yaml: /policies/0/limits/timeoutMs (12000) must be below the webhook timeout (10s)'],
     ['policies: [', /^c\.yaml: not valid YAML/],
+    // The line the parser points at, not a message ending in "column 4:" (newcomer).
+    ['policies:\n  - name: a\n    module: a.wasm\n   - name: b\n', 'c.yaml: not valid YAML: All sequence items must start at the same column at line 4, column 4 (near "- name: b")'],
     // Rules the apiserver refuses: caught at load, not by a webhook sync that fails after a reload (red team).
     ['policies: [{ name: a, module: a.wasm, rules: [{ operations: [CREATE], apiGroups: ["*", apps], apiVersions: [v1], resources: [pods] }] }]',
       'c.yaml: /policies/0/rules/0/apiGroups: "*" stands alone (the apiserver refuses it beside other values: ["*","apps"])'],

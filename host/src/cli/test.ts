@@ -21,6 +21,7 @@ import type { RuleWithOperations } from '../config/types.ts';
 import { ruleMatches } from '../select/match.ts';
 import { SandboxPool } from '../sandbox/pool.ts';
 import { DEFAULT_LIMITS } from '../config/limits.ts';
+import { yamlProblem } from '../config/load.ts';
 import { grantedKinds, kindKey, type Grant } from '../context/grants.ts';
 import { ContextHub } from '../context/hub.ts';
 import { loadContextFile, loadOffline, parseContextObjects } from '../context/offline.ts';
@@ -135,7 +136,7 @@ export function parseSuite(file: string, text: string): Suite {
   try {
     doc = parseYaml(text);
   } catch (error) {
-    throw new SuiteError(`not valid YAML: ${errorMessage(error).split('\n')[0]}`);
+    throw new SuiteError(`not valid YAML: ${yamlProblem(error)}`);
   }
   if (!isObject(doc)) throw new SuiteError('must be a YAML mapping with "policy" (or "policies") and "cases"');
   // A misspelt key would otherwise be a setting, a context or a rule quietly left out.

@@ -30,10 +30,21 @@ export function parseConfig(text: string, source: string): Config {
   try {
     raw = parseYaml(text);
   } catch (error) {
-    throw new ConfigError(`${source}: not valid YAML: ${errorMessage(error).split('\n')[0]}`);
+    throw new ConfigError(`${source}: not valid YAML: ${yamlProblem(error)}`);
   }
   if (!validate(raw)) throw new ConfigError(`${source}: ${describeSchemaError(validate.errors?.[0])}`);
   return normalize(raw as RawConfig, source);
+}
+
+/**
+ * The YAML parser's first line, with the line it points at instead of the excerpt that followed
+ * its colon (cut, the message ended in "column 4:" and nothing: newcomer).
+ */
+export function yamlProblem(error: unknown): string {
+  const [first = '', ...excerpt] = errorMessage(error).split('\n');
+  const caret = excerpt.findIndex((line) => /^\s*\^+\s*$/.test(line));
+  const near = excerpt.slice(0, caret === -1 ? excerpt.length : caret).map((line) => line.trim()).filter((line) => line !== '').at(-1);
+  return first.replace(/:\s*$/, '') + (near ? ` (near "${near.length > 80 ? `${near.slice(0, 80)}…` : near}")` : '');
 }
 
 function describeSchemaError(error: ErrorObject | undefined): string {
