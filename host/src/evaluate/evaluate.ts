@@ -6,9 +6,10 @@ import type { LoadedPolicy } from '../policy/loaded.ts';
 import type { PolicyEntry } from '../policy/policy-set.ts';
 import type { CallResult, SandboxPool } from '../sandbox/pool.ts';
 import type { Deferred, SharedInput } from '../sandbox/protocol.ts';
-import { errorMessage, ReviewError } from '../errors.ts';
+import { errorMessage } from '../errors.ts';
 import { copyBytes } from '../util/bytes.ts';
 import { cutMessage } from '../util/text.ts';
+import { stringifyDeep } from '../util/deep-json.ts';
 import { decodeOutput, MalformedOutput, type Outcome } from './outcome.ts';
 
 /**
@@ -117,14 +118,17 @@ function deferredOf(input: EvaluationInput, nested: boolean): readonly Deferred[
 
 /**
  * The envelope as JSON text. A request nested deeper than JSON.stringify can recurse (about 5,000
- * levels; Go's decoder allows 10,000) is the request's fault, said as such, not a 500 (red team).
+ * levels; Go's decoder allows 10,000) is written without recursion: the host re-serializes only
+ * requests whose bytes it cannot pass on, and a 400 for those alone denied a valid object for how
+ * one key was spelled (red team: an annotation key with `<`, which the apiserver escapes).
  */
 function serialized(input: EvaluationInput): string {
+  const envelope = { ...input, settings: undefined };
   try {
-    return JSON.stringify({ ...input, settings: undefined });
+    return JSON.stringify(envelope);
   } catch (error) {
     if (!(error instanceof RangeError)) throw error;
-    throw new ReviewError(`request ${input.request.uid}: the object is nested too deeply to evaluate (${error.message})`);
+    return stringifyDeep(envelope);
   }
 }
 
