@@ -119,6 +119,14 @@ function componentizeWithDeadline(source: string, options: object, timeoutMs: nu
 }
 
 async function buildAssemblyScript(source: string): Promise<Uint8Array> {
+  // asc finds the SDK, and json-as (its transform and library), in node_modules above the source
+  // only: without them it printed a Node stack trace about json-as/transform (newcomer, with the
+  // CLI installed elsewhere). TypeScript builds say the same in their own words.
+  const above = nodeModulesAbove(source);
+  if (!above.some((dir) => existsSync(join(dir, '@portcullis', 'sdk', 'assembly')))) {
+    throw new BuildError(source, 'cannot find module \'@portcullis/sdk\' (its assembly/ folder) in a node_modules folder above the source: ' +
+      'install the SDK in the policy\'s project (npm install --save-dev the @portcullis/sdk package or tarball), as `portcullis new` sets it up');
+  }
   const asc = await import('assemblyscript/asc');
   const dir = await mkdtemp(join(tmpdir(), 'portcullis-asc-'));
   const out = join(dir, basename(source, '.ts') + '.wasm');
@@ -129,7 +137,7 @@ async function buildAssemblyScript(source: string): Promise<Uint8Array> {
       // asc resolves the entry against --baseDir (default: the working folder), and an entry that
       // is then plain `assembly/index.ts` compiled to an empty module: anchor it above its project.
       // asc looks for packages in node_modules above --baseDir only, so name the project's own.
-      source, '--baseDir', dirname(dirname(dirname(source))), ...nodeModulesAbove(source).flatMap((dir) => ['--path', dir]), '--outFile', out, '--optimizeLevel', '3', '--shrinkLevel', '1', '--runtime', 'incremental',
+      source, '--baseDir', dirname(dirname(dirname(source))), ...above.flatMap((dir) => ['--path', dir]), '--outFile', out, '--optimizeLevel', '3', '--shrinkLevel', '1', '--runtime', 'incremental',
       '--transform', 'json-as/transform', '--use', 'abort=~lib/@portcullis/sdk/assembly/index/portcullisAbort',
       '--disableWarning', '201',
     ], { stdout: sink, stderr: sink });
@@ -138,7 +146,10 @@ async function buildAssemblyScript(source: string): Promise<Uint8Array> {
       const hint = messages.includes('portcullisAbort\' not found')
         ? '\nthe entry file must import from \'@portcullis/sdk/assembly\' (e.g. import { Context, Result, handleValidate } from \'@portcullis/sdk/assembly\')'
         : '';
-      throw new BuildError(source, `${error.message}\n${messages.trim()}${hint}`);
+      // asc's notes on the SDK's own code (AS210 "never null" where its flow analysis knows more
+      // than the code says) surrounded every error of the policy's (newcomer): only the policy's are shown.
+      const shown = messages.split(/\n(?=ERROR|WARNING|INFO)/).filter((block) => !(block.startsWith('INFO') && block.includes('~lib/@portcullis/sdk/'))).join('\n');
+      throw new BuildError(source, `${error.message}\n${shown.trim()}${hint}`);
     }
     const bytes = new Uint8Array(await readFile(out));
     // Never write a module that cannot be a policy: the host would refuse it at load anyway.

@@ -57,3 +57,34 @@ it('says what to write when a TypeScript policy has no default export, or an Ass
     await rm(dir, { recursive: true, force: true });
   }
 }, 60_000);
+
+it('says the SDK is missing when an AssemblyScript policy\'s folder has none in reach, as a TypeScript build does', async () => {
+  // Newcomer: the CLI installed elsewhere, a policy folder without node_modules: a Node stack
+  // trace about json-as/transform, naming neither the SDK nor what to install.
+  const dir = await mkdtemp(join(tmpdir(), 'portcullis-build-nosdk-'));
+  await mkdir(join(dir, 'assembly'));
+  await writeFile(join(dir, 'assembly/index.ts'), "import { Context, Result, handleValidate } from '@portcullis/sdk/assembly';\n" +
+    'function check(ctx: Context): Result { return Result.allow(); }\nexport function validate(): i32 { return handleValidate(check); }\n');
+  const { code, stderr } = await cli(['build', join(dir, 'assembly/index.ts'), '-o', join(dir, 'a.wasm')]);
+  expect(code).toBe(1);
+  expect(stderr).toContain("cannot find module '@portcullis/sdk' (its assembly/ folder) in a node_modules folder above the source: install the SDK in the policy's project");
+  expect(stderr).not.toMatch(/^\s+at /m);
+}, 60_000);
+
+it('shows an AssemblyScript policy\'s compile errors without the compiler\'s notes on the SDK\'s own code', async () => {
+  // Newcomer: four "INFO AS210: Expression is never 'null'" in the SDK surrounded every error.
+  await mkdir(join(root, '.scratch'), { recursive: true });
+  const dir = await mkdtemp(join(root, '.scratch', 'build-'));
+  try {
+    await mkdir(join(dir, 'assembly'));
+    await writeFile(join(dir, 'assembly/index.ts'), "import { Context, Result, handleValidate } from '@portcullis/sdk/assembly';\n" +
+      "function check(ctx: Context): Result { const n: i32 = ctx.label('x'); ctx.patch.set<string>(['metadata', 'labels', 'a'], 'b'); return Result.allow(); }\n" +
+      'export function validate(): i32 { return handleValidate(check); }\n');
+    const { code, stderr } = await cli(['build', join(dir, 'assembly/index.ts'), '-o', join(dir, 'a.wasm')]);
+    expect(code).toBe(1);
+    expect(stderr).toContain("ERROR TS2322: Type '~lib/string/String | null' is not assignable to type 'i32'.");
+    expect(stderr).not.toContain('AS210');
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
+}, 60_000);
