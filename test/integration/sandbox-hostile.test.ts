@@ -295,6 +295,48 @@ describe('a component holds each core module once (red-team findings)', () => {
   });
 });
 
+describe('names jco writes into its JavaScript glue (red-team findings)', () => {
+  // A hand-made component whose core module exports validate under `name` too, and lifts that one.
+  const component = (name: string) => parse(`(component
+  (core module $m
+    (memory (export "memory") 1)
+    (global $bump (mut i32) (i32.const 4096))
+    (data (i32.const 16) "{\\"outcome\\":\\"allow\\"}")
+    (data (i32.const 64) "{\\"modes\\":[\\"validate\\"],\\"settings\\":false}")
+    (data (i32.const 128) "{\\"valid\\":true}")
+    (func (export "realloc") (param i32 i32 i32 i32) (result i32)
+      (local $r i32)
+      (local.set $r (global.get $bump))
+      (global.set $bump (i32.add (global.get $bump) (i32.and (i32.add (local.get 3) (i32.const 7)) (i32.const -8))))
+      (local.get $r))
+    (func $ret (param $p i32) (param $l i32) (result i32)
+      (i32.store (i32.const 1024) (local.get $p)) (i32.store (i32.const 1028) (local.get $l)) (i32.const 1024))
+    (func (export "metadata") (result i32) (call $ret (i32.const 64) (i32.const 39)))
+    (func (export "validate-settings") (param i32 i32) (result i32) (call $ret (i32.const 128) (i32.const 14)))
+    (func (export "validate") (export ${JSON.stringify(name)}) (param i32 i32) (result i32) (call $ret (i32.const 16) (i32.const 19)))
+    (func (export "mutate") (param i32 i32) (result i32) (call $ret (i32.const 16) (i32.const 19))))
+  (core instance $i (instantiate $m))
+  (alias core export $i "memory" (core memory $mem))
+  (alias core export $i "realloc" (core func $realloc))
+  (func $metadata (result string) (canon lift (core func $i "metadata") (memory $mem) (realloc $realloc)))
+  (func $vs (param "input" string) (result string) (canon lift (core func $i "validate-settings") (memory $mem) (realloc $realloc)))
+  (func $v (param "input" string) (result string) (canon lift (core func $i ${JSON.stringify(name)}) (memory $mem) (realloc $realloc)))
+  (func $mu (param "input" string) (result string) (canon lift (core func $i "mutate") (memory $mem) (realloc $realloc)))
+  (instance $pol (export "metadata" (func $metadata)) (export "validate-settings" (func $vs)) (export "validate" (func $v)) (export "mutate" (func $mu)))
+  (export "portcullis:policy/policy@0.1.0" (instance $pol)))`);
+
+  it('refuses a core export name that would be code in the glue, before any worker runs it; a plain name loads', async () => {
+    // jco 1.35 writes `exports0['${name}']`: this name ran child_process in every worker at load.
+    const marker = join(await mkdtemp(join(tmpdir(), 'portcullis-glue-')), 'ran');
+    const payload = `validate-2']; process.getBuiltinModule('fs').writeFileSync(${JSON.stringify(marker)}, 'x'); void exports0['validate-2`;
+    await expect(loadBytes('glue-code', await component(payload))).rejects.toThrow(
+      /could not be loaded: its core module [\w.]+ names an import or export "validate-2'\]; process.*", which could run as code in the JavaScript jco generates for it/);
+    await expect(readFile(marker)).rejects.toThrow(/ENOENT/);
+    await expect(loadBytes('glue-plain', await component('validate-2'))).resolves.toMatchObject({ name: 'glue-plain' });
+    await stillServes();
+  });
+});
+
 describe('settings schemas embedded in modules stay their own (red-team findings)', () => {
   const withSchema = async (settingsSchema: Record<string, unknown>) =>
     embedPolicyInfo(await readFile(wasm('numbers')), { name: 'numbers', settingsSchema });

@@ -14,6 +14,7 @@ import { moduleKind, type ModuleKind } from './module-kind.ts';
 import { applyPlan, capMemory, planBudget, readLayout } from './memory-cap.ts';
 import { checkCodeSection } from './code-walk.ts';
 import { entryPointProblems } from './entry-points.ts';
+import { unsafeGlueName } from './glue-names.ts';
 import { FUEL_EXPORT, meterModule, REFILL_EXPORT, START_EXPORT, type Metering } from './metering.ts';
 import { GLUE_REVISION, tuneGlue } from './glue.ts';
 import { transpileIsolated } from './transpile.ts';
@@ -69,6 +70,12 @@ export async function prepareSandbox(
   const modules: Record<string, WebAssembly.Module> = {};
   for (const [i, { name, core, layout }] of cores.entries()) {
     modules[name] = await compile(applyPlan(core, layout, plan.memoryMax[i]!, plan.tableMax[i]!));
+    // Before any worker imports the glue, which holds these names as code (glue-names.ts).
+    const unsafe = unsafeGlueName(modules[name]);
+    if (unsafe !== undefined) {
+      throw new PrepareError(`its core module ${name} names an import or export ${JSON.stringify(unsafe.length > 200 ? `${unsafe.slice(0, 200)}…` : unsafe)}, ` +
+        'which could run as code in the JavaScript jco generates for it; toolchains name them in plain ASCII without quotes or backslashes');
+    }
   }
   return { ...base, modules, glue: transpiled.glue, cores: transpiled.hashes };
 }
