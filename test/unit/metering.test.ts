@@ -259,10 +259,11 @@ describe('metering charges the longest path, and every path', () => {
     expect(made).toBeLessThanOrEqual(600_000 / 4000);
   });
 
-  it('charges an exception handler, entered from a call in its try body, on every turn', async () => {
-    const made = await turnsOn(`(module ${turns} (tag $e) (func $throw (throw $e))
-      (func (export "run") (loop $l ${bump} try call $throw catch $e ${nops(3000)} end (br $l))))`, 600_000);
-    expect(made).toBeLessThanOrEqual(600_000 / 3000);
+  it('refuses the legacy try/catch and try/catch_all: a handler holds its exception outside the memory cap', async () => {
+    await expect(turnsOn(`(module ${turns} (tag $e) (func $throw (throw $e))
+      (func (export "run") (loop $l ${bump} try call $throw catch $e ${nops(3000)} end (br $l))))`, 600_000)).rejects.toThrow(/legacy try\/catch,/);
+    await expect(turnsOn(`(module ${turns} (tag $e)
+      (func (export "run") (loop $l ${bump} try ${nops(2000)} (throw $e) catch_all ${nops(2000)} end (br $l))))`, 600_000)).rejects.toThrow(/legacy try\/catch_all/);
   });
 
   it('charges the code a try_table catch clause lands on, on every turn', async () => {
@@ -271,15 +272,15 @@ describe('metering charges the longest path, and every path', () => {
     expect(made).toBeLessThanOrEqual(600_000 / 4000);
   });
 
-  it('charges a handler entered after work in its try body at that work too', async () => {
+  it('charges a handler entered after work in its try_table body at that work too', async () => {
     const made = await turnsOn(`(module ${turns} (tag $e)
-      (func (export "run") (loop $l ${bump} try ${nops(2000)} (throw $e) catch_all ${nops(2000)} end (br $l))))`, 600_000);
+      (func (export "run") (loop $l ${bump} (block $h (try_table (catch_all $h) ${nops(2000)} (throw $e))) ${nops(2000)} (br $l))))`, 600_000);
     expect(made).toBeLessThanOrEqual(600_000 / 4000);
   });
 
-  it('charges code past a try whose body ended normally, whatever its handlers do', async () => {
+  it('charges code past a try_table whose body ended normally, whatever its handlers do', async () => {
     const made = await turnsOn(`(module ${turns} (tag $e)
-      (func (export "run") (loop $l ${bump} try ${nops(2000)} catch_all (unreachable) end ${nops(2000)} (br $l))))`, 600_000);
+      (func (export "run") (loop $l ${bump} (block $past (block $h (try_table (catch_all $h) ${nops(2000)}) (br $past)) (unreachable)) ${nops(2000)} (br $l))))`, 600_000);
     expect(made).toBeLessThanOrEqual(600_000 / 4000);
   });
 
