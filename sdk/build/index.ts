@@ -140,6 +140,8 @@ async function buildAssemblyScript(source: string): Promise<Uint8Array> {
       source, '--baseDir', dirname(dirname(dirname(source))), ...above.flatMap((dir) => ['--path', dir]), '--outFile', out, '--optimizeLevel', '3', '--shrinkLevel', '1', '--runtime', 'incremental',
       '--transform', 'json-as/transform', '--use', 'abort=~lib/@portcullis/sdk/assembly/index/portcullisAbort',
       '--disableWarning', '201',
+      // Colours are for a terminal; this text goes into an error message (and asc colours it when CI is set).
+      '--noColors',
     ], { stdout: sink, stderr: sink });
     if (error) {
       // The build names the SDK's abort handler (for file:line in crash reports), which only exists once the SDK is imported.
