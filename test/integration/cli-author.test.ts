@@ -7,6 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loadConfigFile } from '../../host/src/config/load.ts';
 import { loadPolicySet } from '../../host/src/policy/policy-set.ts';
 import { SandboxPool } from '../../host/src/sandbox/pool.ts';
+import { writeLeb as leb } from '../../host/src/sandbox/memory-cap.ts';
 import { cli } from '../helpers/cli.ts';
 import { root } from '../helpers/policies.ts';
 import { run } from '../helpers/process.ts';
@@ -197,5 +198,17 @@ describe('build, inspect, test on the generated project', () => {
     const result = await inProject(['inspect', 'junk.wasm']);
     expect(result.code).toBe(1);
     expect(result.stderr).toBe('portcullis inspect: junk.wasm is not a WebAssembly module or component (bad header)\n');
+  });
+
+  it('inspect of a core module the host would refuse says why at once, without compiling it', async () => {
+    // Red team: 2.5 million nested blocks in one function took inspect 5.9 s and 870 MB to validate.
+    const depth = 2_500_000;
+    const body = [0x00, ...Array.from({ length: depth }, () => [0x02, 0x40]).flat(), ...Array<number>(depth).fill(0x0b), 0x0b];
+    const entry = [...leb(body.length), ...body];
+    const code = [...leb(1), ...entry];
+    await writeFile(join(project, 'deep.wasm'), Uint8Array.from([0, 0x61, 0x73, 0x6d, 1, 0, 0, 0, 1, 4, 1, 0x60, 0, 0, 3, 2, 1, 0, 10, ...leb(code.length), ...code]));
+    const result = await inProject(['inspect', 'deep.wasm']);
+    expect(result.code).toBe(1);
+    expect(result.stderr).toMatch(/^portcullis inspect: the core module is not one Portcullis would load: function body 0 is 7500002 bytes; a policy's functions may be at most 512 KiB/);
   });
 });
