@@ -249,6 +249,32 @@ describe('inline lane', () => {
     guest.close();
   });
 
+  it('gives an instance\'s first call the longer bound (it compiles what it runs), and every later call the call\'s', async () => {
+    const { parse } = await import('@bytecodealliance/jco');
+    // A host call in a loop, forever: only the time bound ends a call.
+    const module = await WebAssembly.compile(metered(await parse(`(module
+      (import "extism:host/env" "alloc" (func $alloc (param i64) (result i64)))
+      (memory (export "memory") 1)
+      (func (export "validate") (result i32)
+        (loop $l (drop (call $alloc (i64.const 8))) (br $l))
+        (i32.const 0)))`)));
+    const { instantiateGuest, LogBuffer } = await import('../../host/src/sandbox/guest.ts');
+    const spec = { key: 'k', policy: 'first-call', kind: 'core' as const, modules: { 'policy.wasm': module }, memoryCapBytes: 2 ** 26, maxOutputBytes: 2 ** 20, fresh: false };
+    const guest = await instantiateGuest(spec, new LogBuffer(), { start: 10n ** 12n, call: 10n ** 12n, wallMs: 5, firstCallWallMs: 40, slice: 100_000n });
+    try {
+      let started = performance.now();
+      await expect(guest.call('validate', '{}')).rejects.toThrow('ran past the 40 ms an inline call may take');
+      expect(performance.now() - started).toBeGreaterThanOrEqual(40);
+      for (let i = 0; i < 2; i++) {
+        started = performance.now();
+        await expect(guest.call('validate', '{}')).rejects.toThrow('ran past the 5 ms an inline call may take');
+        expect(performance.now() - started).toBeLessThan(40);
+      }
+    } finally {
+      guest.close();
+    }
+  });
+
   it('takes only a module with one memory, exported, so that it sees all the memory the policy holds', async () => {
     const { parse } = await import('@bytecodealliance/jco');
     const bytes = await parse(`(module (memory (export "memory") 1) (memory $hidden 1)

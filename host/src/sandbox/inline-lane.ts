@@ -58,9 +58,10 @@ export const INLINE_SLOW_MS = 5;
  */
 export const INLINE_SLOW_STRIKES = 3;
 /**
- * The same for an instance's first call; and the wall time making the instance may take (its
- * start function runs then). That is timed by the wall clock: it spans awaits, in which the
- * thread's CPU goes to other work too.
+ * The same for an instance's first call, which compiles the functions it runs (see
+ * FuelBudget.firstCallWallMs), and that call's time bound (INLINE_WALL_MS for later calls); and
+ * the wall time making the instance may take (its start function runs then). That is timed by
+ * the wall clock: it spans awaits, in which the thread's CPU goes to other work too.
  */
 export const INLINE_FIRST_CALL_MS = 25;
 /** What an inline instance's start function may burn (see INLINE_FUEL; it is timed as a call is). */
@@ -275,7 +276,8 @@ export class InlineLane {
       // blocks, within the policy's own cap, made into error texts held in this thread).
       const small = { ...spec, modules: copy.modules, memoryCapBytes: Math.min(spec.memoryCapBytes, INLINE_MAX_MEMORY_BYTES) };
       const guest = await instantiateGuest(small, logs, {
-        start: INLINE_START_FUEL, call: INLINE_FUEL, wallMs: INLINE_WALL_MS, startWallMs: INLINE_FIRST_CALL_MS, slice: INLINE_FUEL_SLICE,
+        start: INLINE_START_FUEL, call: INLINE_FUEL, slice: INLINE_FUEL_SLICE,
+        wallMs: INLINE_WALL_MS, startWallMs: INLINE_FIRST_CALL_MS, firstCallWallMs: INLINE_FIRST_CALL_MS,
       });
       const ms = this.#clock.wallMs() - started;
       logs.take();
