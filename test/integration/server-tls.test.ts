@@ -74,7 +74,7 @@ describe('certificate files', () => {
     const before = reloadFailures().length;
     await writeFile(join(certDir, 'tls.key'), foreign.private);
     await writeFile(join(certDir, 'tls.crt'), foreign.cert);
-    await waitFor(() => reloadFailures().some((l, i) => i >= before && l.includes('does not verify the new certificate')));
+    await waitFor(() => reloadFailures().some((l, i) => i >= before && l.includes('does not verify the certificate')));
     expect(t.server.tls?.cert).toBe(second.cert);
     const trusting = new Agent({ connect: { ca: ca.cert } });
     expect((await request(`${t.server.url}/healthz`, { dispatcher: trusting })).statusCode).toBe(200);
@@ -112,6 +112,31 @@ describe('certificate files', () => {
     await expect(request(`${t.server.url}/healthz`, { dispatcher: oldOnly })).rejects.toThrow();
     expect((await request(`${t.server.url}/healthz`, { dispatcher: keepAlive })).statusCode).toBe(200);
     await Promise.all([agent.close(), keepAlive.close(), fresh.close(), oldOnly.close()]);
+  });
+
+  it('refuses to start with a certificate the apiserver could not verify: from another CA than the CA file, or not for the name the webhooks call', async () => {
+    // Red team: both were registered, /readyz said ready, and every call the apiserver made
+    // failed with an x509 error (a replacement was already refused the same way).
+    const certDir = await mkdtemp(join(tmpdir(), 'portcullis-certs-'));
+    onTestFinished(() => rm(certDir, { recursive: true, force: true }));
+    const authority = (name: string) => generate([{ name: 'commonName', value: name }], { keyType: 'ec', curve: 'P-256', algorithm: 'sha256', extensions: [{ name: 'basicConstraints', cA: true }, { name: 'keyUsage', keyCertSign: true, digitalSignature: true }] });
+    const [one, two] = [await authority('ca-one'), await authority('ca-two')];
+    const leaf = await generate([{ name: 'commonName', value: 'localhost' }], {
+      keyType: 'ec', curve: 'P-256', algorithm: 'sha256', ca: { key: two.private, cert: two.cert }, extensions: [{ name: 'subjectAltName', altNames: [{ type: 2, value: 'localhost' }] }],
+    });
+    await writeFile(join(certDir, 'tls.crt'), leaf.cert);
+    await writeFile(join(certDir, 'tls.key'), leaf.private);
+    await writeFile(join(certDir, 'one.crt'), one.cert);
+    await writeFile(join(certDir, 'two.crt'), two.cert);
+    const files = (ca: string) => `tls: { certFile: ${certDir}/tls.crt, keyFile: ${certDir}/tls.key, caFile: ${certDir}/${ca} }`;
+    await expect(startServer(`server: { ${files('one.crt')} }\npolicies: []`))
+      .rejects.toThrow(`server.tls: ${certDir}/tls.crt cannot be served to the apiserver: the CA bundle the apiserver is given does not verify the certificate`);
+    const byIp = 'webhooks: { managed: portcullis.example.com, url: "https://127.0.0.1:1" }';
+    await expect(startServer(`${byIp}\nserver: { ${files('two.crt')} }\npolicies: []`))
+      .rejects.toThrow('cannot be served to the apiserver: the certificate does not cover 127.0.0.1, the name the apiserver calls');
+    // The same files, called by the name the certificate has: served.
+    const byName = await start(`webhooks: { managed: portcullis.example.com, url: "https://localhost:1" }\nserver: { ${files('two.crt')} }\npolicies: []`);
+    expect(byName.server.tls?.cert).toBe(leaf.cert);
   });
 
   it('refuses to start with an unreadable or non-PEM certificate, naming the file', async () => {

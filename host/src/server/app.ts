@@ -151,8 +151,20 @@ export class PortcullisServer {
     } else if (mode === 'secret') {
       if (!options.tls) throw new ConfigError('tls.mode "secret" needs the certificate from the cluster; start it with `portcullis serve`');
       tls = options.tls;
+    } else if (options.tls) {
+      tls = options.tls;
     } else {
-      tls = options.tls ?? await tlsMaterial(config.server.tls);
+      tls = await tlsMaterial(config.server.tls);
+      const { tls: files } = config.server;
+      // The same test a replacement passes (#watchCertificates): served as it is, the apiserver's
+      // every call would fail with an x509 error while /readyz said ready.
+      if (files.mode === 'files') {
+        try {
+          checkServable(tls, calledAs(config));
+        } catch (error) {
+          throw new ConfigError(`server.tls: ${files.certFile} cannot be served to the apiserver: ${errorMessage(error)}`);
+        }
+      }
     }
     log.info('TLS', { mode, source: options.certificateSource ?? certificateSource(config), clientCertificates: tls?.clientCA ? (tls.requireClientCert ? 'required' : 'optional') : 'off' });
     // Imported only here: the Kubernetes client is a large load, and a host that writes nothing to the cluster never needs it.
@@ -515,20 +527,12 @@ export class PortcullisServer {
     });
   }
 
-  /** The name the apiserver calls this host by, as the managed webhooks say (none when unmanaged). */
-  #calledAs(): string[] {
-    const { url, service, managed } = this.config.webhooks;
-    if (!managed) return [];
-    if (url) return [new URL(url).hostname.replace(/^\[|\]$/g, '')];
-    return service ? [`${service.name}.${service.namespace}.svc`] : [];
-  }
-
   #watchCertificates(tls: Extract<Config['server']['tls'], { mode: 'files' }>): void {
     const failed = (error: unknown) => this.log.error('TLS certificate reload failed; keeping the current one', { message: errorMessage(error) });
     // Nothing on this path may end the process: a rejection here once did (red team).
     const stop = watchCertificates(tls, (material) => {
       try {
-        checkServable(material, this.#calledAs());
+        checkServable(material, calledAs(this.config));
       } catch (error) {
         return failed(error);
       }
@@ -536,4 +540,12 @@ export class PortcullisServer {
     }, failed);
     this.#cleanups.push(stop);
   }
+}
+
+/** The name the apiserver calls this host by, as the managed webhooks say (none when unmanaged). */
+function calledAs(config: Config): string[] {
+  const { url, service, managed } = config.webhooks;
+  if (!managed) return [];
+  if (url) return [new URL(url).hostname.replace(/^\[|\]$/g, '')];
+  return service ? [`${service.name}.${service.namespace}.svc`] : [];
 }

@@ -48,7 +48,9 @@ const PEM_BLOCK = /-----BEGIN CERTIFICATE-----[\s\S]*?-----END CERTIFICATE-----/
  * Refuses material that cannot be served as a replacement: a key that is not the certificate's
  * (a certificate and key written one after the other are read half-replaced: red team, the host
  * crashed on it), or a certificate that the CA bundle the apiserver will be given does not
- * verify (it was served silently, and new connections failed with x509 errors).
+ * verify (it was served silently, and new connections failed with x509 errors). Also at start:
+ * a certificate for other names, or from another CA, was registered and /readyz said ready while
+ * the apiserver refused every call (red team).
  */
 export function checkServable(material: Pick<TlsMaterial, 'cert' | 'key' | 'caBundle'>, names: readonly string[] = [], now = new Date()): void {
   const chain = (material.cert.match(PEM_BLOCK) ?? []).map((pem) => new X509Certificate(pem));
@@ -76,7 +78,9 @@ export function checkServable(material: Pick<TlsMaterial, 'cert' | 'key' | 'caBu
     const next = chain[i + 1];
     if (!next || !cert.verify(next.publicKey)) break;
   }
-  throw new Error('the CA bundle the apiserver is given does not verify the new certificate; update the CA file first (or with it)');
+  // Neutral as to which file is behind: at start either may be wrong, and in a rotation written
+  // CA first the certificate is the old one (red team: "update the CA file first" when it was).
+  throw new Error('the CA bundle the apiserver is given does not verify the certificate (files written one after the other are tried again at the next change)');
 }
 
 async function readPem(path: string, what: string): Promise<string> {
