@@ -107,6 +107,25 @@ it('refuses to start when policies have context grants or webhooks are managed a
   expect(managed.stderr).not.toContain('"msg":"ready"');
 }, 60_000);
 
+it('refuses to start when managed webhooks would call a loopback port other than the one it listens on (serve --port moved only the listener)', async () => {
+  // Red team: the webhooks were registered for 18443 while the host listened on 28443, /readyz
+  // said ready, and the apiserver refused every Pod create (connection refused).
+  const { writeFile, mkdtemp } = await import('node:fs/promises');
+  const { join } = await import('node:path'); // eslint-disable-line @typescript-eslint/unbound-method -- path.join does not use this
+  const { tmpdir } = await import('node:os');
+  const { wasm } = await import('../helpers/policies.ts');
+  const dir = await mkdtemp(join(tmpdir(), 'portcullis-port-'));
+  // A cluster is configured (never reached: the host refuses before it talks to one).
+  await writeFile(join(dir, 'kubeconfig'), 'apiVersion: v1\nkind: Config\nclusters: [{ name: c, cluster: { server: "https://127.0.0.1:1" } }]\n' +
+    'users: [{ name: u, user: { token: t } }]\ncontexts: [{ name: c, context: { cluster: c, user: u } }]\ncurrent-context: c\n');
+  await writeFile(join(dir, 'managed.yaml'), `webhooks:\n  managed: port.portcullis.dev\n  url: https://127.0.0.1:18443/\npolicies:\n  - { name: numbers, module: ${wasm('numbers')} }\n`);
+  const port = await freePort();
+  const moved = await cli(['serve', '--config', join(dir, 'managed.yaml'), '--host', '127.0.0.1', '--port', String(port), '--tls-self-signed'], { env: { KUBECONFIG: join(dir, 'kubeconfig') } });
+  expect(moved.code).toBe(1);
+  expect(moved.stderr).toContain(`webhooks.url (https://127.0.0.1:18443/) sends the apiserver's calls to port 18443 of this machine, but the host listens on port ${port} (server.port or --port)`);
+  expect(moved.stderr).not.toContain('"msg":"ready"');
+});
+
 it('a second stop signal during the shutdown is logged and ignored, so the cleanup runs to its end', async () => {
   // Red team: Ctrl-C on `npm run serve` sends two SIGINTs; the second got Node's default (exit at
   // once), leaving the managed Fail webhooks behind on a dead port.

@@ -130,6 +130,22 @@ describe('hot reload', () => {
     expect(triples.at(-1)).toBe('loading discard loaded');
   });
 
+  it('keeps the webhooks\' url while a server change waits for the restart, and applies a url change alone', async () => {
+    // Red team: a reload of server.port and webhooks.url together re-registered the new port at
+    // once, while the listener stayed on the old one until a restart: every call refused.
+    const file = (port: number, url: string) => `cache: { maxMiB: 0 }\nwebhooks: { managed: portcullis.example.com, url: "${url}" }\n` +
+      `server: { host: 127.0.0.1, port: ${port}, tls: { mode: self-signed, hostnames: [127.0.0.1] } }\npolicies:\n${policyYaml('no-delete')}`;
+    const own = await startServer(file(0, 'https://127.0.0.1:1/'));
+    onTestFinished(() => own.close());
+    await replaceConfig(own.configPath, file(28443, 'https://127.0.0.1:28443/'));
+    expect(await own.server.reload()).toBe(true);
+    expect(own.server.config.webhooks.url).toBe('https://127.0.0.1:1/');
+    expect(own.logs.some((l) => l.includes('server settings and the webhooks\' url or service changed in the configuration; both take effect on restart'))).toBe(true);
+    await replaceConfig(own.configPath, file(0, 'https://localhost:1/'));
+    expect(await own.server.reload()).toBe(true);
+    expect(own.server.config.webhooks.url).toBe('https://localhost:1/');
+  });
+
   it('reloads on SIGHUP', async () => {
     await replaceConfig(t.configPath, config('team: x'));
     const before = t.logs.filter((l) => l.includes('configuration reloaded')).length;

@@ -145,6 +145,8 @@ export class PortcullisServer {
     const { config } = options;
     const log = options.log ?? createLogger(config.logLevel);
     let tls: TlsMaterial | undefined;
+    const elsewhere = loopbackElsewhere(config);
+    if (elsewhere) throw new ConfigError(elsewhere);
     const mode = config.server.tls.mode;
     if (mode === 'insecure') {
       log.warn('serving plain HTTP (insecure): the apiserver only calls HTTPS webhooks; use this only behind a TLS proxy or for local tests');
@@ -316,6 +318,13 @@ export class PortcullisServer {
       this.log.error('configuration reload refused; the current policies keep serving', { file: source, message: errorMessage(error) });
       return false;
     }
+    // Judged against the listener this process keeps (server settings wait for a restart).
+    const elsewhere = loopbackElsewhere({ ...config, server: this.config.server });
+    if (elsewhere) {
+      this.metrics.reloads.inc({ result: 'invalid' });
+      this.log.error('configuration reload refused; the current policies keep serving', { file: source, message: elsewhere });
+      return false;
+    }
     try {
       await this.#ensureContext(config); // issue 15: informers for newly granted kinds
     } catch (error) {
@@ -334,10 +343,19 @@ export class PortcullisServer {
         for (const entry of set.failed) this.log.error('configuration reload refused; the current policies keep serving', { file: source, policy: entry.config.name, code: entry.error?.code, message: entry.error?.message });
         return false;
       }
+      let { webhooks } = config;
       if (JSON.stringify(config.server) !== JSON.stringify(this.config.server)) {
-        this.log.warn('server settings changed in the configuration; they take effect on restart', { file: source });
+        // The address the webhooks give the apiserver goes with the listener: changed with it, it
+        // would send every call to a port nobody listens on until the restart (red team: a
+        // reload of server.port and webhooks.url together refused every Pod create).
+        const { url, service } = this.config.webhooks;
+        const moved = url !== webhooks.url || JSON.stringify(service) !== JSON.stringify(webhooks.service);
+        if (moved) webhooks = { ...webhooks, url, service };
+        this.log.warn(moved
+          ? 'server settings and the webhooks\' url or service changed in the configuration; both take effect on restart'
+          : 'server settings changed in the configuration; they take effect on restart', { file: source });
       }
-      this.config = { ...config, server: this.config.server };
+      this.config = { ...config, server: this.config.server, webhooks };
       this.registry.swap(set);
     } finally {
       doneLoading();
@@ -548,4 +566,24 @@ function calledAs(config: Config): string[] {
   if (!managed) return [];
   if (url) return [new URL(url).hostname.replace(/^\[|\]$/g, '')];
   return service ? [`${service.name}.${service.namespace}.svc`] : [];
+}
+
+/**
+ * Why the managed webhooks would call this machine on a port the host does not listen on:
+ * `serve --port P` moved the listener and not webhooks.url, and every call the apiserver made
+ * was refused, Pods with them, while /readyz said ready (red team). Only a loopback URL is known
+ * to be this machine; another name may reach it through a proxy or a Service's port mapping.
+ * Port 0 (any free port, tests) has no port to compare.
+ */
+function loopbackElsewhere(config: Config): string | undefined {
+  const { managed, url } = config.webhooks;
+  const { port } = config.server;
+  if (!managed || !url || port === 0) return undefined;
+  const target = new URL(url);
+  const host = target.hostname.replace(/^\[|\]$/g, '');
+  const loopback = host === 'localhost' || host === '::1' || /^127\.\d+\.\d+\.\d+$/.test(host);
+  const called = Number(target.port || 443);
+  if (!loopback || called === port) return undefined;
+  return `webhooks.url (${url}) sends the apiserver's calls to port ${called} of this machine, but the host listens on port ${port} ` +
+    '(server.port or --port): they would all fail, and with them every request a Fail webhook covers. Give both the same port.';
 }
