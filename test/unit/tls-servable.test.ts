@@ -31,7 +31,7 @@ describe('checkServable', () => {
     const early = await leafOf(ca, '127.0.0.5', { notBeforeDate: new Date(Date.now() + 86_400_000), notAfterDate: new Date(Date.now() + 3 * 86_400_000) });
     const check = (pair: { cert: string; private: string }, key = pair.private) => () => checkServable({ cert: pair.cert, key, caBundle: ca.cert }, ['127.0.0.5']);
     expect(check(leaf, foreign.private)).toThrow(/the key does not belong to the certificate/);
-    expect(check(foreign)).toThrow(/does not verify the new certificate/);
+    expect(check(foreign)).toThrow(/does not verify the certificate/);
     expect(check(elsewhere)).toThrow(/does not cover 127\.0\.0\.5, the name the apiserver calls/);
     expect(check(expired)).toThrow(/the certificate expired at/);
     expect(check(early)).toThrow(/is not valid before/);

@@ -347,10 +347,13 @@ export class WebhookManager {
       try {
         const started = performance.now();
         const policies = this.#o.policies();
-        await this.#apply(this.#build(policies));
+        const results = await this.#apply(this.#build(policies));
         this.#applied = policies;
         this.#backoffMs = 0;
-        this.#syncFailed = false;
+        // Not retried (a person must act), but failing all the same: the configuration that
+        // covers these requests is another installation's (red team: a dead host's Fail webhooks
+        // refused every Pod while portcullis_webhook_sync_failing said 0).
+        this.#syncFailed = results.includes('foreign');
         this.#o.onSynced?.(started);
       } catch (error) {
         this.#syncFailed = true;
