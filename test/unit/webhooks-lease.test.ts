@@ -75,10 +75,19 @@ describe('LeaderElector', () => {
     const leases = new FakeLeases();
     const clock = { now: 0 };
     const a = elector(leases, 'a', clock);
-    const b = elector(leases, 'b', clock);
+    const said: string[] = [];
+    const b = new LeaderElector({
+      api: leases.api(), server: 'https://apiserver', name: 'portcullis.dev', namespace: 'portcullis', identity: 'b', leaseDurationSeconds: 15,
+      log: createLogger('info', (line) => said.push(line)), now: () => clock.now, monotonic: () => clock.now, onStartedLeading: () => {}, onStoppedLeading: () => {},
+    });
     await a.round();
     await b.round();
+    await b.round();
     expect(b.isLeader).toBe(false);
+    // Said once, naming the holder: a follower's webhooks are another's to write meanwhile.
+    const waiting = said.filter((l) => l.includes('another holder has the lease; waiting'));
+    expect(waiting).toHaveLength(1);
+    expect(JSON.parse(waiting[0]!)).toMatchObject({ holder: 'a', identity: 'b', leaseDurationSeconds: 15 });
     // A stops renewing. B first saw this record at t=0 and waits 15 s from then, whatever
     // renewTime says (clocks on two machines need not agree).
     clock.now = 14_999;

@@ -69,6 +69,8 @@ export class LeaderElector {
   #lastError: string | undefined;
   /** Set by a round that saw another holder with a live lease. */
   #lostTo: string | undefined;
+  /** The holder a follower last said it waits for (said once per holder). */
+  #toldHolder: string | undefined;
   #toldIneligible = false;
 
   constructor(options: LeaderElectorOptions) {
@@ -133,7 +135,16 @@ export class LeaderElector {
     // Even while halting, record what the round did: a lease won in the last round must still
     // be released, or the other replica waits it out.
     const quiet = this.#halted;
+    // A follower said nothing while it waited (red team: a host restarted after SIGKILL waited
+    // ~20 s for its own dead predecessor's lease, its webhooks failing, with no line saying so).
+    if (!won && !this.#leader && this.#lostTo !== undefined && this.#lostTo !== this.#toldHolder) {
+      this.#o.log.info('leader election: another holder has the lease; waiting until it is released or not renewed for its duration before managing webhook configurations', {
+        lease: `${this.#o.namespace}/${this.#o.name}`, holder: this.#lostTo, identity: this.identity, leaseDurationSeconds: this.#o.leaseDurationSeconds,
+      });
+      this.#toldHolder = this.#lostTo;
+    }
     if (won) {
+      this.#toldHolder = undefined;
       this.#lastRenew = sent;
       if (!this.#leader) {
         this.#leader = true;
