@@ -231,6 +231,47 @@ describe('WebhookManager', () => {
     }
   });
 
+  it('on stop, a leader whose renew deadline passes while the apiserver is away still removes the webhooks once it is back, the Lease being still its own', async () => {
+    // Red team: renewals stop at the exit, so 5-10 s into it the host was no leader by its own
+    // clock; with the apiserver away for 8.5 s the configurations were left behind, blamed on a
+    // new leader there was not.
+    const { store, api } = fakeAdmission();
+    let down = false;
+    const unreachable = () => new TypeError('fetch failed', { cause: Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:6443'), { code: 'ECONNREFUSED' }) });
+    let lease: Record<string, unknown> | undefined;
+    let version = 0;
+    const keep = (body: Record<string, unknown>) =>
+      (lease = { ...structuredClone(body), metadata: { ...(body.metadata as object), resourceVersion: String(++version) } });
+    const coordination = {
+      readNamespacedLease: async () => {
+        if (down) throw unreachable();
+        if (!lease) throw new ApiException(404, 'not found', {}, {});
+        return structuredClone(lease);
+      },
+      createNamespacedLease: async ({ body }: { body: Record<string, unknown> }) => keep(body),
+      replaceNamespacedLease: async ({ body }: { body: Record<string, unknown> }) => keep(body),
+    } as unknown as CoordinationV1Api;
+    for (const name of ['deleteValidatingWebhookConfiguration', 'deleteMutatingWebhookConfiguration'] as const) {
+      const original = (api[name] as (args: unknown) => Promise<unknown>).bind(api);
+      Object.assign(api, { [name]: (args: unknown) => (down ? Promise.reject(unreachable()) : original(args)) });
+    }
+    const lines: string[] = [];
+    const manager = new WebhookManager({
+      clients: { admission: api, coordination, version: { getCode: async () => ({ major: '1', minor: '21' }) } as unknown as VersionApi, server: 'https://fake' },
+      log: createLogger('info', (line) => lines.push(line)), policies: () => policies, identity: 'me',
+      webhooks: () => ({ ...webhooks, leaderElection: true, leaseDurationSeconds: 1 }),
+    });
+    manager.start();
+    for (let i = 0; i < 100 && !(manager.isLeader && store.validating); i++) await new Promise((r) => setTimeout(r, 20));
+    expect(store.validating).toBeDefined();
+    down = true;
+    // Back after the 0.67 s renew deadline, well within the exit's grace period.
+    setTimeout(() => { down = false; }, 1_500);
+    await manager.stop({ timeoutMs: 5_000 });
+    expect({ validating: store.validating, mutating: store.mutating }).toEqual({ validating: undefined, mutating: undefined });
+    expect(lines.filter((l) => l.includes('could not remove the webhooks on exit'))).toEqual([]);
+  });
+
   it('on stop, retries a transient failure within the grace period, and gives up on a permanent one with one line', async () => {
     for (const [status, removed] of [[503, true], [403, false]] as const) {
       const { store, api } = fakeAdmission();

@@ -8,7 +8,7 @@ import type {
   V1ValidatingWebhookConfiguration,
 } from '@kubernetes/client-node';
 import type { WebhooksConfig } from '../config/types.ts';
-import { errorMessage } from '../errors.ts';
+import { errorMessage, PortcullisError } from '../errors.ts';
 import type { Logger } from '../util/log.ts';
 import {
   buildConfigurations,
@@ -276,7 +276,14 @@ export class WebhookManager {
     if (this.isLeader || this.#lastOut) {
       try {
         // Shutdown has a grace period: retry only what can clear up within it.
-        const results = await retry(() => this.#apply(this.#desired(true)), {
+        const results = await retry(async () => {
+          // Renewals stopped with halt(), so past the renew deadline this host is no leader, though
+          // nobody may have taken over: the Lease says (red team: the apiserver away for seconds at
+          // the exit, and the configurations were left behind 5 s into the 10 s, blamed on a new
+          // leader there was not).
+          if (this.#elector && !this.isLeader && !this.#lastOut) this.#lastOut = await this.#stillOursAtExit();
+          return this.#apply(this.#desired(true));
+        }, {
           retryable: (error) => error instanceof KubeApiError && error.transient, deadline: Date.now() + timeoutMs, firstDelayMs: 250, maxDelayMs: 2_000,
         });
         this.#log.info('webhook configurations: removed the webhooks of non-persistent policies', { name: this.name, validating: results[0], mutating: results[1] });
@@ -288,6 +295,12 @@ export class WebhookManager {
     this.#lastOut = false;
     await this.#elector?.release();
     this.#started = false;
+  }
+
+  /** True while the Lease is still this host's; throws (not retried) once another replica holds it. */
+  async #stillOursAtExit(): Promise<boolean> {
+    if (await this.#elector!.stillOurs()) return true;
+    throw new PortcullisError('NOT_LEADER', `another replica holds the lease ${this.namespace}/${this.name} now; leaving the configurations to it`);
   }
 
   /**
