@@ -34,6 +34,93 @@ describe('configuration', () => {
   });
 });
 
+// What the apiserver's validation refuses (apiserver.ts): each input below came back 422 from a
+// kube-apiserver 1.20 after the loader took it (red team), or breaks the same rule.
+describe('webhook values the apiserver would refuse', () => {
+  const policy = (fields: string) => `policies: [{ name: a, module: a.wasm, ${fields} }]`;
+  const rule = (resources: string, extra = '') => policy(`rules: [{ operations: [CREATE], apiGroups: [""], apiVersions: [v1], resources: ${resources}${extra} }]`);
+  const managed = (fields: string) => `webhooks: { managed: portcullis.example.com, ${fields} }\npolicies: [{ name: a, module: a.wasm }]`;
+
+  it.each([
+    // Selectors (ValidateLabelSelector)
+    [policy('namespaceSelector: { matchExpressions: [{ key: env, operator: In }] }'), 'c.yaml: /policies/0/namespaceSelector/matchExpressions/0: operator In needs values (at least one)'],
+    [policy('namespaceSelector: { matchExpressions: [{ key: env, operator: NotIn, values: [] }] }'), 'c.yaml: /policies/0/namespaceSelector/matchExpressions/0: operator NotIn needs values (at least one)'],
+    [policy('objectSelector: { matchExpressions: [{ key: env, operator: Exists, values: [x] }] }'),
+      'c.yaml: /policies/0/objectSelector/matchExpressions/0: operator Exists takes no values; remove "values" (the apiserver refuses them)'],
+    [policy('objectSelector: { matchExpressions: [{ key: env, operator: DoesNotExist, values: [x] }] }'), /objectSelector\/matchExpressions\/0: operator DoesNotExist takes no values/],
+    [policy('objectSelector: { matchLabels: { "bad key": x } }'),
+      'c.yaml: /policies/0/objectSelector/matchLabels/bad key: "bad key" is not a valid label key: the name part must consist of alphanumerics, "-", "_" or "." and must start and end with an alphanumeric'],
+    [policy('objectSelector: { matchExpressions: [{ key: "bad key", operator: Exists }] }'), 'c.yaml: /policies/0/objectSelector/matchExpressions/0/key: "bad key" is not a valid label key: the name part must consist of'],
+    [policy('objectSelector: { matchLabels: { "Example.com/app": x } }'), /matchLabels\/Example.com~1app: "Example.com\/app" is not a valid label key: the prefix before "\/" must be a DNS subdomain/],
+    [policy('objectSelector: { matchLabels: { "/app": x } }'), /is not a valid label key: the prefix before "\/" must not be empty/],
+    [policy('objectSelector: { matchLabels: { "a/b/c": x } }'), /is not a valid label key: a label key has at most one "\/"/],
+    [policy('objectSelector: { matchLabels: { "example.com/": x } }'), /is not a valid label key: the name part must not be empty/],
+    [policy(`objectSelector: { matchLabels: { ${'k'.repeat(64)}: x } }`), /is not a valid label key: the name part must be 63 characters or less/],
+    [policy(`objectSelector: { matchLabels: { app: ${'v'.repeat(64)} } }`), 'c.yaml: /policies/0/objectSelector/matchLabels/app: "vvvv'],
+    [policy(`objectSelector: { matchLabels: { app: ${'v'.repeat(64)} } }`), /is not a valid label value: a label value must be 63 characters or less/],
+    [policy('objectSelector: { matchLabels: { app: "-web" } }'), /matchLabels\/app: "-web" is not a valid label value: a label value must be empty or consist of/],
+    [policy('namespaceSelector: { matchExpressions: [{ key: env, operator: In, values: [prod, "not valid"] }] }'),
+      /namespaceSelector\/matchExpressions\/0\/values\/1: "not valid" is not a valid label value/],
+    // match[].labelSelector goes to the apiserver as the objectSelector when it is the only entry.
+    [policy('match: [{ kind: Pod }, { labelSelector: { matchExpressions: [{ key: app, operator: In }] } }]'), 'c.yaml: /policies/0/match/1/labelSelector/matchExpressions/0: operator In needs values'],
+    // Rules (ValidateRuleWithOperations, validateResources)
+    [rule('[pods/*, pods/status]'),
+      'c.yaml: /policies/0/rules/0/resources/1: "pods/status" is already covered by "pods/*" listed before it (the apiserver refuses the overlap: ["pods/*","pods/status"])'],
+    [rule('[pods/*, pods/*]'), /rules\/0\/resources\/1: "pods\/\*" is already covered by "pods\/\*"/],
+    [rule('["*/status", pods/status]'), /rules\/0\/resources\/1: "pods\/status" is already covered by "\*\/status" listed before it/],
+    [rule('["*/*", pods]'), /rules\/0\/resources: "\*\/\*" stands alone/],
+    [rule('["*", deployments]'), /rules\/0\/resources: "\*" covers every resource/],
+    [rule('[]'), 'c.yaml: /policies/0/rules/0/resources: needs at least one resource; the apiserver refuses an empty list'],
+    [rule('[pods, ""]'), 'c.yaml: /policies/0/rules/0/resources/1: must not be empty (the apiserver refuses "" as a resource)'],
+    [policy('rules: [{ operations: [CREATE], apiGroups: [], apiVersions: [v1], resources: [pods] }]'), /rules\/0\/apiGroups: needs at least one API group/],
+    [policy('rules: [{ operations: [CREATE], apiGroups: [""], apiVersions: [], resources: [pods] }]'), /rules\/0\/apiVersions: needs at least one API version/],
+    [policy('rules: [{ operations: [CREATE], apiGroups: [""], apiVersions: [v1, ""], resources: [pods] }]'), 'c.yaml: /policies/0/rules/0/apiVersions/1: must not be empty'],
+    [policy('rules: [{ operations: [CREATE], apiGroups: [""], apiVersions: ["*", v1], resources: [pods] }]'), /rules\/0\/apiVersions: "\*" stands alone/],
+    [policy('rules: [{ operations: [CREATE, PATCH], apiGroups: [""], apiVersions: [v1], resources: [pods] }]'), 'c.yaml: /policies/0/rules/0/operations/1 must be one of "CREATE", "UPDATE", "DELETE", "CONNECT", "*"'],
+    [rule('[pods]', ', scope: Namespace'), 'c.yaml: /policies/0/rules/0/scope must be one of "Cluster", "Namespaced", "*"'],
+    // The second rule is reported with its own index.
+    [policy('rules: [{ operations: [CREATE], apiGroups: [""], apiVersions: [v1], resources: [pods] }, { operations: [CREATE], apiGroups: [""], apiVersions: [v1], resources: [pods/*, pods/log] }]'),
+      /\/policies\/0\/rules\/1\/resources\/1: "pods\/log" is already covered/],
+    // URL (ValidateWebhookURL): the host appends /validate/<policy> to it.
+    [managed('url: "https://127.0.0.1:18443/?debug=1"'),
+      'c.yaml: /webhooks/url: "https://127.0.0.1:18443/?debug=1": the apiserver does not permit a query ("?...") in the URL; put what the host needs in the path'],
+    [managed('url: "https://127.0.0.1:18443?"'), /webhooks\/url: .*does not permit a query/],
+    [managed('url: "https://127.0.0.1:18443/#top"'), /webhooks\/url: .*does not permit a fragment/],
+    [managed('url: "https://admin:pw@host.example:8443/"'), /webhooks\/url: .*does not permit user information/],
+    [managed('url: "https:///hooks"'), /webhooks\/url: "https:\/\/\/hooks": the host must be given/],
+    [managed('url: "https://:8443/"'), /webhooks\/url: .*the host must be given/],
+    [managed('url: "https://host.example:84x3/"'), /webhooks\/url: .*invalid port "84x3" after the host/],
+    [managed('url: "https://[::1:8443/"'), /webhooks\/url: .*an IPv6 host must be written in brackets/],
+    [managed('url: "https://host example/"'), /webhooks\/url: .*invalid character " " in the host name/],
+    [managed('url: "http://host.example/"'), 'c.yaml: /webhooks/url must match pattern "^https://"'],
+    // Service (ValidateWebhookService)
+    [managed('service: { name: "", namespace: portcullis }'), 'c.yaml: /webhooks/service/name must NOT have fewer than 1 characters'],
+    [managed('service: { name: portcullis, namespace: portcullis, port: 70000 }'), 'c.yaml: /webhooks/service/port must be <= 65535'],
+    // What the host adds to every webhook's namespaceSelector
+    [managed('url: "https://h.example", excludeNamespaces: ["Team A"]'), /^c\.yaml: \/webhooks\/excludeNamespaces\/0: "Team A" cannot be a namespace name/],
+    [managed('url: "https://h.example", ignoreLabel: "portcullis..dev/ignore"'), /^c\.yaml: \/webhooks\/ignoreLabel: "portcullis..dev\/ignore" is not a valid label key: the prefix before "\/" must be a DNS subdomain/],
+  ])('refuses %s', (yaml, message) => {
+    expect(() => parseConfig(yaml, 'c.yaml')).toThrow(message);
+  });
+
+  it.each([
+    rule('[pods/*]'), rule('["*/status"]'), rule('["*", pods/status]'), rule('["*", "*/status"]'), rule('[pods, pods/*]'), rule('[pods/*, "*/status"]'),
+    rule('["*/*"]'), rule('["*"]', ', scope: Cluster'), rule('[pods, deployments, pods/exec]'),
+    // The apiserver only looks back: a wildcard listed after what it covers is accepted there, so here.
+    rule('[pods/status, pods/*]'), rule('[pods/status, "*/status"]'),
+    policy('rules: [{ operations: ["*"], apiGroups: ["*"], apiVersions: ["*"], resources: [pods] }]'),
+    policy('namespaceSelector: { matchExpressions: [{ key: kubernetes.io/metadata.name, operator: NotIn, values: [kube-system, team-a] }] }'),
+    policy('objectSelector: { matchExpressions: [{ key: app.kubernetes.io/name, operator: Exists }, { key: tier, operator: DoesNotExist, values: [] }] }'),
+    policy(`objectSelector: { matchLabels: { ${'a'.repeat(253)}/${'k'.repeat(63)}: "", Tier_2.x: ${'v'.repeat(63)} } }`),
+    policy('match: [{ labelSelector: { matchLabels: { app: web } } }]'),
+    managed('url: "https://127.0.0.1:18443/hooks/"'), managed('url: "https://[::1]:8443"'), managed('url: "https://host.example"'),
+    managed('url: "https://h.example", excludeNamespaces: [team-a], ignoreLabel: ""'),
+    managed('service: { name: portcullis, namespace: portcullis }'),
+  ])('accepts %s', (yaml) => {
+    expect(() => parseConfig(yaml, 'c.yaml')).not.toThrow();
+  });
+});
+
 describe('selection', () => {
   const pods = request({ resource: { group: '', version: 'v1', resource: 'pods' } });
   it('matches webhook rules like the apiserver', () => {

@@ -9,8 +9,10 @@ import { defaultOf, defaultsAt } from './schema.ts';
 import { validateConfig as validate } from './validators.generated.ts';
 import { ConfigError, errorMessage } from '../errors.ts';
 import { DEFAULT_LIMITS } from './limits.ts';
+import { labelKeyProblem, labelSelectorProblem, labelValueProblem, ruleProblem, webhookUrlProblem } from './apiserver.ts';
 import type {
-  Config, Grant, RuleWithOperations, PolicyConfig, RawConfig, RawPolicy, RawRegistries, RawServer, RawTls, RawWebhooks, TlsConfig, WebhooksConfig,
+  Config, Grant, LabelSelector, RuleWithOperations, PolicyConfig, RawConfig, RawPolicy, RawRegistries, RawServer, RawTls, RawWebhooks, TlsConfig,
+  WebhooksConfig,
 } from './types.ts';
 
 export const DEFAULT_PORT: number = defaultOf('server', 'port');
@@ -68,10 +70,12 @@ function normalize(raw: RawConfig, source: string): Config {
   // (test/unit/config-schema.test.ts checks it).
   const server = { ...defaultsAt<RawServer>('server'), ...raw.server } as Required<Omit<RawServer, 'tls' | 'metricsPort'>> & RawServer;
   const webhooks = { ...defaultsAt<RawWebhooks>('webhooks'), ...raw.webhooks } as Omit<WebhooksConfig, 'service'> & RawWebhooks;
+  checkWebhooks(webhooks, `${source}: /webhooks`);
   const names = new Set<string>();
   const policies = raw.policies.map((p, index): PolicyConfig => {
     if (names.has(p.name)) throw new ConfigError(`${source}: /policies/${index}/name: "${p.name}" is used twice; policy names must be unique`);
     names.add(p.name);
+    checkPolicySelectors(p, `${source}: /policies/${index}`);
     const limits = { ...DEFAULT_LIMITS, ...defaults.limits, ...p.limits };
     // The apiserver gives up after timeoutSeconds; a policy must be stopped before that so the
     // response can still say which policy was too slow.
@@ -130,26 +134,57 @@ function normalize(raw: RawConfig, source: string): Config {
 }
 
 /**
- * What the apiserver refuses in a webhook rule and a schema cannot say. Accepted here, such a
- * rule failed every webhook sync after a reload, with the removed policies' Fail webhooks left in
- * place (red team): refused at load instead, so the old configuration keeps serving.
+ * What the apiserver's validation of a webhook configuration would refuse (apiserver.ts). Accepted
+ * here, such a value failed every webhook sync after a reload, and the exit patch too, with the
+ * removed policies' Fail webhooks left in place (red team): refused at load instead, so the old
+ * configuration keeps serving.
  */
 function checkRules(rules: RuleWithOperations[], where: string): RuleWithOperations[] {
-  for (const [i, rule] of rules.entries()) {
-    for (const field of ['operations', 'apiGroups', 'apiVersions'] as const) {
-      if (rule[field].includes('*') && rule[field].length > 1) {
-        throw new ConfigError(`${where}/${i}/${field}: "*" stands alone (the apiserver refuses it beside other values: ${JSON.stringify(rule[field])})`);
-      }
-    }
-    const { resources } = rule;
-    if (resources.includes('*/*') && resources.length > 1) {
-      throw new ConfigError(`${where}/${i}/resources: "*/*" stands alone (the apiserver refuses it beside other values: ${JSON.stringify(resources)})`);
-    }
-    if (resources.includes('*') && resources.some((r) => r !== '*' && !r.includes('/'))) {
-      throw new ConfigError(`${where}/${i}/resources: "*" covers every resource; the apiserver refuses it beside other resources: ${JSON.stringify(resources)}`);
-    }
-  }
+  const problem = ruleProblem(rules);
+  if (problem) throw new ConfigError(`${where}${problem.path}: ${problem.message}`);
   return rules;
+}
+
+function checkSelector(selector: LabelSelector | undefined, where: string): void {
+  const problem = selector && labelSelectorProblem(selector);
+  if (problem) throw new ConfigError(`${where}${problem.path}: ${problem.message}`);
+}
+
+/**
+ * A policy's selectors go to the apiserver: objectSelector and namespaceSelector always, and the
+ * labelSelector of `match` when it is the only entry. All match entries are checked, so removing
+ * a sibling entry cannot make a loaded file unsyncable.
+ */
+function checkPolicySelectors(p: RawPolicy, where: string): void {
+  checkSelector(p.objectSelector, `${where}/objectSelector`);
+  checkSelector(p.namespaceSelector, `${where}/namespaceSelector`);
+  for (const [j, m] of (p.match ?? []).entries()) checkSelector(m.labelSelector, `${where}/match/${j}/labelSelector`);
+}
+
+/**
+ * The parts of `webhooks` that end up in both configurations: the URL, the ignore label (a
+ * NotIn key) and the excluded namespaces (NotIn values on kubernetes.io/metadata.name).
+ */
+function checkWebhooks(webhooks: RawWebhooks, where: string): void {
+  if (webhooks.url !== undefined) {
+    const problem = webhookUrlProblem(webhooks.url);
+    if (problem) throw new ConfigError(`${where}/url: ${JSON.stringify(webhooks.url)}: ${problem}`);
+  }
+  if (webhooks.ignoreLabel) {
+    const problem = labelKeyProblem(webhooks.ignoreLabel);
+    if (problem) throw new ConfigError(`${where}/ignoreLabel: ${JSON.stringify(webhooks.ignoreLabel)} is not a valid label key: ${problem}`);
+  }
+  if (!webhooks.managed) return;
+  const namespaces: [string, string | undefined][] = [
+    ...(webhooks.excludeNamespaces ?? []).map((ns, i): [string, string] => [`/excludeNamespaces/${i}`, ns]),
+    ['/namespace', webhooks.namespace],
+    ['/service/namespace', webhooks.service?.namespace],
+  ];
+  for (const [path, ns] of namespaces) {
+    const problem = ns === undefined ? undefined : labelValueProblem(ns);
+    // The apiserver (1.26 on) refuses it as a NotIn value; it could not name a namespace anyway.
+    if (problem) throw new ConfigError(`${where}${path}: ${JSON.stringify(ns)} cannot be a namespace name (the webhooks exclude it with a label selector, and ${problem})`);
+  }
 }
 
 function normalizeTls(tls: RawTls, base: string): TlsConfig {
