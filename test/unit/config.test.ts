@@ -1,7 +1,9 @@
 import { describe, expect, it } from 'vitest';
 import { parseConfig } from '../../host/src/config/load.ts';
+import { labelSelectorProblem, ruleProblem, webhookUrlProblem } from '../../host/src/config/apiserver.ts';
+import { buildConfigurations, excludedNamespaces } from '../../host/src/webhooks/build.ts';
 import { policyMatches, ruleMatches, resourceSelectorMatches, fieldSelectorMatches, labelSelectorMatches } from '../../host/src/select/match.ts';
-import type { PolicyConfig } from '../../host/src/config/types.ts';
+import type { LabelSelector, PolicyConfig, RuleWithOperations } from '../../host/src/config/types.ts';
 import { request } from '@portcullis/sdk/testing';
 
 describe('configuration', () => {
@@ -118,6 +120,31 @@ describe('webhook values the apiserver would refuse', () => {
     managed('service: { name: portcullis, namespace: portcullis }'),
   ])('accepts %s', (yaml) => {
     expect(() => parseConfig(yaml, 'c.yaml')).not.toThrow();
+  });
+
+  it('what the host builds from an accepted file passes the same checks (selectors it combines, its exclusions, its URLs)', () => {
+    const config = parseConfig([
+      'webhooks: { managed: portcullis.example.com, url: "https://127.0.0.1:18443/hooks/", excludeNamespaces: [team-a] }',
+      'policies:',
+      '  - { name: a, module: a.wasm, objectSelector: { matchLabels: { app: a } }, match: [{ labelSelector: { matchLabels: { app: b }, matchExpressions: [{ key: t, operator: Exists }] } }],',
+      '      namespaceSelector: { matchExpressions: [{ key: env, operator: NotIn, values: [dev] }] } }',
+      '  - { name: b, module: b.wasm, rules: [{ operations: [CREATE], apiGroups: [""], apiVersions: [v1], resources: [pods/*, "*/status"] }] }',
+    ].join('\n'), 'c.yaml');
+    for (const singleWebhook of [false, true]) {
+      const built = buildConfigurations({
+        name: 'portcullis.example.com', webhooks: { ...config.webhooks, singleWebhook }, excludeNamespaces: excludedNamespaces(config.webhooks, {}),
+        policies: config.policies.map((p) => ({ config: p, modes: ['validate', 'mutate'] as const })),
+      });
+      const hooks = [...built.validating.webhooks ?? [], ...built.mutating.webhooks ?? []];
+      expect(hooks.length).toBe(singleWebhook ? 2 : 4);
+      for (const hook of hooks) {
+        // The client's types make every field optional; toRules() and andSelectors() fill them.
+        expect(ruleProblem(hook.rules as RuleWithOperations[])).toBeUndefined();
+        expect(labelSelectorProblem(hook.objectSelector as LabelSelector)).toBeUndefined();
+        expect(labelSelectorProblem(hook.namespaceSelector as LabelSelector)).toBeUndefined();
+        expect(webhookUrlProblem(hook.clientConfig.url!)).toBeUndefined();
+      }
+    }
   });
 });
 
