@@ -14,4 +14,7 @@ it('the compiled validators refuse what the schemas refuse, with the field named
   expect(() => checkInfo({ name: 'x', modes: ['validate', 'validate'] }, 'm.wasm')).toThrow('m.wasm: /modes must NOT have duplicate items');
   expect(() => checkInfo({ description: 'é'.repeat(4097) }, 'm.wasm')).toThrow('m.wasm: /description must NOT have more than 4096 characters');
   expect(checkInfo({ name: 'x', rules: [{ operations: ['CREATE'], apiGroups: [''], apiVersions: ['v1'], resources: ['pods'] }] }, 'm.wasm').name).toBe('x');
+  // A module's own rules become its webhook's when the configuration gives none: what the apiserver refuses is refused here.
+  expect(() => checkInfo({ name: 'x', rules: [{ operations: ['CREATE'], apiGroups: [''], apiVersions: ['v1'], resources: ['pods/*', 'pods/status'] }] }, 'm.wasm'))
+    .toThrow('m.wasm: /rules/0/resources/1: "pods/status" is already covered by "pods/*" listed before it');
 });

@@ -6,6 +6,7 @@
 // input: size-capped, schema-checked, and refused with a message that says which field is wrong.
 import { Ajv, type ErrorObject, type ValidateFunction } from 'ajv';
 import type { Mode } from '@portcullis/sdk';
+import { ruleProblem } from '../config/apiserver.ts';
 import type { RuleWithOperations } from '../config/types.ts';
 import { validatePolicyInfo } from '../config/validators.generated.ts';
 import { PortcullisError } from '../errors.ts';
@@ -71,6 +72,10 @@ function describe(error: ErrorObject | undefined): string {
 /** Checks a metadata value (from a module, or from package.json at build time). */
 export function checkInfo(value: unknown, where: string): PolicyInfo {
   if (!validateInfo(value)) throw new MetadataError(`${where}: ${describe(validateInfo.errors?.[0])}`);
+  // A module's rules become its webhook's when the configuration gives none: one the apiserver
+  // refuses would fail every sync, as a configuration's would (config/apiserver.ts).
+  const rules = value.rules ? ruleProblem(value.rules) : undefined;
+  if (rules) throw new MetadataError(`${where}: /rules${rules.path}: ${rules.message}`);
   if (value.settingsSchema) {
     let size: number;
     try {
