@@ -126,6 +126,46 @@ it('refuses to start when managed webhooks would call a loopback port other than
   expect(moved.stderr).not.toContain('"msg":"ready"');
 });
 
+it('a SIGHUP while the policies load does not kill the host: it is acted on (a reload) once they have loaded', async () => {
+  // Red team: SIGHUP before "ready" (an operator nudging a start held up by a registry) got
+  // Node's default, an exit with status 129 and no line.
+  const { spawn } = await import('node:child_process');
+  const { createServer } = await import('node:http');
+  const { writeFile, mkdtemp } = await import('node:fs/promises');
+  const { join } = await import('node:path'); // eslint-disable-line @typescript-eslint/unbound-method -- path.join does not use this
+  const { tmpdir } = await import('node:os');
+  const { root } = await import('../helpers/policies.ts');
+  // A registry that takes 3 s to say it has nothing.
+  const registry = createServer((_req, res) => void setTimeout(() => res.writeHead(404, { 'content-type': 'application/json' }).end('{"errors":[]}'), 3_000));
+  await new Promise<void>((resolve) => registry.listen(0, '127.0.0.1', resolve));
+  const { port } = registry.address() as { port: number };
+  const dir = await mkdtemp(join(tmpdir(), 'portcullis-hup-'));
+  await writeFile(join(dir, 'c.yaml'), `cache: { maxMiB: 0 }\nregistries: { insecure: ["127.0.0.1:${port}"], cacheDir: ${dir}/cache }\n` +
+    `server: { host: 127.0.0.1, port: 0, tls: { mode: self-signed, hostnames: [127.0.0.1] } }\npolicies:\n  - { name: slow, module: "oci://127.0.0.1:${port}/slow:v1" }\n`);
+  const child = spawn(process.execPath, [`${root}host/bin/portcullis.js`, 'serve', '--config', join(dir, 'c.yaml')], { cwd: root });
+  let stderr = '';
+  child.stderr.on('data', (d) => { stderr += d; });
+  const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
+  try {
+    const until = async (text: string, ms: number) => {
+      for (const end = Date.now() + ms; !stderr.includes(text) && Date.now() < end && child.exitCode === null;) await new Promise((r) => setTimeout(r, 50));
+      return stderr.includes(text);
+    };
+    expect(await until('"msg":"listening"', 20_000)).toBe(true);
+    child.kill('SIGHUP');
+    expect(await until('"msg":"ready"', 20_000)).toBe(true);
+    expect(stderr).toContain('SIGHUP while starting: acted on once the policies have loaded');
+    // The reload it asked for (its policy fails again: the registry still has nothing).
+    expect(await until('configuration reload refused', 20_000)).toBe(true);
+    expect(child.exitCode).toBeNull();
+    child.kill('SIGTERM');
+    expect(await exited).toBe(0);
+  } finally {
+    if (child.exitCode === null) child.kill('SIGKILL');
+    registry.close();
+  }
+}, 60_000);
+
 it('a second stop signal during the shutdown is logged and ignored, so the cleanup runs to its end', async () => {
   // Red team: Ctrl-C on `npm run serve` sends two SIGINTs; the second got Node's default (exit at
   // once), leaving the managed Fail webhooks behind on a dead port.

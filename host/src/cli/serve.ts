@@ -31,6 +31,15 @@ export default async function serve(args: string[]): Promise<number> {
       'set KUBECONFIG, or run in a Pod with a ServiceAccount; to try the policies without a cluster, remove webhooks.managed');
   }
   const log = createLogger(config.logLevel);
+  // SIGHUP's default ends the process: one sent while the policies load (an operator nudging a
+  // slow start from a registry) killed the host silently (red team). Until the server is up it
+  // is noted, and acted on once it is.
+  let earlyHangup = false;
+  const hangupWhileStarting = () => {
+    if (!earlyHangup) log.info('SIGHUP while starting: acted on once the policies have loaded');
+    earlyHangup = true;
+  };
+  process.on('SIGHUP', hangupWhileStarting);
   // tls.mode "secret": the certificate comes from the cluster, before the server can listen.
   const certificate = config.server.tls.mode === 'secret'
     ? await (await import('../certs/in-cluster.ts')).openInClusterCertificate(config, log)
@@ -74,6 +83,11 @@ export default async function serve(args: string[]): Promise<number> {
     for (const stream of [process.stdout, process.stderr]) stream.on('error', () => {});
     shutdown('SIGHUP');
   });
+  process.off('SIGHUP', hangupWhileStarting);
+  if (earlyHangup) {
+    if (terminalHungUp()) shutdown('SIGHUP');
+    else void server.reload();
+  }
   if (!values.config) server.log.info('serving the built-in example policies', { config: BUILTIN_CONFIG });
   // Node writes its compile cache (bin/portcullis.js) at exit, which a killed Pod never reaches.
   module.flushCompileCache?.(); // Node 22.10+
