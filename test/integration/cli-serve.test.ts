@@ -166,6 +166,33 @@ it('a SIGHUP while the policies load does not kill the host: it is acted on (a r
   }
 }, 60_000);
 
+it('stops gracefully when run by npm and its parent goes (a SIGTERM to npx ends npm and the shell between)', async () => {
+  // Red team: `npx portcullis serve`, then SIGTERM to npx: npm and its shell exited, and the host
+  // served on, orphaned, with its port, Lease and webhooks.
+  const { spawn } = await import('node:child_process');
+  const { root } = await import('../helpers/policies.ts');
+  // As npm exec runs it: a shell that waits for the host (not exec'd), npm's variables set.
+  const command = `"${process.execPath}" "${root}host/bin/portcullis.js" serve --host 127.0.0.1 --port 0 --tls-self-signed; true`;
+  const shell = spawn('sh', ['-c', command], { cwd: root, env: { ...process.env, npm_command: 'exec' }, stdio: ['ignore', 'ignore', 'pipe'] });
+  let stderr = '';
+  shell.stderr.on('data', (d) => { stderr += d; });
+  const until = async (text: string, ms: number) => {
+    for (const end = Date.now() + ms; !stderr.includes(text) && Date.now() < end;) await new Promise((r) => setTimeout(r, 50));
+    return stderr.includes(text);
+  };
+  try {
+    expect(await until('"msg":"ready"', 30_000)).toBe(true);
+    shell.kill('SIGKILL');
+    expect(await until('"msg":"shutting down","signal":"parent process exited (npm or npx)"', 10_000)).toBe(true);
+    expect(await until('"msg":"stopped"', 10_000)).toBe(true);
+  } finally {
+    const { execFileSync } = await import('node:child_process');
+    try {
+      execFileSync('pkill', ['-KILL', '-f', `${root}host/bin/portcullis.js serve --host 127.0.0.1 --port 0 --tls-self-signed$`]);
+    } catch { /* none left: as it should be */ }
+  }
+}, 60_000);
+
 it('a second stop signal during the shutdown is logged and ignored, so the cleanup runs to its end', async () => {
   // Red team: Ctrl-C on `npm run serve` sends two SIGINTs; the second got Node's default (exit at
   // once), leaving the managed Fail webhooks behind on a dead port.

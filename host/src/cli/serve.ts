@@ -83,6 +83,18 @@ export default async function serve(args: string[]): Promise<number> {
     for (const stream of [process.stdout, process.stderr]) stream.on('error', () => {});
     shutdown('SIGHUP');
   });
+  // Under npm (npx, or a script without `exec`) a shell sits between npm and this process: a
+  // SIGTERM to npx ended npm and the shell, and the host served on, orphaned, holding its port,
+  // its Lease and its Fail webhooks (red team). Its parent changing is the only sign it gets.
+  if (process.env.npm_command !== undefined) {
+    const parent = process.ppid;
+    const orphaned = setInterval(() => {
+      if (process.ppid === parent) return;
+      clearInterval(orphaned);
+      shutdown('parent process exited (npm or npx)');
+    }, 500);
+    orphaned.unref();
+  }
   process.off('SIGHUP', hangupWhileStarting);
   if (earlyHangup) {
     if (terminalHungUp()) shutdown('SIGHUP');
