@@ -21,7 +21,10 @@ describe('configuration', () => {
     ['policies: [{ name: a }]', 'c.yaml: /policies/0: missing required field "module"'],
     ['server: { port: 1 }', 'c.yaml: /: missing required field "policies"'],
     ['policies: [{ name: a, module: a.wasm }, { name: a, module: b.wasm }]', 'c.yaml: /policies/1/name: "a" is used twice; policy names must be unique'],
-    ['policies: [{ name: a, module: a.wasm, limits: { timeoutMs: 12000 } }]', 'c.yaml: /policies/0/limits/timeoutMs (12000) must be below the webhook timeout (10s)'],
+    ['policies: [{ name: a, module: a.wasm, limits: { timeoutMs: 12000 } }]', 'c.yaml: /policies/0/limits/timeoutMs (12000) must be below the webhook timeout (webhooks.timeoutSeconds: 10s)'],
+    // Nothing written about timeoutMs: the message says the value is the default, and what to change (red team).
+    ['webhooks: { timeoutSeconds: 2 }\npolicies: [{ name: a, module: a.wasm }]',
+      'c.yaml: /policies/0/limits/timeoutMs (2000, the default) must be below the webhook timeout (webhooks.timeoutSeconds: 2s); set a lower limits.timeoutMs, or a longer webhooks.timeoutSeconds'],
     ['policies: [', /^c\.yaml: not valid YAML/],
     // The line the parser points at, not a message ending in "column 4:" (newcomer).
     ['policies:\n  - name: a\n    module: a.wasm\n   - name: b\n', 'c.yaml: not valid YAML: All sequence items must start at the same column at line 4, column 4 (near "- name: b")'],

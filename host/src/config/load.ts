@@ -80,7 +80,10 @@ function normalize(raw: RawConfig, source: string): Config {
     // The apiserver gives up after timeoutSeconds; a policy must be stopped before that so the
     // response can still say which policy was too slow.
     if (limits.timeoutMs >= webhooks.timeoutSeconds * 1000) {
-      throw new ConfigError(`${source}: /policies/${index}/limits/timeoutMs (${limits.timeoutMs}) must be below the webhook timeout (${webhooks.timeoutSeconds}s)`);
+      // Say where the value came from: a file that never wrote it was told to fix a field it lacked (red team).
+      const from = p.limits?.timeoutMs !== undefined ? '' : defaults.limits?.timeoutMs !== undefined ? ', from defaults.limits' : ', the default';
+      throw new ConfigError(`${source}: /policies/${index}/limits/timeoutMs (${limits.timeoutMs}${from}) must be below the webhook timeout ` +
+        `(webhooks.timeoutSeconds: ${webhooks.timeoutSeconds}s); set a lower limits.timeoutMs, or a longer webhooks.timeoutSeconds`);
     }
     const { digest, modes, objectSelector, namespaceSelector, ...rest } = { ...defaultsAt<RawPolicy>('policies'), ...p };
     return {
