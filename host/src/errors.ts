@@ -47,6 +47,7 @@ export const ERRORS = {
   REGISTRY_TLS: { meaning: 'the registry\'s certificate is not trusted' },
   REGISTRY_PROTOCOL: { meaning: 'the registry answered something the OCI distribution spec does not allow' },
   DIGEST_MISMATCH: { meaning: 'content does not match its digest' },
+  MODULE_TOO_LARGE: { meaning: 'a registry layer is larger than the module limit' },
   NO_WASM_LAYER: { meaning: 'the artifact holds no Wasm layer' },
   SEVERAL_WASM_LAYERS: { meaning: 'the artifact holds more than one Wasm layer' },
   UNSUPPORTED_MANIFEST: { meaning: 'the manifest type is not one Portcullis reads' },

@@ -66,6 +66,7 @@ describe('portcullis push / pull', () => {
     [['push', 'a.wasm', 'oci://127.0.0.1:1/x:v1', '-o', 'x'], /^portcullis push: .*-o/],
     [['pull', 'oci://127.0.0.1:1/x:v1'], /^portcullis pull: usage: portcullis pull oci:\/\//],
     [['pull', 'oci://127.0.0.1:1/x:v1', '-o', 'x', '--verbose'], /^portcullis pull: Unknown option '--verbose'/],
+    [['pull', 'oci://127.0.0.1:1/x:v1', '-o', 'x', '--max-module-mib', '0'], /^portcullis pull: --max-module-mib must be a number of MiB above 0/],
   ])('exits 2 on usage errors: %j', async (args, message) => {
     const { code, stderr } = await cli(args, { env });
     expect(code).toBe(2);
@@ -102,5 +103,18 @@ describe('portcullis push / pull', () => {
     const { code, stderr } = await cli(['pull', `oci://${registry.host}/cli/numbers:v1`, '-o', join(dir, 'y.wasm'), '--insecure', '--docker-config', join(dir, 'none.json')], { env });
     expect(code).toBe(1);
     expect(stderr).toBe(`portcullis pull: cannot use docker config ${join(dir, 'none.json')}: no such file\n`);
+  });
+
+  it('refuses to pull a module above --max-module-mib, writing nothing', async () => {
+    const big = new Uint8Array(1.5 * 2 ** 20).fill(0x61);
+    big.set([0, 0x61, 0x73, 0x6d, 1, 0, 0, 0]);
+    await writeFile(join(dir, 'big.wasm'), big);
+    const reference = `oci://${registry.host}/cli/big:v1`;
+    expect((await cli(['push', join(dir, 'big.wasm'), reference, '--insecure'], { env })).code).toBe(0);
+    const out = join(dir, 'big-pulled.wasm');
+    const { code, stdout, stderr } = await cli(['pull', reference, '-o', out, '--insecure', '--max-module-mib', '1'], { env });
+    expect({ code, stdout }).toEqual({ code: 1, stdout: '' });
+    expect(stderr).toBe(`portcullis pull: layer big.wasm of ${reference} is 1.5 MiB, above --max-module-mib (1 MiB); refused without downloading it (raise --max-module-mib if the policy really is that large)\n`);
+    await expect(readFile(out)).rejects.toMatchObject({ code: 'ENOENT' });
   });
 });

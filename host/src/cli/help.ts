@@ -158,9 +158,10 @@ in a configuration). --insecure: plain HTTP to this registry.
   },
   pull: {
     summary: 'fetch a policy module from an OCI registry',
-    help: `usage: portcullis pull oci://REGISTRY/REPO[:TAG|@sha256:DIGEST] -o FILE.wasm [--insecure] [--docker-config PATH]
+    help: `usage: portcullis pull oci://REGISTRY/REPO[:TAG|@sha256:DIGEST] -o FILE.wasm [--insecure] [--docker-config PATH] [--max-module-mib N]
 
 Fetches the module (verified against its digest) and prints the reference pinned by digest.
+--max-module-mib: the largest module accepted (default 32, as limits.maxModuleMiB).
 `,
   },
 };

@@ -14,7 +14,7 @@ import { parseReference, pinnedReference, type OciReference } from '../oci/refer
 import { UsageError } from './usage.ts';
 
 const PUSH_USAGE = 'usage: portcullis push POLICY.wasm oci://REGISTRY/REPO:TAG [--insecure] [--docker-config PATH]';
-const PULL_USAGE = 'usage: portcullis pull oci://REGISTRY/REPO[:TAG|@sha256:DIGEST] -o FILE.wasm [--insecure] [--docker-config PATH]';
+const PULL_USAGE = 'usage: portcullis pull oci://REGISTRY/REPO[:TAG|@sha256:DIGEST] -o FILE.wasm [--insecure] [--docker-config PATH] [--max-module-mib N]';
 
 export async function push(args: string[]): Promise<number> {
   const { values, positionals } = parseCli(args, PUSH_USAGE);
@@ -46,7 +46,7 @@ export async function pull(args: string[]): Promise<number> {
   const [reference, ...extra] = positionals;
   if (!reference || extra.length || !values.output) throw new UsageError(PULL_USAGE);
   const ref = parseRef(reference);
-  const pulled = await fetchOci(reference, registryOptions(values, ref));
+  const pulled = await fetchOci(reference, { ...registryOptions(values, ref), ...maxModule(values['max-module-mib']) });
   try {
     await writeFile(values.output, pulled.bytes);
   } catch (error) {
@@ -62,9 +62,10 @@ function parseCli(args: string[], usage: string, output = false) {
   try {
     const { values, positionals } = parseArgs({
       args, allowPositionals: true,
-      options: { insecure: { type: 'boolean' }, 'docker-config': { type: 'string' }, output: { type: 'string', short: 'o' } },
+      options: { insecure: { type: 'boolean' }, 'docker-config': { type: 'string' }, output: { type: 'string', short: 'o' }, 'max-module-mib': { type: 'string' } },
     });
     if (values.output !== undefined && !output) throw new Error('-o/--output is only for pull');
+    if (values['max-module-mib'] !== undefined && !output) throw new Error('--max-module-mib is only for pull');
     return { values, positionals };
   } catch (error) {
     throw new UsageError(`${errorMessage(error)}; ${usage}`);
@@ -78,6 +79,15 @@ function parseRef(text: string): OciReference {
     if (error instanceof RegistryError) throw new UsageError(error.message);
     throw error;
   }
+}
+
+// The same bound as a served policy's (limits.maxModuleMiB, default 32): pull is how an
+// operator looks at an artifact, and a hostile one must not fill their disk either.
+function maxModule(text: string | undefined): { maxModuleBytes?: number; maxModuleSetting: string } {
+  if (text === undefined) return { maxModuleSetting: '--max-module-mib' };
+  const value = Number(text);
+  if (!(value > 0 && value <= 1024)) throw new UsageError(`--max-module-mib must be a number of MiB above 0 and at most 1024, not ${JSON.stringify(text)}; ${PULL_USAGE}`);
+  return { maxModuleBytes: value * 2 ** 20, maxModuleSetting: '--max-module-mib' };
 }
 
 function registryOptions(values: Values, ref: OciReference) {

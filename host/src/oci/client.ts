@@ -52,9 +52,12 @@ export class RegistryClient {
     return { bytes: response.body, mediaType: typeof type === 'string' ? type.split(';')[0]!.trim() : undefined };
   }
 
-  /** Blob bytes, at most `size` of them; checking their digest is the caller's job. */
-  async getBlob(digest: string, size: number, what: string): Promise<Uint8Array> {
-    const response = await this.#send(this.#path('blobs', digest), { method: 'GET', limit: size, what });
+  /**
+   * Blob bytes, at most `size` of them; checking their digest is the caller's job. `checkHead`
+   * sees the first bytes as they arrive and may throw to stop the download there.
+   */
+  async getBlob(digest: string, size: number, what: string, checkHead?: (head: Uint8Array) => void): Promise<Uint8Array> {
+    const response = await this.#send(this.#path('blobs', digest), { method: 'GET', limit: size, what, ...(checkHead ? { checkHead } : {}) });
     if (response.status === 404) throw this.#notFound(response, `${what}: blob ${digest} listed by the manifest is missing from the repository`);
     this.#expect(response, [200], what);
     return response.body;

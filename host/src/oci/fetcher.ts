@@ -21,7 +21,7 @@ export async function fetchOci(reference: string, options: OciOptions): Promise<
   const where = formatReference(ref);
   const fields = { registry: ref.registry, repository: ref.repository, reference: manifestReference(ref) };
   const cache = new BlobCache(settings.cacheDir);
-  const fromCache = (digest: string) => cachedPolicy(cache, digest, where).catch(() => undefined);
+  const fromCache = (digest: string) => cachedPolicy(cache, digest, where, settings.moduleLimit).catch(() => undefined);
 
   if (ref.digest) {
     const cached = await fromCache(ref.digest);
@@ -32,7 +32,7 @@ export async function fetchOci(reference: string, options: OciOptions): Promise<
   }
   const client = await openClient(ref, settings, 'pull');
   try {
-    const pulled = await pullPolicy(client, ref, cache, (error) => {
+    const pulled = await pullPolicy(client, ref, cache, settings.moduleLimit, (error) => {
       settings.log('warn', `cannot write the OCI cache in ${settings.cacheDir}: ${errorMessage(error)}`, fields);
     });
     settings.log('info', `pulled ${where} (${pulled.manifestDigest})`, { ...fields, digest: pulled.manifestDigest });

@@ -6,6 +6,7 @@
 import { readFile } from 'node:fs/promises';
 import { homedir } from 'node:os';
 import { join } from 'node:path';
+import { DEFAULT_LIMITS } from '../config/limits.ts';
 import { errorMessage } from '../errors.ts';
 import { cacheDir } from '../util/files.ts';
 import { lookupCredentials } from './auth.ts';
@@ -30,6 +31,10 @@ export interface RegistryOptions {
 export type OciOptions = RegistryOptions & {
   /** Extra CA (PEM text) to trust besides the usual roots. */
   ca?: string;
+  /** The largest module layer pulled; default limits.maxModuleMiB's default (the CLI has no configuration). */
+  maxModuleBytes?: number;
+  /** What raises maxModuleBytes, for the message refusing a layer: "limits.maxModuleMiB", a CLI flag. */
+  maxModuleSetting?: string;
 };
 
 export interface OciSettings {
@@ -40,6 +45,12 @@ export interface OciSettings {
   cacheDir: string;
   ca: string | undefined;
   log: NonNullable<RegistryOptions['log']>;
+  moduleLimit: ModuleLimit;
+}
+
+export interface ModuleLimit {
+  maxBytes: number;
+  setting: string;
 }
 
 export async function resolveOptions(options: OciOptions, env: NodeJS.ProcessEnv = process.env): Promise<OciSettings> {
@@ -59,6 +70,7 @@ export async function resolveOptions(options: OciOptions, env: NodeJS.ProcessEnv
     dockerConfigExplicit: options.dockerConfig !== undefined,
     cacheDir: options.cacheDir ?? join(cacheDir(), 'oci'),
     ca,
+    moduleLimit: { maxBytes: options.maxModuleBytes ?? DEFAULT_LIMITS.maxModuleMiB * 2 ** 20, setting: options.maxModuleSetting ?? 'limits.maxModuleMiB' },
     log: options.log ?? ((level, message) => {
       // Without a logger (portcullis run), a fallback to the cache must still be visible.
       if (level === 'warn') process.stderr.write(`portcullis: warning: ${message}\n`);

@@ -1,10 +1,13 @@
 // Pulling one policy: resolve the reference to a manifest, check it against a pinned digest,
 // find the Wasm layer, and take its bytes from the cache or the registry, checking every blob
-// against its descriptor before it is used or cached.
+// against its descriptor before it is used or cached. A layer larger than the module limit is
+// refused before it is asked for, and nothing refused is cached.
+import { mib } from '../util/text.ts';
 import { isWasm, MANIFEST_TYPES, parseManifest, wasmLayer, type Descriptor } from './artifact.ts';
 import { sha256Digest, type BlobCache } from './cache.ts';
 import type { RegistryClient } from './client.ts';
 import { RegistryError } from './errors.ts';
+import type { ModuleLimit } from './options.ts';
 import { formatReference, manifestReference, type OciReference } from './reference.ts';
 
 export interface PulledPolicy {
@@ -19,7 +22,9 @@ export function tagKey(ref: OciReference): string | undefined {
   return ref.tag && !ref.digest ? `${ref.registry}/${ref.repository}:${ref.tag}` : undefined;
 }
 
-export async function pullPolicy(client: RegistryClient, ref: OciReference, cache: BlobCache, onCacheError: (error: unknown) => void): Promise<PulledPolicy> {
+export async function pullPolicy(
+  client: RegistryClient, ref: OciReference, cache: BlobCache, limit: ModuleLimit, onCacheError: (error: unknown) => void,
+): Promise<PulledPolicy> {
   const where = formatReference(ref);
   const manifest = await client.getManifest(manifestReference(ref), MANIFEST_TYPES, `manifest of ${where}`);
   const manifestDigest = sha256Digest(manifest.bytes);
@@ -28,12 +33,9 @@ export async function pullPolicy(client: RegistryClient, ref: OciReference, cach
   }
   const layer = wasmLayer(parseManifest(manifest.bytes, manifest.mediaType, where), where);
   const what = `layer ${layer.annotations?.['org.opencontainers.image.title'] ?? layer.digest} of ${where}`;
-  let bytes = await cache.getBlob(layer.digest);
-  if (!bytes) {
-    bytes = verify(await client.getBlob(layer.digest, layer.size, what), layer, what);
-    await cache.putBlob(layer.digest, bytes).catch(onCacheError);
-  }
-  requireWasm(bytes, what);
+  requireSize(layer, limit, what);
+  const cached = await cache.getBlob(layer.digest);
+  const bytes = cached && isWasm(cached) ? cached : await download(client, cache, layer, what, onCacheError);
   // The manifest last, so a cached manifest always has its layer beside it.
   await cache.putBlob(manifestDigest, manifest.bytes).catch(onCacheError);
   const key = tagKey(ref);
@@ -42,12 +44,41 @@ export async function pullPolicy(client: RegistryClient, ref: OciReference, cach
 }
 
 /** The policy as cached under a manifest digest, if the manifest and its layer are both there. */
-export async function cachedPolicy(cache: BlobCache, manifestDigest: string, where: string): Promise<PulledPolicy | undefined> {
+export async function cachedPolicy(cache: BlobCache, manifestDigest: string, where: string, limit: ModuleLimit): Promise<PulledPolicy | undefined> {
   const manifest = await cache.getBlob(manifestDigest);
   if (!manifest) return undefined;
   const layer = wasmLayer(parseManifest(manifest, undefined, where), where);
+  // Cached before the limit was lowered: not worth reading into memory only to be refused.
+  if (layer.size > limit.maxBytes) return undefined;
   const bytes = await cache.getBlob(layer.digest);
   return bytes && isWasm(bytes) ? { bytes, manifestDigest, layer } : undefined;
+}
+
+// Policies naming one tag load in parallel: one download of their layer, not one each (red
+// team: three policies on a 1 GiB tag fetched it three times at once). The same digest and
+// size from the same repository is the same blob; the first caller's client fetches it.
+const downloads = new Map<string, Promise<Uint8Array>>();
+
+function download(client: RegistryClient, cache: BlobCache, layer: Descriptor, what: string, onCacheError: (error: unknown) => void): Promise<Uint8Array> {
+  const key = [cache.dir, client.registry, client.repository, layer.digest, layer.size].join('\0');
+  let pending = downloads.get(key);
+  if (!pending) {
+    pending = (async () => {
+      const bytes = verify(await client.getBlob(layer.digest, layer.size, what, (head) => requireWasm(head, what)), layer, what);
+      requireWasm(bytes, what);
+      await cache.putBlob(layer.digest, bytes).catch(onCacheError);
+      return bytes;
+    })().finally(() => downloads.delete(key));
+    downloads.set(key, pending);
+  }
+  return pending;
+}
+
+// The manifest's size is the registry's word: the transport also stops reading past it.
+function requireSize(layer: Descriptor, limit: ModuleLimit, what: string): void {
+  if (layer.size <= limit.maxBytes) return;
+  throw new RegistryError('MODULE_TOO_LARGE', `${what} is ${mib(layer.size)} MiB, above ${limit.setting} (${mib(limit.maxBytes)} MiB); `
+    + `refused without downloading it (raise ${limit.setting} if the policy really is that large)`);
 }
 
 function verify(bytes: Uint8Array, descriptor: Descriptor, what: string): Uint8Array {

@@ -28,7 +28,11 @@ export interface SendOptions {
   what: string;
   /** Whether a redirect may go from https to plain http (only for registries listed as insecure). */
   allowHttp: boolean;
+  /** Sees the first HEAD_BYTES of a 2xx body (or all of a shorter one); throwing stops the read. */
+  checkHead?: (head: Uint8Array) => void;
 }
+
+const HEAD_BYTES = 8;
 
 const MAX_REDIRECTS = 5;
 const ERROR_BODY_LIMIT = 64 * 1024;
@@ -64,7 +68,11 @@ export class Transport {
       if (!follow) {
         // Error bodies only feed messages: keep the start of a long one rather than fail on it.
         const ok = response.statusCode >= 200 && response.statusCode < 300;
-        const body = await readBody(response.body, ok ? options.limit : ERROR_BODY_LIMIT, !ok, options.what, url);
+        if (ok && Number(response.headers['content-length']) > options.limit) {
+          response.body.destroy();
+          throw new RegistryError('REGISTRY_PROTOCOL', `${options.what}: ${url.host} announced ${String(response.headers['content-length'])} bytes, more than the expected ${options.limit}; refusing it`);
+        }
+        const body = await readBody(response.body, ok ? options.limit : ERROR_BODY_LIMIT, !ok, options.what, url, ok ? options.checkHead : undefined);
         return { status: response.statusCode, headers: response.headers, body, url };
       }
       await response.body.dump();
@@ -82,9 +90,12 @@ export class Transport {
   }
 }
 
-async function readBody(body: AsyncIterable<Uint8Array> & { destroy(): void }, limit: number, truncate: boolean, what: string, url: URL): Promise<Uint8Array> {
+async function readBody(
+  body: AsyncIterable<Uint8Array> & { destroy(): void }, limit: number, truncate: boolean, what: string, url: URL, checkHead?: (head: Uint8Array) => void,
+): Promise<Uint8Array> {
   const chunks: Uint8Array[] = [];
   let size = 0;
+  let headChecked = !checkHead;
   try {
     for await (const chunk of body) {
       size += chunk.byteLength;
@@ -94,12 +105,19 @@ async function readBody(body: AsyncIterable<Uint8Array> & { destroy(): void }, l
         throw new RegistryError('REGISTRY_PROTOCOL', `${what}: ${url.host} sent more than the expected ${limit} bytes; refusing it`);
       }
       chunks.push(chunk);
+      if (!headChecked && size >= HEAD_BYTES) {
+        headChecked = true;
+        checkHead!(Buffer.concat(chunks).subarray(0, HEAD_BYTES));
+      }
     }
   } catch (error) {
+    body.destroy();
     if (error instanceof RegistryError) throw error;
     throw networkError(error, url, what);
   }
-  return new Uint8Array(Buffer.concat(chunks));
+  const bytes = new Uint8Array(Buffer.concat(chunks));
+  if (!headChecked) checkHead!(bytes);
+  return bytes;
 }
 
 const TLS_CODES = /^(ERR_TLS_|ERR_SSL_|CERT_|UNABLE_TO_|DEPTH_ZERO_|SELF_SIGNED_|EPROTO$|HOSTNAME_MISMATCH)/;

@@ -19,7 +19,9 @@ export async function readModule(reference: string, maxBytes = Infinity, registr
     const { fetchOciModule } = await import('../oci/fetcher.ts');
     const registry = reference.slice('oci://'.length).split('/')[0] ?? '';
     try {
-      const bytes = await fetchOciModule(reference, registries);
+      // The limit is applied before and while downloading, not after (red team: a 1 GiB layer
+      // was read whole, cached, and only then refused by the sandbox's size check).
+      const bytes = await fetchOciModule(reference, { ...registries, ...(Number.isFinite(maxBytes) ? { maxModuleBytes: maxBytes } : {}) });
       registries.onPull?.(registry, 'ok');
       return bytes;
     } catch (error) {
