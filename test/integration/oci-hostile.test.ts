@@ -1,12 +1,14 @@
 // The OCI client against a registry that misbehaves on purpose (red team, hostile registry):
 // layers larger than the module limit, sizes that lie, layers that are not Wasm, and the
 // same layer asked for by several policies at once.
-import { mkdtemp, readdir } from 'node:fs/promises';
+import { spawn } from 'node:child_process';
+import { mkdtemp, readdir, writeFile } from 'node:fs/promises';
 import type { ServerResponse } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { fetchOci, type OciOptions } from '../../host/src/oci/fetcher.ts';
+import { abandonRegistryRequests, fetchOci, type OciOptions } from '../../host/src/oci/fetcher.ts';
 import { readModule } from '../../host/src/policy/source.ts';
 import { manifestOf, send, startHostileRegistry, wasmLayerOf, wasmOfSize, type HostileRegistry } from '../helpers/hostile-registry.ts';
 import { sha256 } from '../helpers/registry.ts';
@@ -94,3 +96,78 @@ describe('the module size limit', () => {
     expect(blobGets('shared')).toHaveLength(1);
   });
 });
+
+/** Headers at once, then a byte every 100 ms until the client goes: never idle, never done. */
+function drip(res: ServerResponse, first: Uint8Array = Buffer.from(' ')): void {
+  res.writeHead(200, { 'content-type': 'application/vnd.oci.image.manifest.v1+json' });
+  res.write(first);
+  const timer = setInterval(() => res.write(' '), 100);
+  res.on('close', () => clearInterval(timer));
+}
+
+describe('deadlines', () => {
+  it('ends a manifest body that drips forever at the whole-request deadline, naming the registry', async () => {
+    registry.route('drip', (_kind, _ref, _req, res) => drip(res));
+    const started = Date.now();
+    await expect(fetchOci(`oci://${registry.host}/drip:v1`, await options({ timeouts: { requestMs: 1000, blobBytesPerSecond: MiB } }))).rejects.toMatchObject({
+      code: 'REGISTRY_UNREACHABLE',
+      message: `manifest of oci://${registry.host}/drip:v1: no complete answer from ${registry.host} (http) within 1 s (the whole request; the registry or the network is stalled or very slow); nothing is cached for oci://${registry.host}/drip:v1 to start from`,
+    });
+    expect(Date.now() - started).toBeLessThan(4000);
+  });
+
+  it('gives a blob the request deadline plus a second per blobBytesPerSecond of its size', async () => {
+    const module = wasmOfSize(2000);
+    serve('blobdrip', wasmLayerOf(module), (res) => drip(res, module.subarray(0, 8)));
+    const started = Date.now();
+    await expect(fetchOci(`oci://${registry.host}/blobdrip:v1`, await options({ timeouts: { requestMs: 500, blobBytesPerSecond: 2000 } }))).rejects.toMatchObject({
+      code: 'REGISTRY_UNREACHABLE', message: expect.stringContaining(`layer policy.wasm of oci://${registry.host}/blobdrip:v1: no complete answer from ${registry.host} (http) within 1.5 s`),
+    });
+    const elapsed = Date.now() - started;
+    expect(elapsed).toBeGreaterThan(1400);
+    expect(elapsed).toBeLessThan(4500);
+  });
+
+  it('lets serve exit on SIGTERM while a reload waits on a registry that drips', async () => {
+    registry.route('serve-drip', (_kind, _ref, _req, res) => drip(res));
+    const dir = await mkdtemp(join(tmpdir(), 'portcullis-oci-sigterm-'));
+    const config = (policies: string) => writeFile(join(dir, 'config.yaml'), [
+      'server: { host: 127.0.0.1, port: 0, shutdownDelayMs: 0, tls: { mode: insecure } }',
+      `registries: { insecure: ["${registry.host}"], cacheDir: ${JSON.stringify(join(dir, 'oci'))} }`,
+      `policies: ${policies}`,
+    ].join('\n'));
+    await config('[]');
+    const bin = fileURLToPath(new URL('../../host/bin/portcullis.js', import.meta.url));
+    const child = spawn(process.execPath, [bin, 'serve', '--config', join(dir, 'config.yaml')], { env: { ...process.env, PORTCULLIS_CACHE: dir }, stdio: ['ignore', 'ignore', 'pipe'] });
+    let stderr = '';
+    child.stderr.on('data', (d: Buffer) => { stderr += d.toString(); });
+    const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
+    const until = async (done: () => boolean, what: string) => {
+      for (const started = Date.now(); !done(); await new Promise((r) => setTimeout(r, 50))) {
+        if (Date.now() - started > 8000 || child.exitCode !== null) throw new Error(`${what}: ${stderr}`);
+      }
+    };
+    try {
+      await until(() => stderr.includes('"msg":"ready"'), 'serve never got ready');
+      await config(`[{ name: dripping, module: "oci://${registry.host}/serve-drip:v1" }]`);
+      child.kill('SIGHUP');
+      await until(() => registry.requests.some((line) => line.includes('/serve-drip/manifests/')), 'the reload never asked the registry');
+      const signalled = Date.now();
+      child.kill('SIGTERM');
+      expect(await exited).toBe(0);
+      expect(Date.now() - signalled).toBeLessThan(8000);
+    } finally {
+      child.kill('SIGKILL');
+    }
+  }, 20_000);
+
+  // Last: abandoning is for good, in this process.
+  it('abandons requests under way when told to (shutdown), and fails later ones at once', async () => {
+    registry.route('stalled', (_kind, _ref, _req, res) => drip(res));
+    const pulling = fetchOci(`oci://${registry.host}/stalled:v1`, await options());
+    setTimeout(abandonRegistryRequests, 300);
+    await expect(pulling).rejects.toMatchObject({ code: 'REGISTRY_UNREACHABLE', message: expect.stringContaining('abandoned: the host is shutting down') });
+    await expect(fetchOci(`oci://${registry.host}/stalled:v2`, await options())).rejects.toThrow('abandoned: the host is shutting down');
+  });
+});
+

@@ -6,6 +6,7 @@ import { parseArgs } from 'node:util';
 import { loadConfigFile } from '../config/load.ts';
 import type { Config, TlsConfig } from '../config/types.ts';
 import { ConfigError, errorMessage } from '../errors.ts';
+import { abandonModuleFetches } from '../policy/source.ts';
 import { PortcullisServer } from '../server/app.ts';
 import { createLogger } from '../util/log.ts';
 import { defaultKubeConfigFound } from '../util/kubeconfig.ts';
@@ -62,6 +63,9 @@ export default async function serve(args: string[]): Promise<number> {
     // and kube-proxy stop sending here (app.ts, drain). SIGINT is someone at a terminal.
     const delayMs = signal === 'SIGTERM' ? server.config.server.shutdownDelayMs : 0;
     server.log.info('shutting down', { signal, ...(delayMs > 0 ? { drainMs: delayMs } : {}) });
+    // A load or reload waiting on a stalled registry would never be used now, and its socket
+    // kept the process alive after "stopped" (red team).
+    abandonModuleFetches();
     const drained = server.drain(delayMs);
     // Webhooks go first, while the server still answers: the apiserver keeps calling a
     // webhook until its removal lands, and with Fail an unanswered call denies the request.

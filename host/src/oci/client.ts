@@ -17,11 +17,23 @@ export interface ClientOptions {
   credentials: CredentialLookup;
   /** Token scope we ask for up front, so a push does not need a second token. */
   actions: 'pull' | 'pull,push';
+  timeouts?: Timeouts;
 }
+
+/** Whole-request deadlines: `requestMs` for one exchange, plus a second per `blobBytesPerSecond` of a blob. */
+export interface Timeouts {
+  requestMs: number;
+  blobBytesPerSecond: number;
+}
+
+// A minute is long for a manifest or a token; a blob gets that plus a second per 256 KiB, a
+// link slower than that is not one to load policies over (32 MiB, the default module limit:
+// about three minutes).
+export const DEFAULT_TIMEOUTS: Timeouts = { requestMs: 60_000, blobBytesPerSecond: 256 * 1024 };
 
 const MAX_SMALL = 4 * 1024 * 1024; // manifests, tokens, error bodies (distribution's own manifest cap)
 
-type Request = Omit<SendOptions, 'origin' | 'allowHttp' | 'authorization' | 'limit'> & { limit?: number };
+type Request = Omit<SendOptions, 'origin' | 'allowHttp' | 'authorization' | 'limit' | 'deadlineMs'> & { limit?: number; deadlineMs?: number };
 
 export class RegistryClient {
   readonly registry: string;
@@ -57,7 +69,7 @@ export class RegistryClient {
    * sees the first bytes as they arrive and may throw to stop the download there.
    */
   async getBlob(digest: string, size: number, what: string, checkHead?: (head: Uint8Array) => void): Promise<Uint8Array> {
-    const response = await this.#send(this.#path('blobs', digest), { method: 'GET', limit: size, what, ...(checkHead ? { checkHead } : {}) });
+    const response = await this.#send(this.#path('blobs', digest), { method: 'GET', limit: size, what, deadlineMs: this.#blobDeadline(size), ...(checkHead ? { checkHead } : {}) });
     if (response.status === 404) throw this.#notFound(response, `${what}: blob ${digest} listed by the manifest is missing from the repository`);
     this.#expect(response, [200], what);
     return response.body;
@@ -79,7 +91,7 @@ export class RegistryClient {
     const url = new URL(location, opened.url);
     url.searchParams.set('digest', digest);
     const closed = await this.#send(url, {
-      method: 'PUT', what, body: bytes, headers: { 'content-type': 'application/octet-stream' },
+      method: 'PUT', what, body: bytes, headers: { 'content-type': 'application/octet-stream' }, deadlineMs: this.#blobDeadline(bytes.length),
     });
     this.#expect(closed, [201, 204], what);
   }
@@ -92,6 +104,11 @@ export class RegistryClient {
     return typeof digest === 'string' ? digest : undefined;
   }
 
+  #blobDeadline(size: number): number {
+    const { requestMs, blobBytesPerSecond } = this.#options.timeouts ?? DEFAULT_TIMEOUTS;
+    return requestMs + Math.ceil((size / blobBytesPerSecond) * 1000);
+  }
+
   #path(kind: 'manifests' | 'blobs', reference: string): URL {
     return new URL(`/v2/${this.repository}/${kind}/${reference}`, this.#base);
   }
@@ -100,7 +117,8 @@ export class RegistryClient {
   // expired token. A second 401 means the credentials are not good enough.
   async #send(url: URL, request: Request): Promise<Exchange> {
     const options = (): SendOptions => ({
-      limit: MAX_SMALL, ...request, origin: this.#base.origin, allowHttp: this.#options.insecure,
+      limit: MAX_SMALL, deadlineMs: (this.#options.timeouts ?? DEFAULT_TIMEOUTS).requestMs,
+      ...request, origin: this.#base.origin, allowHttp: this.#options.insecure,
       ...(this.#authorization ? { authorization: this.#authorization } : {}),
     });
     const first = await this.#transport.send(url, options());
@@ -134,7 +152,8 @@ export class RegistryClient {
     const scopes = new Set([`repository:${this.repository}:${this.#options.actions}`, ...(challenge.params.scope?.split(' ').filter(Boolean) ?? [])]);
     for (const scope of scopes) url.searchParams.append('scope', scope);
     const answer = await this.#transport.send(url, {
-      method: 'GET', limit: MAX_SMALL, what: `${what} (token from ${url.host})`, origin: url.origin, allowHttp: this.#options.insecure,
+      method: 'GET', limit: MAX_SMALL, deadlineMs: (this.#options.timeouts ?? DEFAULT_TIMEOUTS).requestMs,
+      what: `${what} (token from ${url.host})`, origin: url.origin, allowHttp: this.#options.insecure,
       ...(credentials ? { authorization: basicAuthorization(credentials) } : {}),
     });
     this.#expect(answer, [200], `${what} (token from ${url.host})`);

@@ -10,6 +10,7 @@ import { cachedPolicy, pullPolicy, tagKey, type PulledPolicy } from './pull.ts';
 import { formatReference, manifestReference, parseReference } from './reference.ts';
 
 export type { OciOptions } from './options.ts';
+export { abandonRegistryRequests } from './transport.ts';
 
 export async function fetchOciModule(reference: string, options: OciOptions): Promise<Uint8Array> {
   return (await fetchOci(reference, options)).bytes;

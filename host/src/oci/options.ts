@@ -10,7 +10,7 @@ import { DEFAULT_LIMITS } from '../config/limits.ts';
 import { errorMessage } from '../errors.ts';
 import { cacheDir } from '../util/files.ts';
 import { lookupCredentials } from './auth.ts';
-import { RegistryClient } from './client.ts';
+import { RegistryClient, type Timeouts } from './client.ts';
 import { RegistryError } from './errors.ts';
 import type { OciReference } from './reference.ts';
 
@@ -35,6 +35,8 @@ export type OciOptions = RegistryOptions & {
   maxModuleBytes?: number;
   /** What raises maxModuleBytes, for the message refusing a layer: "limits.maxModuleMiB", a CLI flag. */
   maxModuleSetting?: string;
+  /** Whole-request deadlines (client.ts DEFAULT_TIMEOUTS); tests make them short. */
+  timeouts?: Timeouts;
 };
 
 export interface OciSettings {
@@ -46,6 +48,7 @@ export interface OciSettings {
   ca: string | undefined;
   log: NonNullable<RegistryOptions['log']>;
   moduleLimit: ModuleLimit;
+  timeouts: Timeouts | undefined;
 }
 
 export interface ModuleLimit {
@@ -70,6 +73,7 @@ export async function resolveOptions(options: OciOptions, env: NodeJS.ProcessEnv
     dockerConfigExplicit: options.dockerConfig !== undefined,
     cacheDir: options.cacheDir ?? join(cacheDir(), 'oci'),
     ca,
+    timeouts: options.timeouts,
     moduleLimit: { maxBytes: options.maxModuleBytes ?? DEFAULT_LIMITS.maxModuleMiB * 2 ** 20, setting: options.maxModuleSetting ?? 'limits.maxModuleMiB' },
     log: options.log ?? ((level, message) => {
       // Without a logger (portcullis run), a fallback to the cache must still be visible.
@@ -88,7 +92,7 @@ export async function openClient(ref: OciReference, settings: OciSettings, actio
   const credentials = await lookupCredentials(settings.dockerConfig, ref.registry, settings.dockerConfigExplicit);
   return new RegistryClient({
     registry: ref.registry, repository: ref.repository, insecure: isInsecure(settings, ref.registry), credentials, actions,
-    ...(settings.ca ? { ca: settings.ca } : {}),
+    ...(settings.ca ? { ca: settings.ca } : {}), ...(settings.timeouts ? { timeouts: settings.timeouts } : {}),
   });
 }
 

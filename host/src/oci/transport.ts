@@ -30,6 +30,24 @@ export interface SendOptions {
   allowHttp: boolean;
   /** Sees the first HEAD_BYTES of a 2xx body (or all of a shorter one); throwing stops the read. */
   checkHead?: (head: Uint8Array) => void;
+  /**
+   * The whole exchange (redirects, headers and body) must be over by then. undici's own timers
+   * are idle timers: a body dripping a byte every 50 s never ended one (red team: /readyz 503
+   * for 23 minutes, every later reload queued behind it).
+   */
+  deadlineMs: number;
+}
+
+const shutdown = new AbortController();
+
+/**
+ * Ends every registry request under way, and fails every later one at once: what `serve` calls
+ * when it shuts down, so that a stalled registry does not hold the process open (its sockets
+ * kept it alive after "stopped"). For good: a reload queued behind the abandoned one (the file
+ * watcher and SIGHUP both asked) started a new request after the signal and held it 60 s more.
+ */
+export function abandonRegistryRequests(): void {
+  shutdown.abort();
 }
 
 const HEAD_BYTES = 8;
@@ -50,14 +68,29 @@ export class Transport {
   }
 
   async send(target: URL, options: SendOptions): Promise<Exchange> {
+    const signal = AbortSignal.any([AbortSignal.timeout(options.deadlineMs), shutdown.signal]);
+    let url = target;
+    try {
+      return await this.#exchange(target, options, signal, (at) => { url = at; });
+    } catch (error) {
+      if (!signal.aborted) throw error;
+      const at = `${url.host} (${url.protocol.replace(':', '')})`;
+      const why = shutdown.signal.aborted ? 'abandoned: the host is shutting down'
+        : `no complete answer from ${at} within ${options.deadlineMs / 1000} s (the whole request; the registry or the network is stalled or very slow)`;
+      throw new RegistryError('REGISTRY_UNREACHABLE', `${options.what}: ${why}`, { cause: error });
+    }
+  }
+
+  async #exchange(target: URL, options: SendOptions, signal: AbortSignal, at: (url: URL) => void): Promise<Exchange> {
     let url = target;
     for (let hop = 0; ; hop++) {
+      at(url);
       const headers = { ...options.headers };
       if (options.authorization && url.origin === options.origin) headers.authorization = options.authorization;
       let response;
       try {
         response = await request(url, {
-          method: options.method, headers, dispatcher: this.#agent,
+          method: options.method, headers, dispatcher: this.#agent, signal,
           ...(options.body ? { body: options.body } : {}),
         });
       } catch (error) {

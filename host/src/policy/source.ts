@@ -3,6 +3,7 @@
 import { open, stat } from 'node:fs/promises';
 import type { Stats } from 'node:fs';
 import { fileURLToPath } from 'node:url';
+import type * as Fetcher from '../oci/fetcher.ts';
 import type { RegistryOptions } from '../oci/options.ts';
 
 export type { RegistryOptions };
@@ -16,7 +17,7 @@ export type { RegistryOptions };
 export async function readModule(reference: string, maxBytes = Infinity, registries: RegistryOptions = { insecure: [] }): Promise<Uint8Array> {
   const scheme = /^([a-z][a-z0-9+.-]*):\/\//i.exec(reference)?.[1]?.toLowerCase();
   if (scheme === 'oci') {
-    const { fetchOciModule } = await import('../oci/fetcher.ts');
+    const { fetchOciModule } = oci ??= await import('../oci/fetcher.ts');
     const registry = reference.slice('oci://'.length).split('/')[0] ?? '';
     try {
       // The limit is applied before and while downloading, not after (red team: a 1 GiB layer
@@ -48,6 +49,14 @@ export async function readModule(reference: string, maxBytes = Infinity, registr
     if (code === 'EACCES') throw new Error(`${path} is not readable`);
     throw error;
   }
+}
+
+// Loaded with the first oci:// module: a host with none never loads undici.
+let oci: typeof Fetcher | undefined;
+
+/** Ends the registry requests under way (shutdown): a stalled registry must not keep the process alive. */
+export function abandonModuleFetches(): void {
+  oci?.abandonRegistryRequests();
 }
 
 function kindOf(info: Stats): string {
