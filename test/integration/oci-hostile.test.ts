@@ -11,6 +11,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { abandonRegistryRequests, fetchOci, type OciOptions } from '../../host/src/oci/fetcher.ts';
 import { readModule } from '../../host/src/policy/source.ts';
 import { manifestOf, send, startHostileRegistry, wasmLayerOf, wasmOfSize, type HostileRegistry } from '../helpers/hostile-registry.ts';
+import { cli } from '../helpers/cli.ts';
 import { sha256 } from '../helpers/registry.ts';
 
 const MiB = 2 ** 20;
@@ -94,6 +95,51 @@ describe('the module size limit', () => {
     const pulled = await Promise.all([1, 2, 3].map(() => fetchOci(`oci://${registry.host}/shared:v1`, settings)));
     expect(pulled.map((p) => sha256(p.bytes))).toEqual([sha256(module), sha256(module), sha256(module)]);
     expect(blobGets('shared')).toHaveLength(1);
+  });
+});
+
+/** The error a pull fails with (a pull that succeeds fails the test). */
+async function refusal(reference: string): Promise<Error & { code?: string }> {
+  return fetchOci(reference, await options()).then(() => { throw new Error(`${reference} was pulled`); }, (error: unknown) => error as Error);
+}
+
+describe('registry text in messages', () => {
+  const ANSI = '\u001b[2J\u001b[H\u001b[32mOK: policy pulled and verified\u001b[0m\nportcullis pull: done';
+  const unprintable = /[\u0000-\u001f\u007f-\u009f]/;
+
+  it('cuts a 4 MiB manifest media type to a few hundred characters', async () => {
+    registry.route('hugetype', (_kind, _ref, _req, res) => send(res, Buffer.from(JSON.stringify({ schemaVersion: 2, mediaType: 'x'.repeat(4 * MiB - 100) }))));
+    const error = await refusal(`oci://${registry.host}/hugetype:v1`);
+    expect(error).toMatchObject({ code: 'UNSUPPORTED_MANIFEST', message: expect.stringContaining(`${'x'.repeat(200)}… (${4 * MiB - 300} more characters cut) is not supported`) });
+    expect(error.message.length).toBeLessThan(500);
+  });
+
+  it('escapes control characters of a media type and of a registry error body', async () => {
+    registry.route('ansi', (_kind, _ref, _req, res) => send(res, Buffer.from(JSON.stringify({ schemaVersion: 2, mediaType: ANSI }))));
+    const ansi = await refusal(`oci://${registry.host}/ansi:v1`);
+    expect(ansi.message).toContain('manifest type \\u001b[2J\\u001b[H\\u001b[32mOK: policy pulled and verified\\u001b[0m\\u000aportcullis pull: done is not supported');
+    expect(ansi.message).not.toMatch(unprintable);
+    registry.route('ansi-error', (_kind, _ref, _req, res) => send(res, Buffer.from(JSON.stringify({ errors: [{ code: 'DENIED\u001b[2J', message: `no\u0007${'y'.repeat(300)}` }] })), 'application/json', 403));
+    const denied = await refusal(`oci://${registry.host}/ansi-error:v1`);
+    expect(denied).toMatchObject({ code: 'REGISTRY_UNAUTHORIZED', message: expect.stringContaining('(HTTP 403 DENIED\\u001b[2J: no\\u0007yyy') });
+    expect(denied.message).not.toMatch(unprintable);
+    expect(denied.message.length).toBeLessThan(800);
+  });
+
+  it('writes one line without escapes to the CLI\'s stderr', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'portcullis-oci-ansi-'));
+    const { code, stderr } = await cli(['pull', `oci://${registry.host}/ansi:v1`, '-o', join(dir, 'x.wasm'), '--insecure'], { env: { PORTCULLIS_CACHE: dir, DOCKER_CONFIG: dir } });
+    expect(code).toBe(1);
+    expect(stderr.trimEnd().split('\n')).toHaveLength(1);
+    expect(stderr.trimEnd()).not.toMatch(unprintable);
+  });
+
+  it('names a few of 10,000 layers, not all of them', async () => {
+    const layers = Array.from({ length: 10_000 }, (_, i) => ({ mediaType: 'application/octet-stream', digest: sha256(String(i)), size: 1, annotations: { 'org.opencontainers.image.title': `file-${i}` } }));
+    registry.route('manylayers', (_kind, _ref, _req, res) => send(res, manifestOf(layers)));
+    const error = await refusal(`oci://${registry.host}/manylayers:v1`);
+    expect(error).toMatchObject({ code: 'NO_WASM_LAYER', message: expect.stringContaining('file-4 (application/octet-stream) and 9995 more)') });
+    expect(error.message.length).toBeLessThan(800);
   });
 });
 

@@ -1,6 +1,7 @@
 // What a policy artifact looks like in a registry: the manifest shapes we read (oras,
 // Kubewarden, CNCF Wasm, Docker v2), how the one Wasm layer is found in them, and the shape
 // `portcullis push` writes.
+import { foreignText } from '../util/text.ts';
 import { RegistryError } from './errors.ts';
 import { DIGEST } from './reference.ts';
 
@@ -52,12 +53,12 @@ export function parseManifest(bytes: Uint8Array, contentType: string | undefined
   const mediaType = typeof json.mediaType === 'string' ? json.mediaType : contentType ?? OCI_MANIFEST;
   if (mediaType === OCI_INDEX || mediaType === DOCKER_LIST || Array.isArray(json.manifests)) {
     const entries = Array.isArray(json.manifests) ? (json.manifests as Partial<Descriptor>[]) : [];
-    const example = entries.find((entry) => typeof entry.digest === 'string')?.digest;
+    const example = entries.find((entry) => typeof entry.digest === 'string' && DIGEST.test(entry.digest))?.digest;
     throw new RegistryError('UNSUPPORTED_MANIFEST', `${where} is an image index of ${entries.length} manifest(s), not a single policy artifact; `
       + `reference one manifest by digest${example ? ` (for example @${example})` : ''}`);
   }
   if (mediaType !== OCI_MANIFEST && mediaType !== DOCKER_MANIFEST && mediaType !== OCI_ARTIFACT_MANIFEST) {
-    throw new RegistryError('UNSUPPORTED_MANIFEST', `${where}: manifest type ${mediaType} is not supported (expected ${OCI_MANIFEST})`);
+    throw new RegistryError('UNSUPPORTED_MANIFEST', `${where}: manifest type ${foreignText(mediaType)} is not supported (expected ${OCI_MANIFEST})`);
   }
   const layers = mediaType === OCI_ARTIFACT_MANIFEST ? json.blobs ?? [] : json.layers;
   if (!Array.isArray(layers)) throw new RegistryError('UNSUPPORTED_MANIFEST', `${where}: the manifest has no layers list`);
@@ -77,7 +78,7 @@ function descriptor(value: unknown, where: string, which: string): Descriptor {
   if (!d || typeof d !== 'object') return bad('is not a descriptor');
   if (typeof d.mediaType !== 'string') bad('has no mediaType');
   if (typeof d.digest !== 'string') bad('has no digest');
-  if (!DIGEST.test(d.digest!)) bad(`has digest ${d.digest}: only sha256 digests are supported`);
+  if (!DIGEST.test(d.digest!)) bad(`has digest ${foreignText(d.digest!)}: only sha256 digests are supported`);
   if (!Number.isSafeInteger(d.size) || d.size! < 0) bad('has no valid size');
   const annotations = d.annotations && typeof d.annotations === 'object' ? d.annotations : undefined;
   return { mediaType: d.mediaType!, digest: d.digest!, size: d.size!, ...(annotations ? { annotations } : {}) };
@@ -89,7 +90,9 @@ function descriptor(value: unknown, where: string, which: string): Descriptor {
  * layer). Two candidates at the same step are refused: guessing could run the wrong module.
  */
 export function wasmLayer(manifest: ImageManifest, where: string): Descriptor {
-  const describe = (layer: Descriptor) => `${layer.annotations?.[TITLE] ?? layer.digest} (${layer.mediaType})`;
+  const describe = (layer: Descriptor) => `${layerName(layer)} (${foreignText(layer.mediaType)})`;
+  // The registry chooses how many layers there are: name a few (red team: 10,000 named at once).
+  const list = (layers: Descriptor[]) => layers.slice(0, LISTED).map(describe).join(', ') + (layers.length > LISTED ? ` and ${layers.length - LISTED} more` : '');
   const steps = [
     manifest.layers.filter((layer) => WASM_LAYER_TYPES.has(layer.mediaType)),
     manifest.layers.filter((layer) => layer.annotations?.[TITLE]?.toLowerCase().endsWith('.wasm')),
@@ -98,11 +101,18 @@ export function wasmLayer(manifest: ImageManifest, where: string): Descriptor {
   for (const found of steps) {
     if (found.length === 1) return found[0]!;
     if (found.length > 1) {
-      throw new RegistryError('SEVERAL_WASM_LAYERS', `${where} has ${found.length} Wasm layers: ${found.map(describe).join(', ')}; a policy artifact must hold exactly one (push each policy separately)`);
+      throw new RegistryError('SEVERAL_WASM_LAYERS', `${where} has ${found.length} Wasm layers: ${list(found)}; a policy artifact must hold exactly one (push each policy separately)`);
     }
   }
-  const seen = manifest.layers.length ? `its layers are ${manifest.layers.map(describe).join(', ')}` : 'it has no layers';
+  const seen = manifest.layers.length ? `its layers are ${list(manifest.layers)}` : 'it has no layers';
   throw new RegistryError('NO_WASM_LAYER', `${where} holds no Wasm layer (${seen}); push the policy with \`portcullis push\` or \`oras push REF policy.wasm\``);
+}
+
+const LISTED = 5;
+
+/** A layer as messages name it: its title if it has one, else its digest (registry text, made safe to print). */
+export function layerName(layer: Descriptor): string {
+  return foreignText(layer.annotations?.[TITLE] ?? layer.digest);
 }
 
 /** Both core modules and components start with "\0asm". */

@@ -4,6 +4,7 @@
 // reference; what the bytes mean is for pull.ts and push.ts.
 import { basicAuthorization, parseChallenge, type CredentialLookup } from './auth.ts';
 import { RegistryError } from './errors.ts';
+import { foreignText } from '../util/text.ts';
 import { apiHost } from './reference.ts';
 import { oneLine, Transport, type Exchange, type SendOptions } from './transport.ts';
 
@@ -142,7 +143,7 @@ export class RegistryClient {
     try {
       url = new URL(realm);
     } catch {
-      throw new RegistryError('REGISTRY_PROTOCOL', `${what}: ${this.registry} named a token realm that is not a URL: ${realm}`);
+      throw new RegistryError('REGISTRY_PROTOCOL', `${what}: ${this.registry} named a token realm that is not a URL: ${foreignText(realm)}`);
     }
     // The realm gets our password: only over TLS, unless the user accepted plain HTTP here.
     if (url.protocol !== 'https:' && !(url.protocol === 'http:' && this.#options.insecure)) {
@@ -199,7 +200,7 @@ function registryDetail(response: Exchange): string {
     const first = json.errors?.[0];
     if (!first) return '';
     const text = (value: unknown) => (typeof value === 'string' ? value : JSON.stringify(value) ?? '');
-    return oneLine(`${text(first.code)}: ${text(first.message)}`).slice(0, 200);
+    return foreignText(oneLine(`${text(first.code)}: ${text(first.message)}`));
   } catch {
     return '';
   }

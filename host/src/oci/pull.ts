@@ -3,7 +3,7 @@
 // against its descriptor before it is used or cached. A layer larger than the module limit is
 // refused before it is asked for, and nothing refused is cached.
 import { mib } from '../util/text.ts';
-import { isWasm, MANIFEST_TYPES, parseManifest, wasmLayer, type Descriptor } from './artifact.ts';
+import { isWasm, layerName, MANIFEST_TYPES, parseManifest, wasmLayer, type Descriptor } from './artifact.ts';
 import { sha256Digest, type BlobCache } from './cache.ts';
 import type { RegistryClient } from './client.ts';
 import { RegistryError } from './errors.ts';
@@ -32,7 +32,7 @@ export async function pullPolicy(
     throw new RegistryError('DIGEST_MISMATCH', `${where}: the registry's manifest hashes to ${manifestDigest}, not the pinned digest; refusing it`);
   }
   const layer = wasmLayer(parseManifest(manifest.bytes, manifest.mediaType, where), where);
-  const what = `layer ${layer.annotations?.['org.opencontainers.image.title'] ?? layer.digest} of ${where}`;
+  const what = `layer ${layerName(layer)} of ${where}`;
   requireSize(layer, limit, what);
   const cached = await cache.getBlob(layer.digest);
   const bytes = cached && isWasm(cached) ? cached : await download(client, cache, layer, what, onCacheError);

@@ -5,6 +5,7 @@ import { getCACertificates } from 'node:tls';
 import type { IncomingHttpHeaders } from 'node:http';
 import { Agent, request } from 'undici';
 import { errorMessage } from '../errors.ts';
+import { foreignText } from '../util/text.ts';
 import { RegistryError } from './errors.ts';
 
 export interface Exchange {
@@ -103,13 +104,13 @@ export class Transport {
         const ok = response.statusCode >= 200 && response.statusCode < 300;
         if (ok && Number(response.headers['content-length']) > options.limit) {
           response.body.destroy();
-          throw new RegistryError('REGISTRY_PROTOCOL', `${options.what}: ${url.host} announced ${String(response.headers['content-length'])} bytes, more than the expected ${options.limit}; refusing it`);
+          throw new RegistryError('REGISTRY_PROTOCOL', `${options.what}: ${url.host} announced ${foreignText(String(response.headers['content-length']))} bytes, more than the expected ${options.limit}; refusing it`);
         }
         const body = await readBody(response.body, ok ? options.limit : ERROR_BODY_LIMIT, !ok, options.what, url, ok ? options.checkHead : undefined);
         return { status: response.statusCode, headers: response.headers, body, url };
       }
       await response.body.dump();
-      if (hop >= MAX_REDIRECTS) throw new RegistryError('REGISTRY_PROTOCOL', `${options.what}: more than ${MAX_REDIRECTS} redirects (last to ${location})`);
+      if (hop >= MAX_REDIRECTS) throw new RegistryError('REGISTRY_PROTOCOL', `${options.what}: more than ${MAX_REDIRECTS} redirects (last to ${foreignText(location)})`);
       const next = new URL(location, url);
       if (next.protocol === 'http:' && url.protocol === 'https:' && !options.allowHttp) {
         throw new RegistryError('REGISTRY_PROTOCOL', `${options.what}: ${url.host} redirected from https to plain http (${next.origin}); refusing (list the registry as insecure only if plain HTTP is really intended)`);
@@ -164,7 +165,7 @@ export function networkError(error: unknown, url: URL, what: string): RegistryEr
     const hint = code === 'EPROTO' || code.startsWith('ERR_SSL_')
       ? 'if it serves plain HTTP, list it as insecure (--insecure, registries.insecure or PORTCULLIS_INSECURE_REGISTRIES)'
       : 'if its certificate comes from a private CA, trust that CA (PORTCULLIS_REGISTRY_CA or NODE_EXTRA_CA_CERTS)';
-    return new RegistryError('REGISTRY_TLS', `${what}: TLS error talking to ${at}: ${code} ${oneLine(errorMessage(error))}; ${hint}`, { cause: error });
+    return new RegistryError('REGISTRY_TLS', `${what}: TLS error talking to ${at}: ${code} ${foreignText(oneLine(errorMessage(error)))}; ${hint}`, { cause: error });
   }
   const reason = code === 'ECONNREFUSED' ? 'connection refused (is the registry running, and on that port?)'
     : code === 'ENOTFOUND' || code === 'EAI_AGAIN' ? 'host not found (check the registry name and DNS)'
@@ -172,7 +173,7 @@ export function networkError(error: unknown, url: URL, what: string): RegistryEr
     : code === 'ETIMEDOUT' || code === 'UND_ERR_CONNECT_TIMEOUT' ? 'connection timed out'
     : code === 'UND_ERR_HEADERS_TIMEOUT' || code === 'UND_ERR_BODY_TIMEOUT' ? 'the registry stopped answering (timed out)'
     : code === 'ECONNRESET' || code === 'UND_ERR_SOCKET' || code === 'EPIPE' ? 'connection reset'
-    : `${code ?? 'network error'}: ${oneLine(errorMessage(error))}`;
+    : `${code ?? 'network error'}: ${foreignText(oneLine(errorMessage(error)))}`;
   return new RegistryError('REGISTRY_UNREACHABLE', `${what}: cannot reach ${at}: ${reason}`, { cause: error });
 }
 

@@ -17,3 +17,24 @@ export function cutMessage(text: string): string {
   if (text.length <= MAX_MESSAGE_LENGTH) return text;
   return `${Buffer.from(text.slice(0, MAX_MESSAGE_LENGTH)).toString()}… (${text.length - MAX_MESSAGE_LENGTH} more characters cut)`;
 }
+
+/** The most characters of a remote party's text (a registry's media type, title, error) put in a message. */
+export const MAX_FOREIGN_LENGTH = 200;
+
+// C0, DEL, C1, line/paragraph separators and bidi overrides: what can clear a terminal, forge a
+// log line or reorder what an operator reads. Built from a string: a regex literal of control
+// characters is what no-control-regex exists to catch by accident.
+const UNPRINTABLE = new RegExp('[\\u0000-\\u001f\\u007f-\\u009f\\u2028\\u2029\\u202a-\\u202e\\u2066-\\u2069]', 'g');
+
+/**
+ * Text chosen by someone outside (a registry), made fit for a one-line message: at most
+ * `max` characters, saying how many were cut, with control characters shown as \uXXXX
+ * (red team: a 4 MiB media type made 4 MiB log lines; ESC sequences cleared the terminal).
+ */
+export function foreignText(text: string, max = MAX_FOREIGN_LENGTH): string {
+  const cut = text.length > max;
+  // A copy, not a slice (see cutMessage); Buffer also mends a surrogate pair cut in half.
+  const head = cut ? Buffer.from(text.slice(0, max)).toString() : text;
+  const shown = head.replace(UNPRINTABLE, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`);
+  return cut ? `${shown}… (${text.length - max} more characters cut)` : shown;
+}
