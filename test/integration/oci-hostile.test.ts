@@ -143,6 +143,20 @@ describe('registry text in messages', () => {
   });
 });
 
+describe('manifest shapes a registry should not send', () => {
+  it.each([
+    ['a number', 5, 'number'],
+    ['an object', { toLowerCase: 1 }, 'object'],
+  ])('refuses a title annotation that is %s, saying so', async (_what, title, type) => {
+    const module = wasmOfSize(100);
+    registry.route(`title-${type}`, (_kind, _ref, _req, res) => send(res, manifestOf([{ ...wasmLayerOf(module), mediaType: 'application/octet-stream', annotations: { 'org.opencontainers.image.title': title } }])));
+    await expect(fetchOci(`oci://${registry.host}/title-${type}:v1`, await options())).rejects.toMatchObject({
+      code: 'UNSUPPORTED_MANIFEST',
+      message: `oci://${registry.host}/title-${type}:v1: the manifest's layer 0 has annotation org.opencontainers.image.title of type ${type}, not a string`,
+    });
+  });
+});
+
 /** Headers at once, then a byte every 100 ms until the client goes: never idle, never done. */
 function drip(res: ServerResponse, first: Uint8Array = Buffer.from(' ')): void {
   res.writeHead(200, { 'content-type': 'application/vnd.oci.image.manifest.v1+json' });

@@ -80,8 +80,16 @@ function descriptor(value: unknown, where: string, which: string): Descriptor {
   if (typeof d.digest !== 'string') bad('has no digest');
   if (!DIGEST.test(d.digest!)) bad(`has digest ${foreignText(d.digest!)}: only sha256 digests are supported`);
   if (!Number.isSafeInteger(d.size) || d.size! < 0) bad('has no valid size');
-  const annotations = d.annotations && typeof d.annotations === 'object' ? d.annotations : undefined;
-  return { mediaType: d.mediaType!, digest: d.digest!, size: d.size!, ...(annotations ? { annotations } : {}) };
+  const annotations = d.annotations === undefined || d.annotations === null ? undefined : d.annotations as unknown;
+  // The spec says string to string; the title is read as one (red team: a number in it gave
+  // "toLowerCase is not a function").
+  if (annotations !== undefined) {
+    if (typeof annotations !== 'object' || Array.isArray(annotations)) bad('has annotations that are not an object of strings');
+    for (const [key, value] of Object.entries(annotations as Record<string, unknown>)) {
+      if (typeof value !== 'string') bad(`has annotation ${foreignText(key)} of type ${Array.isArray(value) ? 'array' : value === null ? 'null' : typeof value}, not a string`);
+    }
+  }
+  return { mediaType: d.mediaType!, digest: d.digest!, size: d.size!, ...(annotations ? { annotations: annotations as Record<string, string> } : {}) };
 }
 
 /**
