@@ -77,7 +77,7 @@ export class Transport {
       if (!signal.aborted) throw error;
       const at = `${url.host} (${url.protocol.replace(':', '')})`;
       const why = shutdown.signal.aborted ? 'abandoned: the host is shutting down'
-        : `no complete answer from ${at} within ${options.deadlineMs / 1000} s (the whole request; the registry or the network is stalled or very slow)`;
+        : `no complete answer from ${at} within ${Math.round(options.deadlineMs / 100) / 10} s (the whole request; the registry or the network is stalled or very slow)`;
       throw new RegistryError('REGISTRY_UNREACHABLE', `${options.what}: ${why}`, { cause: error });
     }
   }
