@@ -157,6 +157,34 @@ describe('manifest shapes a registry should not send', () => {
   });
 });
 
+describe('answers that are the registry\'s fault, not an outage (no cached copy stands in)', () => {
+  it('refuses a manifest that is not a JSON object without parsing it (4 MB of nested arrays)', async () => {
+    registry.route('deep-array', (_kind, _ref, _req, res) => send(res, Buffer.from(`${'['.repeat(1_000_000)}${']'.repeat(1_000_000)}`)));
+    await expect(fetchOci(`oci://${registry.host}/deep-array:v1`, await options())).rejects.toMatchObject({
+      code: 'UNSUPPORTED_MANIFEST', message: `oci://${registry.host}/deep-array:v1: the manifest is not a JSON object (an OCI manifest starts with "{")`,
+    });
+  });
+
+  it('refuses a redirect to a URL that is not http(s)', async () => {
+    const module = wasmOfSize(100);
+    serve('to-file', wasmLayerOf(module), (res) => void res.writeHead(302, { location: 'file:///etc/passwd' }).end());
+    await expect(fetchOci(`oci://${registry.host}/to-file:v1`, await options())).rejects.toMatchObject({
+      code: 'REGISTRY_PROTOCOL', message: expect.stringContaining(`${registry.host} redirected to a file: URL; only http(s) redirects are followed`) as unknown,
+    });
+  });
+
+  it('refuses a token that cannot be sent as a header (a line break in it)', async () => {
+    registry.route('crlf', (_kind, _ref, req, res) => {
+      if (req.headers.authorization) return void send(res, manifestOf([wasmLayerOf(wasmOfSize(100))]));
+      res.writeHead(401, { 'www-authenticate': `Bearer realm="http://${registry.host}/v2/crlf-token/manifests/t",service="s"` }).end();
+    });
+    registry.route('crlf-token', (_kind, _ref, _req, res) => send(res, Buffer.from(JSON.stringify({ token: 'a\r\nx-injected: 1' })), 'application/json'));
+    await expect(fetchOci(`oci://${registry.host}/crlf:v1`, await options())).rejects.toMatchObject({
+      code: 'REGISTRY_PROTOCOL', message: expect.stringContaining('could not be made from what the registry answered') as unknown,
+    });
+  });
+});
+
 /** Headers at once, then a byte every 100 ms until the client goes: never idle, never done. */
 function drip(res: ServerResponse, first: Uint8Array = Buffer.from(' ')): void {
   res.writeHead(200, { 'content-type': 'application/vnd.oci.image.manifest.v1+json' });

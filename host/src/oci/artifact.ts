@@ -43,9 +43,14 @@ export interface ImageManifest {
 /** Parses manifest bytes; an index (or anything not a single artifact) is refused with a way out. */
 export function parseManifest(bytes: Uint8Array, contentType: string | undefined, where: string): ImageManifest {
   let json: Record<string, unknown>;
+  const text = Buffer.from(bytes).toString('utf8');
+  // An object or nothing: 4 MB of nested arrays, parsed, took 320 MiB and was then called "not
+  // JSON" (red team). The first character says which without parsing.
+  if (!/^[\s\uFEFF]*\{/.test(text.slice(0, 1024))) {
+    throw new RegistryError('UNSUPPORTED_MANIFEST', `${where}: the manifest is not a JSON object (an OCI manifest starts with "{")`);
+  }
   try {
-    json = JSON.parse(Buffer.from(bytes).toString('utf8')) as Record<string, unknown>;
-    if (!json || typeof json !== 'object' || Array.isArray(json)) throw new Error('not an object');
+    json = JSON.parse(text) as Record<string, unknown>;
   } catch {
     throw new RegistryError('UNSUPPORTED_MANIFEST', `${where}: the manifest is not JSON`);
   }

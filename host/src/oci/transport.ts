@@ -112,6 +112,10 @@ export class Transport {
       await response.body.dump();
       if (hop >= MAX_REDIRECTS) throw new RegistryError('REGISTRY_PROTOCOL', `${options.what}: more than ${MAX_REDIRECTS} redirects (last to ${foreignText(location)})`);
       const next = new URL(location, url);
+      // Not an outage, which a cached copy may stand in for: the registry answered, wrongly (red team: file:///etc/passwd).
+      if (next.protocol !== 'https:' && next.protocol !== 'http:') {
+        throw new RegistryError('REGISTRY_PROTOCOL', `${options.what}: ${url.host} redirected to a ${foreignText(next.protocol)} URL; only http(s) redirects are followed`);
+      }
       if (next.protocol === 'http:' && url.protocol === 'https:' && !options.allowHttp) {
         throw new RegistryError('REGISTRY_PROTOCOL', `${options.what}: ${url.host} redirected from https to plain http (${next.origin}); refusing (list the registry as insecure only if plain HTTP is really intended)`);
       }
@@ -166,6 +170,11 @@ export function networkError(error: unknown, url: URL, what: string): RegistryEr
       ? 'if it serves plain HTTP, list it as insecure (--insecure, registries.insecure or PORTCULLIS_INSECURE_REGISTRIES)'
       : 'if its certificate comes from a private CA, trust that CA (PORTCULLIS_REGISTRY_CA or NODE_EXTRA_CA_CERTS)';
     return new RegistryError('REGISTRY_TLS', `${what}: TLS error talking to ${at}: ${code} ${foreignText(oneLine(errorMessage(error)))}; ${hint}`, { cause: error });
+  }
+  // undici refusing what the registry's answers made of the request (a token with a line break
+  // in it as a header): the registry answered, wrongly; no outage a cached copy may stand in for.
+  if (code === 'UND_ERR_INVALID_ARG') {
+    return new RegistryError('REGISTRY_PROTOCOL', `${what}: the request to ${at} could not be made from what the registry answered: ${foreignText(oneLine(errorMessage(error)))}`, { cause: error });
   }
   const reason = code === 'ECONNREFUSED' ? 'connection refused (is the registry running, and on that port?)'
     : code === 'ENOTFOUND' || code === 'EAI_AGAIN' ? 'host not found (check the registry name and DNS)'
