@@ -1,8 +1,11 @@
 // Who we are to a registry: credentials from a docker config.json (the file `docker login`
 // and `oras login` write), and the WWW-Authenticate challenge that says how to present them.
-import { readFile } from 'node:fs/promises';
 import { errorMessage } from '../errors.ts';
+import { readRegularFile } from '../util/files.ts';
 import { RegistryError } from './errors.ts';
+
+/** A docker config.json holds a few credentials; megabytes of it are a mistake or an attack. */
+const MAX_DOCKER_CONFIG_BYTES = 4 * 2 ** 20;
 
 export interface Credentials {
   username: string;
@@ -30,7 +33,8 @@ interface DockerConfig {
 export async function lookupCredentials(path: string, registry: string, explicit: boolean): Promise<CredentialLookup> {
   let config: DockerConfig;
   try {
-    config = JSON.parse(await readFile(path, 'utf8')) as DockerConfig;
+    // A regular file of sane size: a FIFO held the pull, /dev/zero grew the host (red team).
+    config = JSON.parse(Buffer.from(await readRegularFile(path, MAX_DOCKER_CONFIG_BYTES)).toString('utf8')) as DockerConfig;
   } catch (error) {
     const missing = (error as NodeJS.ErrnoException).code === 'ENOENT';
     if (missing && !explicit) return { credentials: undefined, source: path, helpers: false };

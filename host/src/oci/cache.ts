@@ -3,10 +3,12 @@
 // what lets the host start when the registry is down. Every read is re-hashed, so a damaged
 // cache file is a miss, never a wrong policy.
 import { createHash } from 'node:crypto';
-import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { atomicWrite, touch } from '../util/files.ts';
+import { atomicWrite, readRegularFile, touch } from '../util/files.ts';
 import { DIGEST } from './reference.ts';
+
+/** index.json: a line per tag; far more tags than any host loads. */
+const MAX_INDEX_BYTES = 16 * 2 ** 20;
 
 export class BlobCache {
   readonly dir: string;
@@ -17,11 +19,12 @@ export class BlobCache {
     this.dir = dir;
   }
 
-  async getBlob(digest: string): Promise<Uint8Array | undefined> {
+  /** The blob, if cached whole: a regular file of at most `maxBytes` (its descriptor's size, or a manifest's cap) that hashes to `digest`. */
+  async getBlob(digest: string, maxBytes: number): Promise<Uint8Array | undefined> {
     if (!DIGEST.test(digest)) return undefined;
     try {
       const path = this.#blobPath(digest);
-      const bytes = new Uint8Array(await readFile(path));
+      const bytes = await readRegularFile(path, maxBytes);
       if (sha256Digest(bytes) !== digest) return undefined;
       void touch(path);
       return bytes;
@@ -53,7 +56,7 @@ export class BlobCache {
 
   async #readIndex(): Promise<Record<string, string>> {
     try {
-      const index = JSON.parse(await readFile(join(this.dir, 'index.json'), 'utf8')) as unknown;
+      const index = JSON.parse(Buffer.from(await readRegularFile(join(this.dir, 'index.json'), MAX_INDEX_BYTES)).toString('utf8')) as unknown;
       return index && typeof index === 'object' && !Array.isArray(index) ? (index as Record<string, string>) : {};
     } catch {
       return {};

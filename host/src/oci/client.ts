@@ -32,7 +32,8 @@ export interface Timeouts {
 // about three minutes).
 export const DEFAULT_TIMEOUTS: Timeouts = { requestMs: 60_000, blobBytesPerSecond: 256 * 1024 };
 
-const MAX_SMALL = 4 * 1024 * 1024; // manifests, tokens, error bodies (distribution's own manifest cap)
+/** Manifests, tokens, error bodies (distribution's own manifest cap). */
+export const MAX_SMALL = 4 * 1024 * 1024;
 
 type Request = Omit<SendOptions, 'origin' | 'allowHttp' | 'authorization' | 'limit' | 'deadlineMs'> & { limit?: number; deadlineMs?: number };
 

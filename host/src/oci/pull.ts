@@ -5,7 +5,7 @@
 import { mib } from '../util/text.ts';
 import { isWasm, layerName, MANIFEST_TYPES, parseManifest, wasmLayer, type Descriptor } from './artifact.ts';
 import { sha256Digest, type BlobCache } from './cache.ts';
-import type { RegistryClient } from './client.ts';
+import { MAX_SMALL, type RegistryClient } from './client.ts';
 import { RegistryError } from './errors.ts';
 import type { ModuleLimit } from './options.ts';
 import { formatReference, manifestReference, type OciReference } from './reference.ts';
@@ -34,7 +34,7 @@ export async function pullPolicy(
   const layer = wasmLayer(parseManifest(manifest.bytes, manifest.mediaType, where), where);
   const what = `layer ${layerName(layer)} of ${where}`;
   requireSize(layer, limit, what);
-  const cached = await cache.getBlob(layer.digest);
+  const cached = await cache.getBlob(layer.digest, layer.size);
   const bytes = cached && isWasm(cached) ? cached : await download(client, cache, layer, what, onCacheError);
   // The manifest last, so a cached manifest always has its layer beside it.
   await cache.putBlob(manifestDigest, manifest.bytes).catch(onCacheError);
@@ -45,12 +45,12 @@ export async function pullPolicy(
 
 /** The policy as cached under a manifest digest, if the manifest and its layer are both there. */
 export async function cachedPolicy(cache: BlobCache, manifestDigest: string, where: string, limit: ModuleLimit): Promise<PulledPolicy | undefined> {
-  const manifest = await cache.getBlob(manifestDigest);
+  const manifest = await cache.getBlob(manifestDigest, MAX_SMALL);
   if (!manifest) return undefined;
   const layer = wasmLayer(parseManifest(manifest, undefined, where), where);
   // Cached before the limit was lowered: not worth reading into memory only to be refused.
   if (layer.size > limit.maxBytes) return undefined;
-  const bytes = await cache.getBlob(layer.digest);
+  const bytes = await cache.getBlob(layer.digest, layer.size);
   return bytes && isWasm(bytes) ? { bytes, manifestDigest, layer } : undefined;
 }
 

@@ -1,9 +1,10 @@
 // Where policy bytes come from: a path or file:// URL is read from disk; an oci:// reference
 // is pulled (and cached) by the OCI client in ../oci, loaded only when first needed.
-import { open, stat } from 'node:fs/promises';
+import { stat } from 'node:fs/promises';
 import type { Stats } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import type * as Fetcher from '../oci/fetcher.ts';
+import { readAtMost } from '../util/files.ts';
 import type { RegistryOptions } from '../oci/options.ts';
 
 export type { RegistryOptions };
@@ -65,23 +66,4 @@ function kindOf(info: Stats): string {
   if (info.isCharacterDevice() || info.isBlockDevice()) return 'device';
   if (info.isSocket()) return 'socket';
   return 'special file';
-}
-
-async function readAtMost(path: string, maxBytes: number, tooLarge: () => Error): Promise<Uint8Array> {
-  const file = await open(path, 'r');
-  try {
-    const chunks: Buffer[] = [];
-    let total = 0;
-    for (;;) {
-      const chunk = Buffer.allocUnsafe(Math.min(1 << 20, Math.max(1, maxBytes + 1 - total)));
-      const { bytesRead } = await file.read(chunk, 0, chunk.length, null);
-      if (bytesRead === 0) break;
-      total += bytesRead;
-      if (total > maxBytes) throw tooLarge();
-      chunks.push(chunk.subarray(0, bytesRead));
-    }
-    return new Uint8Array(Buffer.concat(chunks, total));
-  } finally {
-    await file.close();
-  }
 }

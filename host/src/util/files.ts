@@ -1,7 +1,8 @@
 // Small helpers every layer shares: where Portcullis caches things on disk, how it writes there,
 // and content digests.
 import { createHash, randomUUID } from 'node:crypto';
-import { mkdir, rename, rm, utimes, writeFile } from 'node:fs/promises';
+import { constants } from 'node:fs';
+import { mkdir, open, rename, rm, utimes, writeFile, type FileHandle } from 'node:fs/promises';
 import { homedir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 
@@ -50,5 +51,48 @@ export async function atomicWrite(path: string, bytes: Uint8Array | string): Pro
   } catch (error) {
     await rm(temp, { force: true });
     throw error;
+  }
+}
+
+/** Reads `path` to its end, or throws `tooLarge()` once more than `maxBytes` arrive (whatever its size said). */
+export async function readAtMost(path: string, maxBytes: number, tooLarge: () => Error): Promise<Uint8Array> {
+  const file = await open(path, 'r');
+  try {
+    return await readHandleAtMost(file, maxBytes, tooLarge);
+  } finally {
+    await file.close();
+  }
+}
+
+async function readHandleAtMost(file: FileHandle, maxBytes: number, tooLarge: () => Error): Promise<Uint8Array> {
+  const chunks: Buffer[] = [];
+  let total = 0;
+  for (;;) {
+    const chunk = Buffer.allocUnsafe(Math.min(1 << 20, Math.max(1, maxBytes + 1 - total)));
+    const { bytesRead } = await file.read(chunk, 0, chunk.length, null);
+    if (bytesRead === 0) break;
+    total += bytesRead;
+    if (total > maxBytes) throw tooLarge();
+    chunks.push(chunk.subarray(0, bytesRead));
+  }
+  return new Uint8Array(Buffer.concat(chunks, total));
+}
+
+/**
+ * A file the host keeps or is pointed at (the OCI cache, a docker config), read only if it is a
+ * regular file of at most `maxBytes`: a FIFO there held a pull forever, and one linked to
+ * /dev/zero grew the host to 7.7 GB (red team). Opened without blocking, so a FIFO is seen, not
+ * waited on; judged and read through one handle, so it cannot be swapped in between.
+ */
+export async function readRegularFile(path: string, maxBytes: number): Promise<Uint8Array> {
+  const file = await open(path, constants.O_RDONLY | constants.O_NONBLOCK);
+  try {
+    const info = await file.stat();
+    const refused = (why: string) => Object.assign(new Error(`${path} ${why}`), { code: 'EREFUSED_FILE' });
+    if (!info.isFile()) throw refused('is not a regular file');
+    if (info.size > maxBytes) throw refused(`is ${info.size} bytes, more than the ${maxBytes} expected`);
+    return await readHandleAtMost(file, maxBytes, () => refused(`is more than the ${maxBytes} bytes expected`));
+  } finally {
+    await file.close();
   }
 }
