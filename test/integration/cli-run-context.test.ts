@@ -58,6 +58,16 @@ describe('portcullis rbac', () => {
     const custom = await cli(['rbac', '-c', `${root}policies/context.yaml`, '--service-account', 'gate', '--namespace', 'admission', '--name', 'gate-context']);
     expect(custom.stdout).toContain('subjects:\n  - kind: ServiceAccount\n    name: gate\n    namespace: admission');
     expect(custom.stdout).toContain('kind: ClusterRole\nmetadata:\n  name: gate-context');
+    // With managed webhooks: the host's namespace from the file, and what else the host needs, on stderr (red team).
+    const { mkdtemp, writeFile } = await import('node:fs/promises');
+    const { tmpdir } = await import('node:os');
+    const dir = await mkdtemp(`${tmpdir()}/portcullis-rbac-`);
+    await writeFile(`${dir}/managed.yaml`, 'webhooks: { managed: gate.example.com, namespace: ops, leaderElection: true, url: "https://gate.example.com/" }\npolicies: []\n');
+    const managed = await cli(['rbac', '-c', `${dir}/managed.yaml`]);
+    expect(managed.code).toBe(0);
+    expect(managed.stdout).toContain('subjects:\n  - kind: ServiceAccount\n    name: portcullis\n    namespace: ops');
+    expect(managed.stderr).toBe('portcullis rbac: this covers context reads only. webhooks.managed is set, so the host also needs the rights in deploy/10-rbac.yaml: ' +
+      'create, and get/patch/delete on the validating and mutating webhook configurations named gate.example.com; create, and get/update on the Lease gate.example.com in namespace ops.\n');
     const missing = await cli(['rbac']);
     expect(missing.code).toBe(2);
     expect(missing.stderr).toMatch(/^portcullis rbac: --config is required/);

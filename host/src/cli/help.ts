@@ -144,8 +144,10 @@ options:
 
 Prints a ClusterRole with list and watch on every kind the configuration caches for
 context-aware policies (their grants, and Namespaces for single-webhook namespaceSelectors),
-and its ClusterRoleBinding to the host's ServiceAccount (default portcullis/portcullis).
-Apply it beside deploy/, and again whenever a policy's context grants change.
+and its ClusterRoleBinding to the host's ServiceAccount (default portcullis in webhooks.namespace,
+else in portcullis). Apply it beside deploy/, and again whenever a policy's context grants
+change. With webhooks.managed it also says, on stderr, the rights deploy/10-rbac.yaml gives for
+the webhook configurations, the Lease and the certificate Secret.
 `,
   },
   push: {

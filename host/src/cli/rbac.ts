@@ -17,7 +17,7 @@ export default async function rbac(args: string[]): Promise<number> {
       args,
       options: {
         config: { type: 'string', short: 'c' }, name: { type: 'string', default: 'portcullis-context' },
-        'service-account': { type: 'string', default: 'portcullis' }, namespace: { type: 'string', default: 'portcullis' },
+        'service-account': { type: 'string', default: 'portcullis' }, namespace: { type: 'string' },
       },
     }));
   } catch (error) {
@@ -25,6 +25,17 @@ export default async function rbac(args: string[]): Promise<number> {
   }
   if (!values.config) throw new UsageError(`--config is required: the RBAC follows from its policies' context grants\n${USAGE}`);
   const config = await loadConfigFile(values.config);
-  process.stdout.write(contextRbacYaml(kindsToCache(config), { name: values.name, serviceAccount: values['service-account'], namespace: values.namespace }, values.config));
+  // The host's own namespace, where its ServiceAccount lives, unless told otherwise.
+  const namespace = values.namespace ?? config.webhooks.namespace ?? 'portcullis';
+  process.stdout.write(contextRbacYaml(kindsToCache(config), { name: values.name, serviceAccount: values['service-account'], namespace }, values.config));
+  // This is where a newcomer looks for the RBAC the host needs (red team: managed webhooks, and
+  // an empty role with nothing said). Said on stderr: stdout is the file to apply.
+  const { managed } = config.webhooks;
+  if (managed) {
+    process.stderr.write('portcullis rbac: this covers context reads only. webhooks.managed is set, so the host also needs the rights in deploy/10-rbac.yaml: ' +
+      `create, and get/patch/delete on the validating and mutating webhook configurations named ${managed}` +
+      `${config.webhooks.leaderElection ? `; create, and get/update on the Lease ${managed} in namespace ${namespace}` : ''}` +
+      `${config.server.tls.mode === 'secret' ? `; get/update on the certificate Secret in namespace ${namespace} (tls.mode secret)` : ''}.\n`);
+  }
   return 0;
 }
