@@ -146,6 +146,27 @@ describe('hot reload', () => {
     expect(own.server.config.webhooks.url).toBe('https://localhost:1/');
   });
 
+  it('refuses a reload whose webhooks.url would send the apiserver to a loopback port the host does not listen on', async () => {
+    const { freePort } = await import('../helpers/process.ts');
+    const { loadConfigFile } = await import('../../host/src/config/load.ts');
+    const { PortcullisServer } = await import('../../host/src/server/app.ts');
+    const { createLogger } = await import('../../host/src/util/log.ts');
+    const port = await freePort();
+    const dir = await mkdtemp(join(tmpdir(), 'portcullis-loopback-'));
+    onTestFinished(() => rm(dir, { recursive: true, force: true }));
+    const path = join(dir, 'c.yaml');
+    const file = (url: string) => `cache: { maxMiB: 0 }\nwebhooks: { managed: portcullis.example.com, url: "${url}" }\n` +
+      `server: { host: 127.0.0.1, port: ${port}, tls: { mode: self-signed, hostnames: [127.0.0.1] } }\npolicies:\n${policyYaml('no-delete')}`;
+    await writeFile(path, file(`https://127.0.0.1:${port}/`));
+    const logs: string[] = [];
+    const server = await PortcullisServer.start({ config: await loadConfigFile(path), log: createLogger('info', (l) => logs.push(l)), watch: false });
+    onTestFinished(() => server.stop(0));
+    await replaceConfig(path, file(`https://127.0.0.1:${port + 1}/`));
+    expect(await server.reload()).toBe(false);
+    expect(server.config.webhooks.url).toBe(`https://127.0.0.1:${port}/`);
+    expect(logs.some((l) => l.includes('configuration reload refused') && l.includes(`sends the apiserver's calls to port ${port + 1} of this machine, but the host listens on port ${port}`))).toBe(true);
+  });
+
   it('reloads on SIGHUP', async () => {
     await replaceConfig(t.configPath, config('team: x'));
     const before = t.logs.filter((l) => l.includes('configuration reloaded')).length;
