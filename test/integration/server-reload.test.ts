@@ -155,8 +155,8 @@ describe('hot reload', () => {
     const dir = await mkdtemp(join(tmpdir(), 'portcullis-loopback-'));
     onTestFinished(() => rm(dir, { recursive: true, force: true }));
     const path = join(dir, 'c.yaml');
-    const file = (url: string) => `cache: { maxMiB: 0 }\nwebhooks: { managed: portcullis.example.com, url: "${url}" }\n` +
-      `server: { host: 127.0.0.1, port: ${port}, tls: { mode: self-signed, hostnames: [127.0.0.1] } }\npolicies:\n${policyYaml('no-delete')}`;
+    const file = (url: string, listen = port) => `cache: { maxMiB: 0 }\nwebhooks: { managed: portcullis.example.com, url: "${url}" }\n` +
+      `server: { host: 127.0.0.1, port: ${listen}, tls: { mode: self-signed, hostnames: [127.0.0.1] } }\npolicies:\n${policyYaml('no-delete')}`;
     await writeFile(path, file(`https://127.0.0.1:${port}/`));
     const logs: string[] = [];
     const server = await PortcullisServer.start({ config: await loadConfigFile(path), log: createLogger('info', (l) => logs.push(l)), watch: false });
@@ -165,6 +165,12 @@ describe('hot reload', () => {
     expect(await server.reload()).toBe(false);
     expect(server.config.webhooks.url).toBe(`https://127.0.0.1:${port}/`);
     expect(logs.some((l) => l.includes('configuration reload refused') && l.includes(`sends the apiserver's calls to port ${port + 1} of this machine, but the host listens on port ${port}`))).toBe(true);
+    // Both moved together: the reload is taken, the listener and the url wait for the restart
+    // together (red team: this reload was refused whole, its policy changes with it).
+    await replaceConfig(path, file(`https://127.0.0.1:${port + 1}/`, port + 1));
+    expect(await server.reload()).toBe(true);
+    expect(server.config.webhooks.url).toBe(`https://127.0.0.1:${port}/`);
+    expect(logs.some((l) => l.includes('both take effect on restart'))).toBe(true);
   });
 
   it('reloads on SIGHUP', async () => {

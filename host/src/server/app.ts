@@ -318,8 +318,10 @@ export class PortcullisServer {
       this.log.error('configuration reload refused; the current policies keep serving', { file: source, message: errorMessage(error) });
       return false;
     }
-    // Judged against the listener this process keeps (server settings wait for a restart).
-    const elsewhere = loopbackElsewhere({ ...config, server: this.config.server });
+    // Server settings wait for a restart, and a changed url waits with them (below): only a
+    // reload that keeps the listener can point the webhooks somewhere else now.
+    const serverChanged = JSON.stringify(config.server) !== JSON.stringify(this.config.server);
+    const elsewhere = serverChanged ? undefined : loopbackElsewhere(config);
     if (elsewhere) {
       this.metrics.reloads.inc({ result: 'invalid' });
       this.log.error('configuration reload refused; the current policies keep serving', { file: source, message: elsewhere });
@@ -344,7 +346,7 @@ export class PortcullisServer {
         return false;
       }
       let { webhooks } = config;
-      if (JSON.stringify(config.server) !== JSON.stringify(this.config.server)) {
+      if (serverChanged) {
         // The address the webhooks give the apiserver goes with the listener: changed with it, it
         // would send every call to a port nobody listens on until the restart (red team: a
         // reload of server.port and webhooks.url together refused every Pod create).

@@ -286,7 +286,10 @@ export class WebhookManager {
         }, {
           retryable: (error) => error instanceof KubeApiError && error.transient, deadline: Date.now() + timeoutMs, firstDelayMs: 250, maxDelayMs: 2_000,
         });
-        this.#log.info('webhook configurations: removed the webhooks of non-persistent policies', { name: this.name, validating: results[0], mutating: results[1] });
+        // A configuration another installation owns was left alone, not cleaned up: not "removed".
+        this.#log.info(results.includes('foreign')
+          ? 'webhook configurations: removed the webhooks of non-persistent policies where ours; a same-named configuration another installation owns was left alone'
+          : 'webhook configurations: removed the webhooks of non-persistent policies', { name: this.name, validating: results[0], mutating: results[1] });
       } catch (error) {
         this.#log.error('webhook configurations: could not remove the webhooks on exit; remove them by hand if the host is not coming back',
           { name: this.name, message: errorMessage(error) });
