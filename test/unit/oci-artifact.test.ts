@@ -45,7 +45,8 @@ describe('manifest shapes', () => {
     expect(() => parseManifest(index, undefined, 'REF')).toThrow(`REF is an image index of 1 manifest(s), not a single policy artifact; reference one manifest by digest (for example @sha256:${'9'.repeat(64)})`);
     expect(() => parseManifest(manifest([{ ...d(1, 'application/wasm'), digest: `sha512:${'1'.repeat(128)}` }]), undefined, 'REF')).toThrow("REF: the manifest's layer 0 has digest sha512:");
     expect(() => parseManifest(manifest([{ ...d(1, 'application/wasm'), size: -1 }]), undefined, 'REF')).toThrow('layer 0 has no valid size');
-    expect(() => parseManifest(new TextEncoder().encode('<html>'), 'text/html', 'REF')).toThrow('REF: the manifest is not JSON');
+    expect(() => parseManifest(new TextEncoder().encode('<html>'), 'text/html', 'REF')).toThrow('REF: the manifest is not a JSON object (an OCI manifest starts with "{")');
+    expect(() => parseManifest(new TextEncoder().encode('{"schemaVersion": 2,'), undefined, 'REF')).toThrow('REF: the manifest is not JSON');
   });
 
   it('writes one Kubewarden-typed layer with an oras title, and nothing time-dependent', () => {
