@@ -8,7 +8,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { loadPolicy } from '../../host/src/policy/load.ts';
 import { SandboxPool } from '../../host/src/sandbox/pool.ts';
-import { trialCompile, TRIAL_BOUNDS } from '../../host/src/sandbox/compile-trial.ts';
+import { trialCompile, trialCompileAll, TRIAL_BOUNDS } from '../../host/src/sandbox/compile-trial.ts';
 import { DEFAULT_LIMITS } from '../../host/src/config/limits.ts';
 import { sha256 } from '../../host/src/util/files.ts';
 import { evaluatePolicy } from '../../host/src/evaluate/evaluate.ts';
@@ -90,4 +90,25 @@ it('writes no pass for a module that is not valid WebAssembly: the host\'s compi
   await writeFile(file, bytes);
   await expect(loadPolicy(pool, { name: 'invalid', module: file, settings: {}, limits: DEFAULT_LIMITS, failurePolicy: 'Fail', enforcement: 'enforce', isolation: 'reuse' }))
     .rejects.toThrow(/policy "invalid" could not be loaded: invalid WebAssembly: /);
+}, 60_000);
+
+it('tries several modules in one child per compiler, each within its own bounds: a runaway among them is refused alone, and the others pass', async () => {
+  // A component's core modules are tried together (a dozen for a TypeScript policy).
+  const small = await readFile(wasm('no-delete'));
+  const hostile = localsAndLoops(50_000, 1_000);
+  const other = localsAndLoops(10, 10);
+  const verdicts = await trialCompileAll([
+    { bytes: small, hash: 'together-small' }, { bytes: hostile, hash: 'together-hostile' }, { bytes: other, hash: 'together-other' },
+  ]);
+  expect(verdicts).toEqual([
+    { ok: true },
+    { ok: false, lasting: true, reason: expect.stringMatching(/^compiling it with V8's baseline \(Liftoff\) compiler took more than 128 MiB of memory/) as string },
+    { ok: true },
+  ]);
+  const records = await readdir(join(process.env.PORTCULLIS_CACHE!, 'compile-trials'));
+  expect(records.filter((name) => name.startsWith('together-')).map((name) => name.split('-v8-')[0]).sort()).toEqual(['together-other', 'together-small']);
+  // One module's time bound is its own, from when its compile starts: not shared with the others.
+  const late = await trialCompileAll([{ bytes: other, hash: 'late-a' }, { bytes: small, hash: 'late-b' }], { ...TRIAL_BOUNDS, liftoffMs: 1, msPerMiB: 0 });
+  expect(late[0]).toMatchObject({ ok: false, lasting: true, reason: 'compiling it with V8\'s baseline (Liftoff) compiler took longer than 1 ms' });
+  expect(late[1]).toMatchObject({ ok: false, lasting: true, reason: 'compiling it with V8\'s baseline (Liftoff) compiler took longer than 1 ms' });
 }, 60_000);

@@ -18,7 +18,7 @@ import { unsafeGlueName } from './glue-names.ts';
 import { FUEL_EXPORT, meterModule, REFILL_EXPORT, START_EXPORT, type Metering } from './metering.ts';
 import { GLUE_REVISION, tuneGlue } from './glue.ts';
 import { transpileIsolated } from './transpile.ts';
-import { markTrialUsed, trialCompile } from './compile-trial.ts';
+import { markTrialUsed, trialCompile, trialCompileAll } from './compile-trial.ts';
 import { cutMessage, mib } from '../util/text.ts';
 import type { SandboxSpec } from './protocol.ts';
 import { PortcullisError } from '../errors.ts';
@@ -67,9 +67,12 @@ export async function prepareSandbox(
   // One budget for the whole component: its core modules' memories and tables together.
   const cores = Object.entries(transpiled.cores).map(([name, core]) => ({ name, core, layout: readLayout(core) }));
   const plan = planBudget(cores.map((c) => c.layout), capBytes);
+  const planned = cores.map(({ core, layout }, i) => applyPlan(core, layout, plan.memoryMax[i]!, plan.tableMax[i]!));
+  const refused = await walkAndTry(planned, { walked: false, background: false });
+  if (refused) throw refused.error;
   const modules: Record<string, WebAssembly.Module> = {};
-  for (const [i, { name, core, layout }] of cores.entries()) {
-    modules[name] = await compile(applyPlan(core, layout, plan.memoryMax[i]!, plan.tableMax[i]!));
+  for (const [i, { name }] of cores.entries()) {
+    modules[name] = await compile(planned[i]!, false, true);
     // Before any worker imports the glue, which holds these names as code (glue-names.ts).
     const unsafe = unsafeGlueName(modules[name]);
     if (unsafe !== undefined) {
@@ -128,19 +131,29 @@ export async function meteredComponent(
   // The plan changes only limits: a module has code as it came.
   const todo = capped.filter((_, i) => !known[i] && layouts[i]!.codeSection);
   const meterings = todo.length > 0 ? await meterInThread(todo) : [];
-  const modules: Record<string, WebAssembly.Module> = {};
+  const metered: Uint8Array<ArrayBuffer>[] = [];
   let next = 0;
+  for (const [i, name] of names.entries()) {
+    if (known[i]) continue;
+    // No code: nothing of its own runs (its start, if any, is an import: metered or host-bounded).
+    const metering = layouts[i]!.codeSection ? meterings[next++]! : { bytes: capped[i]! };
+    if (!('bytes' in metering)) return { unmetered: `its core module ${name} cannot be metered: ${metering.unmetered}` };
+    metered[i] = metering.bytes;
+  }
+  const refused = await walkAndTry(metered.filter((bytes) => bytes !== undefined), { walked: true, background: true });
+  if (refused) {
+    const name = names[metered.findIndex((bytes) => bytes === refused.bytes)];
+    return { unmetered: `the metered copy of ${name} was refused: ${refused.error.message}` };
+  }
+  const modules: Record<string, WebAssembly.Module> = {};
   for (const [i, name] of names.entries()) {
     const have = known[i];
     if (have) {
       modules[name] = have;
       continue;
     }
-    // No code: nothing of its own runs (its start, if any, is an import: metered or host-bounded).
-    const metering = layouts[i]!.codeSection ? meterings[next++]! : { bytes: capped[i]! };
-    if (!('bytes' in metering)) return { unmetered: `its core module ${name} cannot be metered: ${metering.unmetered}` };
     try {
-      modules[name] = await compile(metering.bytes, true, true, true);
+      modules[name] = await compile(metered[i]!, true, true, true);
     } catch (error) {
       return { unmetered: `the metered copy of ${name} was refused: ${error instanceof Error ? error.message : String(error)}` };
     }
@@ -223,6 +236,41 @@ export async function meteredCopy(spec: SandboxSpec, bounds: { maxBytes: number;
   } catch (error) {
     return { unmetered: `its metered copy was refused: ${error instanceof Error ? error.message : String(error)}` };
   }
+}
+
+/**
+ * Walks a component's core modules (code-walk.ts), unless `walked`, and tries their compiles
+ * together, in one child per compiler (compile-trial.ts), before compile() takes them one by one
+ * and finds them tried: a dozen modules tried one by one cost two dozen children, most of a
+ * TypeScript policy's first load. Modules compiled in this process already are left out. The
+ * first refusal, in order, is returned with its module's bytes; a lasting one is remembered,
+ * as compile() remembers it.
+ */
+async function walkAndTry(
+  modules: Uint8Array<ArrayBuffer>[], { walked, background }: { walked: boolean; background: boolean },
+): Promise<{ bytes: Uint8Array<ArrayBuffer>; error: PrepareError } | undefined> {
+  const fresh: { bytes: Uint8Array<ArrayBuffer>; hash: string }[] = [];
+  for (const bytes of modules) {
+    const hash = sha256(bytes);
+    if (compiled.get(hash)?.deref() || compiling.has(hash)) continue;
+    const refused = refusals.get(hash);
+    if (refused && refused.until > Date.now()) return { bytes, error: new PrepareError(refused.reason) };
+    if (!walked) {
+      // Before V8 sees it: a body nested deep enough costs the worker's compiler gigabytes later.
+      // Thrown as compile() throws it.
+      const { codeSection } = readLayout(bytes);
+      if (codeSection) checkCodeSection(bytes, codeSection.start, codeSection.end);
+    }
+    fresh.push({ bytes, hash });
+  }
+  const verdicts = await trialCompileAll(fresh, undefined, background ? LANE_TRIAL_NICE : undefined);
+  for (const [i, verdict] of verdicts.entries()) {
+    if (verdict.ok) continue;
+    // A trial at the lowest priority may run out of time on a busy node: not the module's doing.
+    if (verdict.lasting && !background) remember(fresh[i]!.hash, verdict.reason);
+    return { bytes: fresh[i]!.bytes, error: new PrepareError(verdict.reason) };
+  }
+  return undefined;
 }
 
 // Every TypeScript policy carries the same QuickJS runtime (a 1.3 MB core module) and the
