@@ -25,3 +25,11 @@ it('reads no more than the limit, whatever the size says', async () => {
   expect((await readModule(file, 4 * 2 ** 20)).length).toBe(3 * 2 ** 20 + 5);
   await expect(readModule(file, 3 * 2 ** 20)).rejects.toThrow(/is 3 MiB, above limits\.maxModuleMiB \(3 MiB\)/);
 });
+
+it('refuses a FIFO swapped in after the path was judged a file, instead of waiting on it', async () => {
+  // readAtMost is what readModule reads with once the path looked like a regular file.
+  const { readAtMost } = await import('../../host/src/util/files.ts');
+  const fifo = join(await mkdtemp(join(tmpdir(), 'portcullis-source-')), 'policy.wasm');
+  execFileSync('mkfifo', [fifo]);
+  await expect(readAtMost(fifo, 64, () => new Error('too large'))).rejects.toThrow(`${fifo} is no longer a regular file (it was replaced while being read)`);
+});

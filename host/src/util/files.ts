@@ -54,10 +54,15 @@ export async function atomicWrite(path: string, bytes: Uint8Array | string): Pro
   }
 }
 
-/** Reads `path` to its end, or throws `tooLarge()` once more than `maxBytes` arrive (whatever its size said). */
+/**
+ * Reads `path` to its end, or throws `tooLarge()` once more than `maxBytes` arrive (whatever its
+ * size said). For a path the caller judged a regular file: opened without blocking and judged
+ * again through the handle, so that a FIFO swapped in since is refused, not waited on.
+ */
 export async function readAtMost(path: string, maxBytes: number, tooLarge: () => Error): Promise<Uint8Array> {
-  const file = await open(path, 'r');
+  const file = await open(path, constants.O_RDONLY | constants.O_NONBLOCK);
   try {
+    if (!(await file.stat()).isFile()) throw new Error(`${path} is no longer a regular file (it was replaced while being read)`);
     return await readHandleAtMost(file, maxBytes, tooLarge);
   } finally {
     await file.close();
