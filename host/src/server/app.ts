@@ -562,11 +562,16 @@ export class PortcullisServer {
   }
 }
 
+/** A URL's host as a certificate names it: an IPv6 address without the brackets a URL puts around it. */
+function hostOf(url: URL): string {
+  return url.hostname.replace(/^\[|\]$/g, '');
+}
+
 /** The name the apiserver calls this host by, as the managed webhooks say (none when unmanaged). */
 function calledAs(config: Config): string[] {
   const { url, service, managed } = config.webhooks;
   if (!managed) return [];
-  if (url) return [new URL(url).hostname.replace(/^\[|\]$/g, '')];
+  if (url) return [hostOf(new URL(url))];
   return service ? [`${service.name}.${service.namespace}.svc`] : [];
 }
 
@@ -582,7 +587,7 @@ function loopbackElsewhere(config: Config): string | undefined {
   const { port } = config.server;
   if (!managed || !url || port === 0) return undefined;
   const target = new URL(url);
-  const host = target.hostname.replace(/^\[|\]$/g, '');
+  const host = hostOf(target);
   const loopback = host === 'localhost' || host === '::1' || /^127\.\d+\.\d+\.\d+$/.test(host);
   const called = Number(target.port || 443);
   if (!loopback || called === port) return undefined;
