@@ -107,8 +107,31 @@ it('tries several modules in one child per compiler, each within its own bounds:
   ]);
   const records = await readdir(join(process.env.PORTCULLIS_CACHE!, 'compile-trials'));
   expect(records.filter((name) => name.startsWith('together-')).map((name) => name.split('-v8-')[0]).sort()).toEqual(['together-other', 'together-small']);
+  // A load needs only the first refusal: the modules after it are left untried.
+  expect(await trialCompileAll([{ bytes: hostile, hash: 'first-hostile' }, { bytes: other, hash: 'first-other' }], undefined, { firstRefusal: true }))
+    .toMatchObject([{ ok: false, lasting: true }, { ok: false, untried: true, lasting: false }]);
   // One module's time bound is its own, from when its compile starts: not shared with the others.
   const late = await trialCompileAll([{ bytes: other, hash: 'late-a' }, { bytes: small, hash: 'late-b' }], { ...TRIAL_BOUNDS, liftoffMs: 1, msPerMiB: 0 });
   expect(late[0]).toMatchObject({ ok: false, lasting: true, reason: 'compiling it with V8\'s baseline (Liftoff) compiler took longer than 1 ms' });
   expect(late[1]).toMatchObject({ ok: false, lasting: true, reason: 'compiling it with V8\'s baseline (Liftoff) compiler took longer than 1 ms' });
+}, 60_000);
+
+it('lends a module nothing of what the modules before it were allowed: padding modules do not let a runaway through', async () => {
+  // Reviewer: each module's allowance added the code the ones before it might keep (16 bytes per
+  // byte), and two modules of 15.9 MiB of custom section, which keep nothing, lent a runaway 508 MiB.
+  const pad = (mib: number) => {
+    const payload = Math.round(mib * 2 ** 20);
+    const size = [];
+    for (let n = payload + 2; ; n >>>= 7) {
+      if (n < 0x80) { size.push(n); break; }
+      size.push((n & 0x7f) | 0x80);
+    }
+    const bytes = new Uint8Array(8 + 1 + size.length + 2 + payload);
+    bytes.set([0, 0x61, 0x73, 0x6d, 1, 0, 0, 0, 0, ...size, 1, 0x70]);
+    return bytes;
+  };
+  const hostile = localsAndLoops(50_000, 700); // ~200 MiB in Liftoff, alone
+  const verdicts = await trialCompileAll([{ bytes: pad(15.9), hash: 'pad-a' }, { bytes: pad(15.9), hash: 'pad-b' }, { bytes: hostile, hash: 'pad-hostile' }]);
+  expect(verdicts).toMatchObject([{ ok: true }, { ok: true }, { ok: false, lasting: true }]);
+  expect((verdicts[2] as { reason: string }).reason).toMatch(/^compiling it with V8's baseline \(Liftoff\) compiler took more than 128 MiB of memory/);
 }, 60_000);

@@ -8,7 +8,7 @@
 // call had returned). The trial makes the same compiles where a runaway costs a child process,
 // and refuses the module; a module that passes is remembered by content, on disk, so a restart
 // or another policy with the same bytes (every TypeScript policy's QuickJS) does not pay again.
-import { spawn } from 'node:child_process';
+import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { readFile, writeFile } from 'node:fs/promises';
 import { setPriority } from 'node:os';
@@ -50,44 +50,56 @@ const COMPILERS = [
  * A module passes its trial when both compilers stay in bounds. WebAssembly the child finds
  * invalid passes as `invalid`: the host's own compile says why, and must refuse it too.
  */
-export type TrialVerdict = { ok: true; invalid?: true } | { ok: false; reason: string; lasting: boolean };
+export type TrialVerdict = { ok: true; invalid?: true } | { ok: false; reason: string; lasting: boolean; untried?: true };
 
 /**
  * The child: JavaScript, not a file of this package, so that Node compiles no WebAssembly of its
  * own under the trial's flags (a .ts file would make it compile its type stripper, 3 s with
- * TurboFan). The modules come on stdin, each a 4-byte length and its bytes, and are compiled one
- * after another: a component's dozen core modules cost one child per compiler, not one each
- * (each child is ~0.3 s of Node starting, which made a TypeScript policy's first load 12 s).
- * Each module has its own time, and its own memory on top of the code the modules before it may
- * keep (which a collection between modules frees anyway), all measured from the child's start. A thread
- * of its own watches the size every 2 ms, since V8 may compile on the main thread, and kills the
- * process past the bound, saying `over <i>` first; the host's event loop, busy with other
- * policies' checks, is no watchman (red team: a child watched from there reached 1.3 GB). Each
- * module ends with a line `compiled <i>`, `invalid <i>` or `over <i>`.
+ * TurboFan). It compiles a component's core modules one after another: one child per compiler,
+ * not one per module (each child is ~0.3 s of Node starting, which made a TypeScript policy's
+ * first load 12 s). On stdin: a 4-byte length, a JSON header (each module's bounds and the
+ * ceiling), then each module as a 4-byte length and its bytes.
+ *
+ * Each module is measured from where the child stands when its compile starts (after a
+ * collection of the one before), against its own allowance, and the whole child against the
+ * largest one allowance: what modules before it compiled and let go is no room for the next
+ * (red team: 32 MiB of padding modules lent a runaway 254 MiB). A thread of its own watches the
+ * size every 2 ms, since V8 may compile on the main thread, and kills the process past a bound,
+ * saying `over <i>` first; the host's event loop, busy with other policies' checks, is no
+ * watchman (red team: a child watched from there reached 1.3 GB). The peak is checked again
+ * after each compile (Linux's VmHWM, reset per module). Each module ends with a line
+ * `compiled <i>`, `invalid <i>` or `over <i>`.
  */
 const CHILD = `
 const { Worker } = require('node:worker_threads');
-const bounds = JSON.parse(process.argv[1]);
+const { readFileSync, writeFileSync } = require('node:fs');
 // The host's pid, passed in: a child whose host died before it started must not take init for it.
-const parent = Number(process.argv[2]);
+const parent = Number(process.argv[1]);
 const size = () => { try { return process.memoryUsage.rss(); } catch { return process.resourceUsage().maxRSS * 1024; } };
-const peak = () => process.resourceUsage().maxRSS * 1024;
+// The peak since the last reset where Linux lets a process reset it; else the peak since the start.
+const resetPeak = () => { try { writeFileSync('/proc/self/clear_refs', '5'); return true; } catch { return false; } };
+const peak = (reset) => {
+  if (reset) try { const m = /VmHWM:\\s+(\\d+) kB/.exec(readFileSync('/proc/self/status', 'utf8')); if (m) return Number(m[1]) * 1024; } catch {}
+  return process.resourceUsage().maxRSS * 1024;
+};
 const chunks = [];
 process.stdin.on('data', (chunk) => chunks.push(chunk));
 process.stdin.on('end', () => {
   const input = Buffer.concat(chunks);
+  const headerEnd = 4 + input.readUInt32LE(0);
+  const { limits, ceiling } = JSON.parse(input.subarray(4, headerEnd).toString('utf8'));
   const modules = [];
-  for (let at = 0; at + 4 <= input.length; at += 4 + input.readUInt32LE(at)) modules.push(input.subarray(at + 4, at + 4 + input.readUInt32LE(at)));
-  // The module being compiled, and its bounds: index (-1 between modules), base and allowance
-  // in KiB, deadline in ms from start. Shared memory, so that the watch never reads one
-  // module's bounds while the next compiles.
-  const limit = new Int32Array(new SharedArrayBuffer(16));
+  for (let at = headerEnd; at + 4 <= input.length; at += 4 + input.readUInt32LE(at)) modules.push(input.subarray(at + 4, at + 4 + input.readUInt32LE(at)));
+  // The module being compiled (-1 between modules), its base and allowance in KiB, its deadline
+  // in ms from the start, and the child's own base in KiB. Shared memory, so that the watch
+  // never reads one module's bounds while the next compiles.
+  const limit = new Int32Array(new SharedArrayBuffer(20));
   limit[0] = -1;
   const start = Date.now();
   const watch = new Worker(\`
     const { workerData } = require('node:worker_threads');
     const { writeSync } = require('node:fs');
-    const { limit, parent, start } = workerData;
+    const { limit, parent, start, ceiling } = workerData;
     // Written if the host still reads it: to a host that is gone the write fails, and the kill must not wait on it.
     const end = (why) => { try { writeSync(1, why + '\\\\n'); } catch {} process.kill(process.pid, 'SIGKILL'); };
     setInterval(() => {
@@ -95,24 +107,26 @@ process.stdin.on('end', () => {
       if (process.ppid !== parent) end('orphan');
       const index = Atomics.load(limit, 0);
       if (index < 0) return;
-      const base = Atomics.load(limit, 1), allowance = Atomics.load(limit, 2), deadline = Atomics.load(limit, 3);
-      if (Atomics.load(limit, 0) !== index) return;
-      if (Date.now() - start > deadline) end('late ' + index);
+      const base = Atomics.load(limit, 1), allowance = Atomics.load(limit, 2), deadline = Atomics.load(limit, 3), first = Atomics.load(limit, 4);
       let rss;
-      try { rss = process.memoryUsage.rss(); } catch { return; }
-      if (rss / 1024 - base > allowance) end('over ' + index);
+      try { rss = process.memoryUsage.rss() / 1024; } catch { rss = undefined; }
+      const now = Date.now();
+      // Read between two looks at the index: a module that ended meanwhile is not judged by the next one's size.
+      if (Atomics.load(limit, 0) !== index) return;
+      if (now - start > deadline) end('late ' + index);
+      if (rss !== undefined && (rss - base > allowance || rss - first > ceiling / 1024)) end('over ' + index);
     }, 2);
-  \`, { eval: true, workerData: { limit, parent, start } });
+  \`, { eval: true, workerData: { limit, parent, start, ceiling } });
   watch.once('online', async () => {
-    // Measured with the watching thread running: its own memory is not the modules'. Every
-    // module is measured from here: the host's allowance for one includes the code the modules
-    // before it may have kept, so the child as a whole stays as bounded as one trial.
-    const base = Math.max(size(), peak());
-    Atomics.store(limit, 1, Math.floor(base / 1024));
     for (const [index, bytes] of modules.entries()) {
-      const peakBefore = peak();
-      Atomics.store(limit, 2, Math.floor(bounds[index].allowance / 1024));
-      Atomics.store(limit, 3, Date.now() - start + bounds[index].ms);
+      // Measured with the watching thread running: its own memory is not the module's.
+      const base = index === 0 ? Math.max(size(), peak(false)) : size();
+      if (index === 0) Atomics.store(limit, 4, Math.floor(base / 1024));
+      const reset = resetPeak();
+      const peakBefore = peak(reset);
+      Atomics.store(limit, 1, Math.floor(base / 1024));
+      Atomics.store(limit, 2, Math.floor(limits[index].allowance / 1024));
+      Atomics.store(limit, 3, Date.now() - start + limits[index].ms);
       Atomics.store(limit, 0, index);
       let how;
       try {
@@ -122,12 +136,12 @@ process.stdin.on('end', () => {
         how = 'invalid';
       }
       Atomics.store(limit, 0, -1);
-      // What was compiled is of no more use: its code goes before the next module's compile.
-      globalThis.gc();
-      const after = peak();
-      if (after > peakBefore && after - base > bounds[index].allowance) how = 'over';
+      const after = peak(reset);
+      if ((reset || after > peakBefore) && (after - base > limits[index].allowance || after - Atomics.load(limit, 4) * 1024 > ceiling)) how = 'over';
       await new Promise((resolve) => process.stdout.write(how + ' ' + index + '\\n', resolve));
       if (how === 'over') process.exit(0);
+      // What was compiled is of no more use: its code goes before the next module's compile.
+      globalThis.gc();
     }
     process.exit(0);
   });
@@ -159,16 +173,17 @@ export function markTrialUsed(hash: string, bounds: TrialBounds = TRIAL_BOUNDS):
  * from the workers at the first burst of reviews (the overload test shed every call).
  */
 export async function trialCompile(bytes: Uint8Array, hash: string, bounds: TrialBounds = TRIAL_BOUNDS, nice?: number): Promise<TrialVerdict> {
-  return (await trialCompileAll([{ bytes, hash }], bounds, nice))[0]!;
+  return (await trialCompileAll([{ bytes, hash }], bounds, nice === undefined ? {} : { nice }))[0]!;
 }
 
 /**
  * The trials of several modules (a component's core modules), in one child per compiler for
  * those not tried before; a verdict for each, in order. The same bounds apply to each module
- * as when it is tried alone.
+ * as when it is tried alone. `firstRefusal`: stop at the first module refused (a load needs no
+ * more), leaving the rest `untried`; a component of runaways must not hold the queue for each.
  */
 export async function trialCompileAll(
-  modules: { bytes: Uint8Array; hash: string }[], bounds: TrialBounds = TRIAL_BOUNDS, nice?: number,
+  modules: { bytes: Uint8Array; hash: string }[], bounds: TrialBounds = TRIAL_BOUNDS, options: { nice?: number; firstRefusal?: boolean } = {},
 ): Promise<TrialVerdict[]> {
   // Read outside the queue: modules tried before do not wait behind a hostile one's bounds.
   const passed = await Promise.all(modules.map(async ({ hash }) => {
@@ -182,10 +197,11 @@ export async function trialCompileAll(
   for (const [i, { bytes, hash }] of modules.entries()) if (!passed[i]) todo.set(hash, bytes);
   let verdicts = new Map<string, TrialVerdict>();
   if (todo.size > 0) {
-    const run = () => trial([...todo].map(([hash, bytes]) => ({ bytes, record: passRecord(hash, bounds) })), bounds, nice)
-      .then((list) => new Map([...todo.keys()].map((hash, i) => [hash, list[i]!])));
+    const list = [...todo].map(([hash, bytes]) => ({ bytes, record: passRecord(hash, bounds) }));
+    const run = () => trial(list, bounds, options.nice, options.firstRefusal ?? false)
+      .then((answers) => new Map([...todo.keys()].map((hash, i) => [hash, answers[i]!])));
     // Trials nobody waits on queue apart: starved at the lowest priority, one must not hold a load's.
-    if (nice !== undefined) {
+    if (options.nice !== undefined) {
       const background = backgroundQueue.then(run);
       backgroundQueue = background.catch(() => undefined);
       verdicts = await background;
@@ -198,25 +214,21 @@ export async function trialCompileAll(
   return modules.map(({ hash }, i) => (passed[i] ? { ok: true } : verdicts.get(hash)!));
 }
 
-async function trial(modules: { bytes: Uint8Array; record: string }[], bounds: TrialBounds, nice: number | undefined): Promise<TrialVerdict[]> {
-  const kept = (bytes: Uint8Array) => Math.min(bounds.keptPerByte * bytes.length, bounds.keptMaxMiB * 2 ** 20);
-  const allowances = modules.map(({ bytes }) => (bounds.growthMiB * 2 ** 20) + kept(bytes));
+async function trial(
+  modules: { bytes: Uint8Array; record: string }[], bounds: TrialBounds, nice: number | undefined, firstRefusal: boolean,
+): Promise<TrialVerdict[]> {
+  const allowances = modules.map(({ bytes }) => (bounds.growthMiB * 2 ** 20) + Math.min(bounds.keptPerByte * bytes.length, bounds.keptMaxMiB * 2 ** 20));
   const verdicts: (TrialVerdict | undefined)[] = modules.map(() => undefined);
+  let refused = false;
   for (const compiler of COMPILERS) {
     // The modules still in the running, from the first: a child stopped by one module's bounds
     // answers for the modules before it, and the ones after go to the next child.
     let left = modules.flatMap((_, i) => (verdicts[i] === undefined ? [i] : []));
-    while (left.length > 0) {
-      // Each module's allowance in the child adds the code the modules before it may keep.
-      let keptBefore = 0;
-      const limits = left.map((i) => {
-        const limit = {
-          allowance: allowances[i]! + keptBefore,
-          ms: Math.min(bounds.maxMs, compiler.ms(bounds) + Math.ceil((modules[i]!.bytes.length / 2 ** 20) * bounds.msPerMiB)),
-        };
-        keptBefore += kept(modules[i]!.bytes);
-        return limit;
-      });
+    while (left.length > 0 && !(firstRefusal && refused)) {
+      const limits = left.map((i) => ({
+        allowance: allowances[i]!,
+        ms: Math.min(bounds.maxMs, compiler.ms(bounds) + Math.ceil((modules[i]!.bytes.length / 2 ** 20) * bounds.msPerMiB)),
+      }));
       const answers = await runChild(left.map((i) => modules[i]!.bytes), compiler.flag, limits, nice);
       for (const [j, answer] of answers.entries()) {
         const i = left[j]!;
@@ -227,6 +239,7 @@ async function trial(modules: { bytes: Uint8Array; record: string }[], bounds: T
               `and ${bounds.keptPerByte} bytes per byte of module, at most ${bounds.keptMaxMiB} MiB, for the code it keeps)`
             : answer.reason === 'late' ? `took longer than ${duration(limits[j]!.ms)}` : answer.reason;
           verdicts[i] = { ok: false, lasting: answer.lasting, reason: `compiling it with V8's ${compiler.name} compiler ${reason}` };
+          refused = true;
         }
       }
       left = left.slice(answers.length);
@@ -235,6 +248,7 @@ async function trial(modules: { bytes: Uint8Array; record: string }[], bounds: T
   return Promise.all(modules.map(async ({ record }, i) => {
     const verdict = verdicts[i];
     if (verdict) return verdict;
+    if (firstRefusal && refused) return { ok: false, untried: true, lasting: false, reason: 'it was not tried: another module was refused first' } as const;
     // A cache that cannot be written costs the next load another trial, nothing else.
     await atomicWrite(record, 'passed').catch(() => undefined);
     return { ok: true } as const;
@@ -259,14 +273,17 @@ const NICE_BINARY = ['/usr/bin/nice', '/bin/nice'].find((path) => existsSync(pat
  */
 function runChild(modules: Uint8Array[], flag: string, limits: { allowance: number; ms: number }[], nice: number | undefined): Promise<ChildAnswer[]> {
   return new Promise((resolve) => {
-    const args = [
-      '--no-wasm-lazy-compilation', flag, '--wasm-num-compilation-tasks=1', '--expose-gc', '--no-warnings', '-e', CHILD, JSON.stringify(limits), String(process.pid),
-    ];
+    const args = ['--no-wasm-lazy-compilation', flag, '--wasm-num-compilation-tasks=1', '--expose-gc', '--no-warnings', '-e', CHILD, String(process.pid)];
     // Started through nice(1), so that every thread of the child (V8's compiler threads start
     // with it) has the priority; where nice is missing, the child's main thread gets it after.
     const niced = nice !== undefined && NICE_BINARY !== undefined;
-    const child = spawn(niced ? NICE_BINARY : process.execPath, niced ? ['-n', String(nice), process.execPath, ...args] : args,
-      { stdio: ['pipe', 'pipe', 'pipe'], env: { ...process.env, NODE_OPTIONS: '' } });
+    let child: ChildProcessWithoutNullStreams;
+    try {
+      child = spawn(niced ? NICE_BINARY : process.execPath, niced ? ['-n', String(nice), process.execPath, ...args] : args,
+        { stdio: ['pipe', 'pipe', 'pipe'], env: { ...process.env, NODE_OPTIONS: '' } });
+    } catch (error) {
+      return resolve([{ ok: false, reason: `could not be tried: ${error instanceof Error ? error.message : String(error)}`, lasting: false }]);
+    }
     // Linux: the child, not the host, is the one to go when memory runs out.
     if (child.pid !== undefined) writeFile(`/proc/${child.pid}/oom_score_adj`, '1000').catch(() => undefined);
     if (child.pid !== undefined && nice !== undefined && !niced) {
@@ -276,62 +293,72 @@ function runChild(modules: Uint8Array[], flag: string, limits: { allowance: numb
         // The host's own priority, as any trial.
       }
     }
-    let out = '';
+    const answers: ChildAnswer[] = [];
+    let stop: 'over' | 'late' | undefined;
+    let pending = '';
     let err = '';
     let timedOut = false;
-    // The whole run: each module's time, one after another. The child's watch stops a module
-    // past its own time; this stops a child that never got that far.
-    const totalMs = limits.reduce((sum, { ms }) => sum + ms, 0);
-    const timer = setTimeout(() => {
-      timedOut = true;
-      child.kill('SIGKILL');
-    }, totalMs);
+    // The module under way's own time, from when the one before it ended (from the start for the
+    // first). The child's watch stops a module past it; this stops a child that never got that far.
+    let timer: NodeJS.Timeout | undefined;
+    let armedFor = -1;
+    const arm = () => {
+      if (armedFor === answers.length && stop === undefined) return;
+      armedFor = answers.length;
+      clearTimeout(timer);
+      const next = limits[answers.length];
+      timer = next && stop === undefined ? setTimeout(() => {
+        timedOut = true;
+        child.kill('SIGKILL');
+      }, next.ms) : undefined;
+    };
+    arm();
     child.stdout.on('data', (chunk: Buffer) => {
-      if (out.length < 64 + modules.length * 16) out += chunk.toString('utf8');
+      if (stop !== undefined || pending.length > 1024) return;
+      pending += chunk.toString('utf8');
+      const lines = pending.split('\n');
+      pending = lines.pop()!;
+      for (const line of lines) {
+        const [how, at] = line.trim().split(' ');
+        if (stop !== undefined || at !== String(answers.length)) continue;
+        if (how === 'compiled' || how === 'invalid') answers.push(how);
+        else if (how === 'over' || how === 'late') stop = how;
+      }
+      arm();
     });
     child.stderr.on('data', (chunk: Buffer) => {
       if (err.length < 16 * 1024) err += chunk.toString('utf8');
     });
     child.stdin.on('error', () => undefined); // a child that dies early closes its stdin
-    for (const bytes of modules) {
+    const header = Buffer.from(JSON.stringify({ limits, ceiling: Math.max(...limits.map((l) => l.allowance)) }));
+    for (const part of [header, ...modules]) {
       const length = Buffer.alloc(4);
-      length.writeUInt32LE(bytes.length);
+      length.writeUInt32LE(part.length);
       child.stdin.write(length);
-      child.stdin.write(bytes);
+      child.stdin.write(part);
     }
     child.stdin.end();
     let settled = false;
-    const settle = (answers: ChildAnswer[]) => {
+    const settle = (more: ChildAnswer[]) => {
       if (settled) return;
       settled = true;
       clearTimeout(timer);
-      resolve(answers);
+      resolve([...answers, ...more]);
     };
-    child.on('error', (error) => settle([{ ok: false, reason: `could not be tried: ${error.message}`, lasting: false }]));
+    child.on('error', (error) => settle(answers.length > 0 ? [] : [{ ok: false, reason: `could not be tried: ${error.message}`, lasting: false }]));
     child.on('close', (code, signal) => {
-      const answers: ChildAnswer[] = [];
-      let stop: string | undefined;
-      for (const line of out.split('\n')) {
-        const [how, at] = line.trim().split(' ');
-        if (at !== String(answers.length)) continue;
-        if (how === 'compiled' || how === 'invalid') answers.push(how);
-        else if (how === 'over' || how === 'late') {
-          stop = how;
-          break;
-        }
-      }
-      if (answers.length === modules.length && stop === undefined) return settle(answers);
-      if (stop === 'over') return settle([...answers, { ok: false, reason: 'over', lasting: true }]);
-      if (timedOut || stop === 'late') return settle([...answers, { ok: false, reason: 'late', lasting: true }]);
+      if (answers.length === modules.length && stop === undefined) return settle([]);
+      if (stop === 'over') return settle([{ ok: false, reason: 'over', lasting: true }]);
+      if (timedOut || stop === 'late') return settle([{ ok: false, reason: 'late', lasting: true }]);
       // Killed from outside or failed: the machine's doing as much as the module's, so not
       // remembered. Node ends an uncaught error's report with its version: the first line that
       // names an error says more.
       if (signal === 'SIGKILL') {
-        return settle([...answers, { ok: false, reason: 'was killed (SIGKILL), most likely by the kernel for want of memory in the Pod or on the machine; it is tried again at the next load', lasting: false }]);
+        return settle([{ ok: false, reason: 'was killed (SIGKILL), most likely by the kernel for want of memory in the Pod or on the machine; it is tried again at the next load', lasting: false }]);
       }
       const lines = err.split('\n').map((l) => l.trim()).filter((l) => l !== '');
       const said = (lines.find((l) => /error/i.test(l)) ?? lines[0] ?? 'no message').slice(0, 300);
-      settle([...answers, { ok: false, reason: `failed (${signal ?? `exit ${code}`}): ${said}`, lasting: false }]);
+      settle([{ ok: false, reason: `failed (${signal ?? `exit ${code}`}): ${said}`, lasting: false }]);
     });
   });
 }

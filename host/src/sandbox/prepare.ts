@@ -263,9 +263,9 @@ async function walkAndTry(
     }
     fresh.push({ bytes, hash });
   }
-  const verdicts = await trialCompileAll(fresh, undefined, background ? LANE_TRIAL_NICE : undefined);
+  const verdicts = await trialCompileAll(fresh, undefined, { firstRefusal: true, ...(background ? { nice: LANE_TRIAL_NICE } : {}) });
   for (const [i, verdict] of verdicts.entries()) {
-    if (verdict.ok) continue;
+    if (verdict.ok || verdict.untried) continue;
     // A trial at the lowest priority may run out of time on a busy node: not the module's doing.
     if (verdict.lasting && !background) remember(fresh[i]!.hash, verdict.reason);
     return { bytes: fresh[i]!.bytes, error: new PrepareError(verdict.reason) };
