@@ -107,6 +107,11 @@ it('tries several modules in one child per compiler, each within its own bounds:
   ]);
   const records = await readdir(join(process.env.PORTCULLIS_CACHE!, 'compile-trials'));
   expect(records.filter((name) => name.startsWith('together-')).map((name) => name.split('-v8-')[0]).sort()).toEqual(['together-other', 'together-small']);
+  // Policies loading at once share modules: one under trial is waited for, not tried again after.
+  const shared = localsAndLoops(20, 20);
+  const [a, b] = await Promise.all([trialCompileAll([{ bytes: shared, hash: 'shared' }]), trialCompileAll([{ bytes: shared, hash: 'shared' }])]);
+  expect(a[0]).toEqual({ ok: true });
+  expect(a[0]).toBe(b[0]);
   // A load needs only the first refusal: the modules after it are left untried.
   expect(await trialCompileAll([{ bytes: hostile, hash: 'first-hostile' }, { bytes: other, hash: 'first-other' }], undefined, { firstRefusal: true }))
     .toMatchObject([{ ok: false, lasting: true }, { ok: false, untried: true, lasting: false }]);

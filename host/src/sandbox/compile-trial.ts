@@ -13,7 +13,7 @@ import { existsSync } from 'node:fs';
 import { readFile, writeFile } from 'node:fs/promises';
 import { setPriority } from 'node:os';
 import { join } from 'node:path';
-import { atomicWrite, cacheDir, sha256, touch } from '../util/files.ts';
+import { atomicWrite, cacheDir, sha256, touch, touchedAt } from '../util/files.ts';
 
 export interface TrialBounds {
   /** What one function's compile may take, MiB: how much the child may grow beyond the code it keeps. */
@@ -161,7 +161,25 @@ function passRecord(hash: string, bounds: TrialBounds): string {
 
 /** A module compiled before in this process is used again: its pass record counts as used (cache/prune.ts). */
 export function markTrialUsed(hash: string, bounds: TrialBounds = TRIAL_BOUNDS): void {
-  void touch(passRecord(hash, bounds));
+  used(passRecord(hash, bounds));
+}
+
+/** Marks a pass record used, at most once a minute: loads touch the same records many times over. */
+function used(record: string): void {
+  if ((touchedAt(record) ?? 0) < Date.now() - 60_000) void touch(record);
+}
+
+/**
+ * Pass records read or written by this process, which are not read again: every TypeScript
+ * policy's load asks for the same dozen, twice (prepare.ts tries a component's modules
+ * together, then compiles them one by one).
+ */
+const passedHere = new Set<string>();
+const MAX_PASSED_HERE = 10_000;
+
+function passedNow(record: string): void {
+  if (passedHere.size >= MAX_PASSED_HERE) passedHere.clear();
+  passedHere.add(record);
 }
 
 /**
@@ -188,31 +206,48 @@ export async function trialCompileAll(
   // Read outside the queue: modules tried before do not wait behind a hostile one's bounds.
   const passed = await Promise.all(modules.map(async ({ hash }) => {
     const record = passRecord(hash, bounds);
-    if (!await readFile(record, 'utf8').then((text) => text === 'passed', () => false)) return false;
-    void touch(record);
+    if (!passedHere.has(record)) {
+      if (!await readFile(record, 'utf8').then((text) => text === 'passed', () => false)) return false;
+      passedNow(record);
+    }
+    used(record);
     return true;
   }));
-  // Each content once: a component may carry the same module twice.
+  // Each content once: a component may carry the same module twice, and policies loading at
+  // once share their modules (every TypeScript policy's QuickJS): one that is being tried
+  // already is waited for, not tried again after it.
+  const lane = options.nice === undefined ? '' : ' (background)';
   const todo = new Map<string, Uint8Array>();
-  for (const [i, { bytes, hash }] of modules.entries()) if (!passed[i]) todo.set(hash, bytes);
-  let verdicts = new Map<string, TrialVerdict>();
+  const verdicts = new Map<string, Promise<TrialVerdict>>();
+  for (const [i, { bytes, hash }] of modules.entries()) {
+    if (passed[i] || verdicts.has(hash)) continue;
+    const underway = trying.get(passRecord(hash, bounds) + lane);
+    if (underway) verdicts.set(hash, underway);
+    else todo.set(hash, bytes);
+  }
   if (todo.size > 0) {
-    const list = [...todo].map(([hash, bytes]) => ({ bytes, record: passRecord(hash, bounds) }));
-    const run = () => trial(list, bounds, options.nice, options.firstRefusal ?? false)
-      .then((answers) => new Map([...todo.keys()].map((hash, i) => [hash, answers[i]!])));
+    const list = [...todo].map(([hash, bytes]) => ({ hash, bytes, record: passRecord(hash, bounds) }));
+    const run = () => trial(list, bounds, options.nice, options.firstRefusal ?? false);
     // Trials nobody waits on queue apart: starved at the lowest priority, one must not hold a load's.
+    let answers: Promise<TrialVerdict[]>;
     if (options.nice !== undefined) {
-      const background = backgroundQueue.then(run);
-      backgroundQueue = background.catch(() => undefined);
-      verdicts = await background;
+      answers = backgroundQueue.then(run);
+      backgroundQueue = answers.catch(() => undefined);
     } else {
-      const next = queue.then(run);
-      queue = next.catch(() => undefined);
-      verdicts = await next;
+      answers = queue.then(run);
+      queue = answers.catch(() => undefined);
+    }
+    for (const [i, { hash, record }] of list.entries()) {
+      const verdict = answers.then((all) => all[i]!);
+      verdicts.set(hash, verdict);
+      trying.set(record + lane, verdict);
+      void verdict.finally(() => trying.delete(record + lane)).catch(() => undefined);
     }
   }
-  return modules.map(({ hash }, i) => (passed[i] ? { ok: true } : verdicts.get(hash)!));
+  return Promise.all(modules.map(async ({ hash }, i) => (passed[i] ? { ok: true } as const : verdicts.get(hash)!)));
 }
+/** Trials under way, by pass record (and lane): a module is tried by one batch at a time. */
+const trying = new Map<string, Promise<TrialVerdict>>();
 
 async function trial(
   modules: { bytes: Uint8Array; record: string }[], bounds: TrialBounds, nice: number | undefined, firstRefusal: boolean,
@@ -251,6 +286,7 @@ async function trial(
     if (firstRefusal && refused) return { ok: false, untried: true, lasting: false, reason: 'it was not tried: another module was refused first' } as const;
     // A cache that cannot be written costs the next load another trial, nothing else.
     await atomicWrite(record, 'passed').catch(() => undefined);
+    passedNow(record);
     return { ok: true } as const;
   }));
 }

@@ -251,15 +251,19 @@ async function walkAndTry(
 ): Promise<{ bytes: Uint8Array<ArrayBuffer>; error: PrepareError } | undefined> {
   const fresh: { bytes: Uint8Array<ArrayBuffer>; hash: string }[] = [];
   for (const bytes of modules) {
-    const hash = sha256(bytes);
+    const hash = hashOf(bytes);
     if (compiled.get(hash)?.deref() || compiling.has(hash)) continue;
     const refused = refusals.get(hash);
     if (refused && refused.until > Date.now()) return { bytes, error: new PrepareError(refused.reason) };
-    if (!walked) {
+    // Policies loading at once share modules (QuickJS, 1.3 MB, in every TypeScript policy), and
+    // none is compiling yet while they are all here: each content is walked once.
+    if (!walked && !walkedContent.has(hash)) {
       // Before V8 sees it: a body nested deep enough costs the worker's compiler gigabytes later.
       // Thrown as compile() throws it.
       const { codeSection } = readLayout(bytes);
       if (codeSection) checkCodeSection(bytes, codeSection.start, codeSection.end);
+      if (walkedContent.size >= MAX_WALKED) walkedContent.clear();
+      walkedContent.add(hash);
     }
     fresh.push({ bytes, hash });
   }
@@ -273,6 +277,18 @@ async function walkAndTry(
   return undefined;
 }
 
+/** Contents code-walk.ts passed, by hash (the walk depends on nothing else). */
+const walkedContent = new Set<string>();
+const MAX_WALKED = 10_000;
+
+/** A module's content hash, computed once per buffer (walkAndTry, then compile, hash the same bytes). */
+function hashOf(bytes: Uint8Array<ArrayBuffer>): string {
+  let hash = hashes.get(bytes);
+  if (hash === undefined) hashes.set(bytes, hash = sha256(bytes));
+  return hash;
+}
+const hashes = new WeakMap<Uint8Array<ArrayBuffer>, string>();
+
 // Every TypeScript policy carries the same QuickJS runtime (a 1.3 MB core module) and the
 // same jco glue. Compiled modules are shared by content: V8 then keeps one copy of the
 // machine code for all policies, in the main thread and in every worker it is posted to.
@@ -285,7 +301,7 @@ const compiling = new Map<string, Promise<WebAssembly.Module>>();
  * thread (meter-thread.ts).
  */
 async function compile(bytes: Uint8Array<ArrayBuffer>, eager = false, walked = false, background = false): Promise<WebAssembly.Module> {
-  const hash = sha256(bytes);
+  const hash = hashOf(bytes);
   const known = compiled.get(hash)?.deref();
   if (known) {
     // Its compile trial is not read again; its record is still what a restart needs.
