@@ -57,13 +57,14 @@ export type TrialVerdict = { ok: true; invalid?: true } | { ok: false; reason: s
  * own under the trial's flags (a .ts file would make it compile its type stripper, 3 s with
  * TurboFan). It compiles a component's core modules one after another: one child per compiler,
  * not one per module (each child is ~0.3 s of Node starting, which made a TypeScript policy's
- * first load 12 s). On stdin: a 4-byte length, a JSON header (each module's bounds and the
- * ceiling), then each module as a 4-byte length and its bytes.
+ * first load 12 s). On stdin: a 4-byte length, a JSON header (each module's bounds), then
+ * each module as a 4-byte length and its bytes.
  *
- * Each module is measured from where the child stands when its compile starts (after a
- * collection of the one before), against its own allowance, and the whole child against the
- * largest one allowance: what modules before it compiled and let go is no room for the next
- * (red team: 32 MiB of padding modules lent a runaway 254 MiB). A thread of its own watches the
+ * Each module is measured from the child's start against its own allowance (with a collection
+ * between modules): what the modules before it used and let go is no room for it (reviewer: 32
+ * MiB of padding modules lent a runaway 508 MiB), and memory they left behind counts against
+ * it, which is why the host has a module refused after others tried again in a child of its
+ * own (trial()). A thread of its own watches the
  * size every 2 ms, since V8 may compile on the main thread, and kills the process past a bound,
  * saying `over <i>` first; the host's event loop, busy with other policies' checks, is no
  * watchman (red team: a child watched from there reached 1.3 GB). The peak is checked again
@@ -87,19 +88,19 @@ process.stdin.on('data', (chunk) => chunks.push(chunk));
 process.stdin.on('end', () => {
   const input = Buffer.concat(chunks);
   const headerEnd = 4 + input.readUInt32LE(0);
-  const { limits, ceiling } = JSON.parse(input.subarray(4, headerEnd).toString('utf8'));
+  const { limits } = JSON.parse(input.subarray(4, headerEnd).toString('utf8'));
   const modules = [];
   for (let at = headerEnd; at + 4 <= input.length; at += 4 + input.readUInt32LE(at)) modules.push(input.subarray(at + 4, at + 4 + input.readUInt32LE(at)));
-  // The module being compiled (-1 between modules), its base and allowance in KiB, its deadline
-  // in ms from the start, and the child's own base in KiB. Shared memory, so that the watch
-  // never reads one module's bounds while the next compiles.
-  const limit = new Int32Array(new SharedArrayBuffer(20));
+  // The module being compiled (-1 between modules), the child's base and the module's allowance
+  // in KiB, its deadline in ms from the start. Shared memory, so that the watch never reads one
+  // module's bounds while the next compiles.
+  const limit = new Int32Array(new SharedArrayBuffer(16));
   limit[0] = -1;
   const start = Date.now();
   const watch = new Worker(\`
     const { workerData } = require('node:worker_threads');
     const { writeSync } = require('node:fs');
-    const { limit, parent, start, ceiling } = workerData;
+    const { limit, parent, start } = workerData;
     // Written if the host still reads it: to a host that is gone the write fails, and the kill must not wait on it.
     const end = (why) => { try { writeSync(1, why + '\\\\n'); } catch {} process.kill(process.pid, 'SIGKILL'); };
     setInterval(() => {
@@ -107,24 +108,23 @@ process.stdin.on('end', () => {
       if (process.ppid !== parent) end('orphan');
       const index = Atomics.load(limit, 0);
       if (index < 0) return;
-      const base = Atomics.load(limit, 1), allowance = Atomics.load(limit, 2), deadline = Atomics.load(limit, 3), first = Atomics.load(limit, 4);
+      const base = Atomics.load(limit, 1), allowance = Atomics.load(limit, 2), deadline = Atomics.load(limit, 3);
       let rss;
       try { rss = process.memoryUsage.rss() / 1024; } catch { rss = undefined; }
       const now = Date.now();
       // Read between two looks at the index: a module that ended meanwhile is not judged by the next one's size.
       if (Atomics.load(limit, 0) !== index) return;
       if (now - start > deadline) end('late ' + index);
-      if (rss !== undefined && (rss - base > allowance || rss - first > ceiling / 1024)) end('over ' + index);
+      if (rss !== undefined && rss - base > allowance) end('over ' + index);
     }, 2);
-  \`, { eval: true, workerData: { limit, parent, start, ceiling } });
+  \`, { eval: true, workerData: { limit, parent, start } });
   watch.once('online', async () => {
+    // Measured with the watching thread running: its own memory is not the modules'.
+    const base = Math.max(size(), peak(false));
+    Atomics.store(limit, 1, Math.floor(base / 1024));
     for (const [index, bytes] of modules.entries()) {
-      // Measured with the watching thread running: its own memory is not the module's.
-      const base = index === 0 ? Math.max(size(), peak(false)) : size();
-      if (index === 0) Atomics.store(limit, 4, Math.floor(base / 1024));
       const reset = resetPeak();
       const peakBefore = peak(reset);
-      Atomics.store(limit, 1, Math.floor(base / 1024));
       Atomics.store(limit, 2, Math.floor(limits[index].allowance / 1024));
       Atomics.store(limit, 3, Date.now() - start + limits[index].ms);
       Atomics.store(limit, 0, index);
@@ -137,7 +137,7 @@ process.stdin.on('end', () => {
       }
       Atomics.store(limit, 0, -1);
       const after = peak(reset);
-      if ((reset || after > peakBefore) && (after - base > limits[index].allowance || after - Atomics.load(limit, 4) * 1024 > ceiling)) how = 'over';
+      if ((reset || after > peakBefore) && after - base > limits[index].allowance) how = 'over';
       await new Promise((resolve) => process.stdout.write(how + ' ' + index + '\\n', resolve));
       if (how === 'over') process.exit(0);
       // What was compiled is of no more use: its code goes before the next module's compile.
@@ -222,7 +222,9 @@ export async function trialCompileAll(
   for (const [i, { bytes, hash }] of modules.entries()) {
     if (passed[i] || verdicts.has(hash)) continue;
     const underway = trying.get(passRecord(hash, bounds) + lane);
-    if (underway) verdicts.set(hash, underway);
+    // Left untried by a batch that stopped at another module's refusal: tried here after all.
+    const again = async (verdict: TrialVerdict) => (!verdict.ok && verdict.untried ? (await trialCompileAll([{ bytes, hash }], bounds, options))[0]! : verdict);
+    if (underway) verdicts.set(hash, underway.then(again));
     else todo.set(hash, bytes);
   }
   if (todo.size > 0) {
@@ -265,10 +267,18 @@ async function trial(
         ms: Math.min(bounds.maxMs, compiler.ms(bounds) + Math.ceil((modules[i]!.bytes.length / 2 ** 20) * bounds.msPerMiB)),
       }));
       const answers = await runChild(left.map((i) => modules[i]!.bytes), compiler.flag, limits, nice);
+      let done = answers.length;
       for (const [j, answer] of answers.entries()) {
         const i = left[j]!;
         if (answer === 'invalid') verdicts[i] = { ok: true, invalid: true };
         else if (answer !== 'compiled') {
+          // Stopped after other modules in the same child, it may owe some of its size or time to
+          // them (memory they freed and the allocator kept, a stall between modules): only a child
+          // that began with it has the last word, or one module could have another refused.
+          if (j > 0) {
+            done = j;
+            break;
+          }
           const reason = answer.reason === 'over'
             ? `took more than ${Math.round(allowances[i]! / 2 ** 20)} MiB of memory (${bounds.growthMiB} MiB, ` +
               `and ${bounds.keptPerByte} bytes per byte of module, at most ${bounds.keptMaxMiB} MiB, for the code it keeps)`
@@ -277,7 +287,7 @@ async function trial(
           refused = true;
         }
       }
-      left = left.slice(answers.length);
+      left = left.slice(done);
     }
   }
   return Promise.all(modules.map(async ({ record }, i) => {
@@ -349,6 +359,11 @@ function runChild(modules: Uint8Array[], flag: string, limits: { allowance: numb
       }, next.ms) : undefined;
     };
     arm();
+    // And the child as a whole, for what no module's time covers (between modules, after the last).
+    const backstop = setTimeout(() => {
+      timedOut = true;
+      child.kill('SIGKILL');
+    }, limits.reduce((sum, { ms }) => sum + ms, 10_000));
     child.stdout.on('data', (chunk: Buffer) => {
       if (stop !== undefined || pending.length > 1024) return;
       pending += chunk.toString('utf8');
@@ -366,7 +381,7 @@ function runChild(modules: Uint8Array[], flag: string, limits: { allowance: numb
       if (err.length < 16 * 1024) err += chunk.toString('utf8');
     });
     child.stdin.on('error', () => undefined); // a child that dies early closes its stdin
-    const header = Buffer.from(JSON.stringify({ limits, ceiling: Math.max(...limits.map((l) => l.allowance)) }));
+    const header = Buffer.from(JSON.stringify({ limits }));
     for (const part of [header, ...modules]) {
       const length = Buffer.alloc(4);
       length.writeUInt32LE(part.length);
@@ -379,6 +394,7 @@ function runChild(modules: Uint8Array[], flag: string, limits: { allowance: numb
       if (settled) return;
       settled = true;
       clearTimeout(timer);
+      clearTimeout(backstop);
       resolve([...answers, ...more]);
     };
     child.on('error', (error) => settle(answers.length > 0 ? [] : [{ ok: false, reason: `could not be tried: ${error.message}`, lasting: false }]));

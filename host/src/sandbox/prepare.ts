@@ -72,7 +72,8 @@ export async function prepareSandbox(
   if (refused) throw refused.error;
   const modules: Record<string, WebAssembly.Module> = {};
   for (const [i, { name }] of cores.entries()) {
-    modules[name] = await compile(planned[i]!, false, true);
+    // Walked above, unless it was compiled or compiling already (then compile() walks what it must).
+    modules[name] = await compile(planned[i]!, false, walkedContent.has(hashOf(planned[i]!)));
     // Before any worker imports the glue, which holds these names as code (glue-names.ts).
     const unsafe = unsafeGlueName(modules[name]);
     if (unsafe !== undefined) {
