@@ -254,33 +254,47 @@ async function walkAndTry(
   for (const bytes of modules) {
     const hash = hashOf(bytes);
     if (compiled.get(hash)?.deref() || compiling.has(hash)) continue;
-    const refused = refusals.get(hash);
-    if (refused && refused.until > Date.now()) return { bytes, error: new PrepareError(refused.reason) };
-    // Policies loading at once share modules (QuickJS, 1.3 MB, in every TypeScript policy), and
-    // none is compiling yet while they are all here: each content is walked once.
-    if (!walked && !walkedContent.has(hash)) {
-      // Before V8 sees it: a body nested deep enough costs the worker's compiler gigabytes later.
-      // Thrown as compile() throws it.
-      const { codeSection } = readLayout(bytes);
-      if (codeSection) checkCodeSection(bytes, codeSection.start, codeSection.end);
-      if (walkedContent.size >= MAX_WALKED) walkedContent.clear();
-      walkedContent.add(hash);
-    }
+    const refused = recentRefusal(hash);
+    if (refused) return { bytes, error: refused };
+    // Thrown as compile() throws it.
+    if (!walked) walk(bytes, hash);
     fresh.push({ bytes, hash });
   }
   const verdicts = await trialCompileAll(fresh, undefined, { firstRefusal: true, ...(background ? { nice: LANE_TRIAL_NICE } : {}) });
   for (const [i, verdict] of verdicts.entries()) {
-    if (verdict.ok || verdict.untried) continue;
-    // A trial at the lowest priority may run out of time on a busy node: not the module's doing.
-    if (verdict.lasting && !background) remember(fresh[i]!.hash, verdict.reason);
-    return { bytes: fresh[i]!.bytes, error: new PrepareError(verdict.reason) };
+    if (!verdict.ok && !verdict.untried) return { bytes: fresh[i]!.bytes, error: refusal(fresh[i]!.hash, verdict, background) };
   }
   return undefined;
+}
+
+/** Why a module refused lately is refused again, without another trial (see `remember`). */
+function recentRefusal(hash: string): PrepareError | undefined {
+  const refused = refusals.get(hash);
+  return refused && refused.until > Date.now() ? new PrepareError(refused.reason) : undefined;
+}
+
+/**
+ * Before V8 sees it: a body nested deep enough costs the worker's compiler gigabytes later.
+ * Policies loading at once share modules (QuickJS, 1.3 MB, in every TypeScript policy), and none
+ * is compiling yet while they are all in walkAndTry: each content is walked once.
+ */
+function walk(bytes: Uint8Array<ArrayBuffer>, hash: string, { codeSection } = readLayout(bytes)): void {
+  if (walkedContent.has(hash)) return;
+  if (codeSection) checkCodeSection(bytes, codeSection.start, codeSection.end);
+  if (walkedContent.size >= MAX_WALKED) walkedContent.clear();
+  walkedContent.add(hash);
 }
 
 /** Contents code-walk.ts passed, by hash (the walk depends on nothing else). */
 const walkedContent = new Set<string>();
 const MAX_WALKED = 10_000;
+
+/** A trial's refusal as the load reports it; a lasting one is remembered. */
+function refusal(hash: string, verdict: { reason: string; lasting: boolean }, background: boolean): PrepareError {
+  // A trial at the lowest priority may run out of time on a busy node: not the module's doing.
+  if (verdict.lasting && !background) remember(hash, verdict.reason);
+  return new PrepareError(verdict.reason);
+}
 
 /** A module's content hash, computed once per buffer (walkAndTry, then compile, hash the same bytes). */
 function hashOf(bytes: Uint8Array<ArrayBuffer>): string {
@@ -325,19 +339,14 @@ async function compile(bytes: Uint8Array<ArrayBuffer>, eager = false, walked = f
 async function trialThenCompile(
   bytes: Uint8Array<ArrayBuffer>, hash: string, eager: boolean, walked: boolean, background: boolean,
 ): Promise<WebAssembly.Module> {
-  const refused = refusals.get(hash);
-  if (refused && refused.until > Date.now()) throw new PrepareError(refused.reason);
-  // Before V8 sees it: a body nested deep enough costs the worker's compiler gigabytes later.
-  const { codeSection, types } = readLayout(bytes);
-  if (codeSection && !walked) checkCodeSection(bytes, codeSection.start, codeSection.end);
+  const refused = recentRefusal(hash);
+  if (refused) throw refused;
+  const layout = readLayout(bytes);
+  if (!walked) walk(bytes, hash, layout);
   // Nesting is one way to make a compiler run away, not the only one: try both where it is safe.
   const verdict = await trialCompile(bytes, hash, undefined, background ? LANE_TRIAL_NICE : undefined);
-  if (!verdict.ok) {
-    // A trial at the lowest priority may run out of time on a busy node: not the module's doing.
-    if (verdict.lasting && !background) remember(hash, verdict.reason);
-    throw new PrepareError(verdict.reason);
-  }
-  processTypes.charge(hash, types);
+  if (!verdict.ok) throw refusal(hash, verdict, background);
+  processTypes.charge(hash, layout.types);
   let module: WebAssembly.Module;
   try {
     module = await (eager ? compileEagerly(bytes) : WebAssembly.compile(bytes));
