@@ -8,7 +8,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { loadPolicy } from '../../host/src/policy/load.ts';
 import { SandboxPool } from '../../host/src/sandbox/pool.ts';
-import { trialCompile, trialCompileAll, TRIAL_BOUNDS } from '../../host/src/sandbox/compile-trial.ts';
+import { allowanceOf, trialCompile, trialCompileAll, TRIAL_BOUNDS } from '../../host/src/sandbox/compile-trial.ts';
 import { DEFAULT_LIMITS } from '../../host/src/config/limits.ts';
 import { sha256 } from '../../host/src/util/files.ts';
 import { evaluatePolicy } from '../../host/src/evaluate/evaluate.ts';
@@ -31,6 +31,22 @@ afterAll(async () => {
   await pool.close();
 });
 
+/** A custom section named "p" of `mib` MiB of zeros: bytes a compiler only carries. */
+function customSection(mib: number): Uint8Array {
+  const payload = Math.round(mib * 2 ** 20);
+  const size = [];
+  for (let n = payload + 2; ; n >>>= 7) {
+    if (n < 0x80) {
+      size.push(n);
+      break;
+    }
+    size.push((n & 0x7f) | 0x80);
+  }
+  const bytes = new Uint8Array(1 + size.length + 2 + payload);
+  bytes.set([0, ...size, 1, 0x70]);
+  return bytes;
+}
+
 /** One function of `locals` i32 locals and `loops` empty loops, exported as validate. */
 const localsAndLoops = (locals: number, loops: number) => module({
   memories: [{ min: 1 }], locals, functions: [[...emptyLoops(loops), ...RETURN_0]],
@@ -43,7 +59,7 @@ it('refuses at load a 3 KB module whose baseline compile would take 600 MB, nami
   const file = join(dir, 'locals-loops.wasm');
   await writeFile(file, bytes);
   await expect(loadPolicy(pool, { name: 'locals-loops', module: file, settings: {}, limits: DEFAULT_LIMITS, failurePolicy: 'Fail', enforcement: 'enforce', isolation: 'reuse' }))
-    .rejects.toThrow(`policy "locals-loops" could not be loaded: compiling it with V8's baseline (Liftoff) compiler took more than ${TRIAL_BOUNDS.growthMiB} MiB of memory (${TRIAL_BOUNDS.growthMiB} MiB, and 16 bytes per byte of module, at most 384 MiB, for the code it keeps)`);
+    .rejects.toThrow(`policy "locals-loops" could not be loaded: compiling it with V8's baseline (Liftoff) compiler took more than ${TRIAL_BOUNDS.growthMiB} MiB of memory (${TRIAL_BOUNDS.growthMiB} MiB, and 16 bytes per byte of its code and 1 per byte of its data and custom sections, at most 384 MiB, for what it keeps)`);
   // The host is well: a real policy loads and answers.
   const numbers = await load(pool, 'numbers');
   expect(await evaluatePolicy(pool, numbers, 'validate', input({ object: { spec: { numbers: [500] } } }))).toMatchObject({ status: 'denied', code: 499 });
@@ -55,7 +71,7 @@ it('tries the optimising compiler too: a module within the bound for one and not
   const verdict = await trialCompile(bytes, sha256(bytes), { ...TRIAL_BOUNDS, growthMiB: 100 });
   expect(verdict).toEqual({
     ok: false, lasting: true,
-    reason: 'compiling it with V8\'s optimising (TurboFan) compiler took more than 100 MiB of memory (100 MiB, and 16 bytes per byte of module, at most 384 MiB, for the code it keeps)',
+    reason: 'compiling it with V8\'s optimising (TurboFan) compiler took more than 100 MiB of memory (100 MiB, and 16 bytes per byte of its code and 1 per byte of its data and custom sections, at most 384 MiB, for what it keeps)',
   });
 }, 60_000);
 
@@ -124,19 +140,24 @@ it('tries several modules in one child per compiler, each within its own bounds:
 it('lends a module nothing of what the modules before it were allowed: padding modules do not let a runaway through', async () => {
   // Reviewer: each module's allowance added the code the ones before it might keep (16 bytes per
   // byte), and two modules of 15.9 MiB of custom section, which keep nothing, lent a runaway 508 MiB.
-  const pad = (mib: number) => {
-    const payload = Math.round(mib * 2 ** 20);
-    const size = [];
-    for (let n = payload + 2; ; n >>>= 7) {
-      if (n < 0x80) { size.push(n); break; }
-      size.push((n & 0x7f) | 0x80);
-    }
-    const bytes = new Uint8Array(8 + 1 + size.length + 2 + payload);
-    bytes.set([0, 0x61, 0x73, 0x6d, 1, 0, 0, 0, 0, ...size, 1, 0x70]);
-    return bytes;
-  };
+  const pad = (mib: number) => new Uint8Array([0, 0x61, 0x73, 0x6d, 1, 0, 0, 0, ...customSection(mib)]);
   const hostile = localsAndLoops(50_000, 700); // ~200 MiB in Liftoff, alone
   const verdicts = await trialCompileAll([{ bytes: pad(15.9), hash: 'pad-a' }, { bytes: pad(15.9), hash: 'pad-b' }, { bytes: hostile, hash: 'pad-hostile' }]);
   expect(verdicts).toMatchObject([{ ok: true }, { ok: true }, { ok: false, lasting: true }]);
   expect((verdicts[2] as { reason: string }).reason).toMatch(/^compiling it with V8's baseline \(Liftoff\) compiler took more than 128 MiB of memory/);
+}, 60_000);
+
+it('counts a module\'s custom sections at one byte per byte: a runaway padded with its own does not earn room for them as code', async () => {
+  // Reviewer: every byte counted as code (16 bytes of allowance each), so 32 MiB of custom section
+  // carried by the runaway itself let it grow the child to 512 MiB before it was refused.
+  const runaway = localsAndLoops(50_000, 700); // ~200 MiB in Liftoff, alone
+  const padding = customSection(15.9);
+  const bytes = new Uint8Array(runaway.length + padding.length);
+  bytes.set(runaway);
+  bytes.set(padding, runaway.length);
+  const allowed = Math.round(allowanceOf(bytes, TRIAL_BOUNDS) / 2 ** 20);
+  expect(allowed).toBe(144); // 128 + 15.9 + 16 × 3 KB (was 128 + 384)
+  const [verdict] = await trialCompileAll([{ bytes, hash: 'self-padded' }]);
+  expect(verdict).toMatchObject({ ok: false, lasting: true });
+  expect((verdict as { reason: string }).reason).toMatch(new RegExp(`^compiling it with V8's baseline \\(Liftoff\\) compiler took more than ${allowed} MiB of memory`));
 }, 60_000);

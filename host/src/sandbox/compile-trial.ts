@@ -14,11 +14,12 @@ import { readFile, writeFile } from 'node:fs/promises';
 import { setPriority } from 'node:os';
 import { join } from 'node:path';
 import { atomicWrite, cacheDir, sha256, touch, touchedAt } from '../util/files.ts';
+import { readLeb } from './memory-cap.ts';
 
 export interface TrialBounds {
   /** What one function's compile may take, MiB: how much the child may grow beyond the code it keeps. */
   growthMiB: number;
-  /** The code a compiler keeps, per byte of module: the child may grow this much more, up to keptMaxMiB. */
+  /** The code a compiler keeps, per byte of code (data and custom sections: one byte per byte; see allowanceOf), up to keptMaxMiB. */
   keptPerByte: number;
   keptMaxMiB: number;
   /** Per compiler: a fixed part and a part per MiB of module, ms, at most maxMs in all. */
@@ -254,7 +255,7 @@ const trying = new Map<string, Promise<TrialVerdict>>();
 async function trial(
   modules: { bytes: Uint8Array; record: string }[], bounds: TrialBounds, nice: number | undefined, firstRefusal: boolean,
 ): Promise<TrialVerdict[]> {
-  const allowances = modules.map(({ bytes }) => (bounds.growthMiB * 2 ** 20) + Math.min(bounds.keptPerByte * bytes.length, bounds.keptMaxMiB * 2 ** 20));
+  const allowances = modules.map(({ bytes }) => allowanceOf(bytes, bounds));
   const verdicts: (TrialVerdict | undefined)[] = modules.map(() => undefined);
   let refused = false;
   for (const compiler of COMPILERS) {
@@ -281,7 +282,7 @@ async function trial(
           }
           const reason = answer.reason === 'over'
             ? `took more than ${Math.round(allowances[i]! / 2 ** 20)} MiB of memory (${bounds.growthMiB} MiB, ` +
-              `and ${bounds.keptPerByte} bytes per byte of module, at most ${bounds.keptMaxMiB} MiB, for the code it keeps)`
+              `and ${bounds.keptPerByte} bytes per byte of its code and 1 per byte of its data and custom sections, at most ${bounds.keptMaxMiB} MiB, for what it keeps)`
             : answer.reason === 'late' ? `took longer than ${duration(limits[j]!.ms)}` : answer.reason;
           verdicts[i] = { ok: false, lasting: answer.lasting, reason: `compiling it with V8's ${compiler.name} compiler ${reason}` };
           refused = true;
@@ -317,6 +318,40 @@ const NICE_BINARY = ['/usr/bin/nice', '/bin/nice'].find((path) => existsSync(pat
  * module the child finished, then, if it stopped early, the one it was compiling (or the first,
  * when it could not start).
  */
+/**
+ * What a module may grow the child by. Compilers keep code in proportion to the bytes they
+ * compile; data segments and custom sections are only carried (V8 keeps a copy of the module's
+ * bytes), so they earn one byte per byte. Counted at the code's rate, 32 MiB of custom section
+ * let a runaway grow the child to 512 MiB before its refusal (review of 130f23d). Measured on
+ * Node 24 (eager, one task): QuickJS grows it by 8 and 32 MiB; the 430 KB data-only modules of a
+ * TypeScript policy by under 1 MiB with either compiler.
+ */
+export function allowanceOf(bytes: Uint8Array, bounds: TrialBounds): number {
+  const carried = carriedBytes(bytes);
+  return bounds.growthMiB * 2 ** 20 + Math.min(bounds.keptPerByte * (bytes.length - carried) + carried, bounds.keptMaxMiB * 2 ** 20);
+}
+
+const CUSTOM_SECTION = 0;
+const DATA_SECTION = 11;
+
+/** Bytes of data and custom sections, read from the section headers; 0 where they do not add up (V8 then refuses the module). */
+function carriedBytes(bytes: Uint8Array): number {
+  let carried = 0;
+  let at = 8;
+  try {
+    while (at < bytes.length) {
+      const id = bytes[at]!;
+      const [size, length] = readLeb(bytes, at + 1, bytes.length);
+      at += 1 + length + size;
+      if (at > bytes.length) return 0;
+      if (id === CUSTOM_SECTION || id === DATA_SECTION) carried += size;
+    }
+  } catch {
+    return 0;
+  }
+  return carried;
+}
+
 function runChild(modules: Uint8Array[], flag: string, limits: { allowance: number; ms: number }[], nice: number | undefined): Promise<ChildAnswer[]> {
   return new Promise((resolve) => {
     const args = ['--no-wasm-lazy-compilation', flag, '--wasm-num-compilation-tasks=1', '--expose-gc', '--no-warnings', '-e', CHILD, String(process.pid)];
