@@ -33,3 +33,20 @@ it('refuses a FIFO swapped in after the path was judged a file, instead of waiti
   execFileSync('mkfifo', [fifo]);
   await expect(readAtMost(fifo, 64, () => new Error('too large'))).rejects.toThrow(`${fifo} is no longer a regular file (it was replaced while being read)`);
 });
+
+it('reads a file whole into bytes that own their buffer, whatever its size or what its size says', async () => {
+  const { readAtMost } = await import('../../host/src/util/files.ts');
+  const dir = await mkdtemp(join(tmpdir(), 'portcullis-source-'));
+  for (const size of [0, 10, 5_000, 3 * 2 ** 20 + 5]) {
+    const content = new Uint8Array(size).map((_, i) => i % 251);
+    const file = join(dir, `m-${size}.wasm`);
+    await writeFile(file, content);
+    const bytes = await readAtMost(file, 4 * 2 ** 20, () => new Error('too large'));
+    expect(Buffer.compare(bytes, content)).toBe(0);
+    // Never a view into a shared pool: callers hash, keep and hand these bytes to workers.
+    expect([bytes.byteOffset, bytes.buffer.byteLength]).toEqual([0, size]);
+  }
+  // Its size says 0: read on to its end.
+  const status = await readAtMost('/proc/self/cmdline', 2 ** 20, () => new Error('too large'));
+  expect(Buffer.from(status).toString('utf8')).toContain(process.execPath);
+});

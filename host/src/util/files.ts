@@ -62,25 +62,40 @@ export async function atomicWrite(path: string, bytes: Uint8Array | string): Pro
 export async function readAtMost(path: string, maxBytes: number, tooLarge: () => Error): Promise<Uint8Array> {
   const file = await open(path, constants.O_RDONLY | constants.O_NONBLOCK);
   try {
-    if (!(await file.stat()).isFile()) throw new Error(`${path} is no longer a regular file (it was replaced while being read)`);
-    return await readHandleAtMost(file, maxBytes, tooLarge);
+    const info = await file.stat();
+    if (!info.isFile()) throw new Error(`${path} is no longer a regular file (it was replaced while being read)`);
+    return await readHandleAtMost(file, info.size, maxBytes, tooLarge);
   } finally {
     await file.close();
   }
 }
 
-async function readHandleAtMost(file: FileHandle, maxBytes: number, tooLarge: () => Error): Promise<Uint8Array> {
-  const chunks: Buffer[] = [];
+/**
+ * Reads into one buffer of the size the file said it has, then checks that nothing follows; a
+ * file that grew meanwhile (or says 0, as in /proc) is read on in chunks. Reading every file in
+ * 1 MiB chunks and joining them took 170 ms for the ten policies of the cold-start benchmark,
+ * against 35 ms for readFile: each fresh chunk and copy is new memory to fault in.
+ */
+async function readHandleAtMost(file: FileHandle, size: number, maxBytes: number, tooLarge: () => Error): Promise<Uint8Array> {
+  // Never pooled: the bytes own their ArrayBuffer, as callers that transfer or hash them expect.
+  const first = Buffer.allocUnsafeSlow(Math.min(size, maxBytes));
   let total = 0;
+  while (total < first.length) {
+    const { bytesRead } = await file.read(first, total, first.length - total, null);
+    if (bytesRead === 0) return new Uint8Array(first.buffer, 0, total);
+    total += bytesRead;
+  }
+  const chunks: Buffer[] = [first];
   for (;;) {
-    const chunk = Buffer.allocUnsafe(Math.min(1 << 20, Math.max(1, maxBytes + 1 - total)));
+    // The first look past the end is small (pooled): for a file that did not grow, it reads nothing.
+    const chunk = Buffer.allocUnsafe(Math.min(chunks.length === 1 ? 4096 : 1 << 20, Math.max(1, maxBytes + 1 - total)));
     const { bytesRead } = await file.read(chunk, 0, chunk.length, null);
     if (bytesRead === 0) break;
     total += bytesRead;
     if (total > maxBytes) throw tooLarge();
     chunks.push(chunk.subarray(0, bytesRead));
   }
-  return new Uint8Array(Buffer.concat(chunks, total));
+  return chunks.length === 1 ? new Uint8Array(first.buffer, 0, total) : new Uint8Array(Buffer.concat(chunks, total));
 }
 
 /**
@@ -96,7 +111,7 @@ export async function readRegularFile(path: string, maxBytes: number): Promise<U
     const refused = (why: string) => Object.assign(new Error(`${path} ${why}`), { code: 'EREFUSED_FILE' });
     if (!info.isFile()) throw refused('is not a regular file');
     if (info.size > maxBytes) throw refused(`is ${info.size} bytes, more than the ${maxBytes} expected`);
-    return await readHandleAtMost(file, maxBytes, () => refused(`is more than the ${maxBytes} bytes expected`));
+    return await readHandleAtMost(file, info.size, maxBytes, () => refused(`is more than the ${maxBytes} bytes expected`));
   } finally {
     await file.close();
   }
