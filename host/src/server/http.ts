@@ -1,6 +1,6 @@
 // The HTTP(S) edge: routes, method checks, body size and content type, timeouts, TLS and the
 // caller's identity. Every refusal is a JSON error with a code; nothing here evaluates policy.
-import { createServer as createHttpServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import { createServer as createHttpsServer } from 'node:https';
 import type { TLSSocket } from 'node:tls';
 import type { Mode, PeerCertificate } from '@portcullis/sdk';
@@ -8,6 +8,7 @@ import type { ServerConfig } from '../config/types.ts';
 import { errorMessage, HttpError, type PortcullisError, ReviewError, UnknownPolicyError } from '../errors.ts';
 import { review, type AdmissionDeps } from './admission.ts';
 import type { TlsMaterial } from './tls.ts';
+import { nodeHttp } from '../util/node-http.ts';
 import { goDurationMs, peerCertificate } from './caller.ts';
 import { limitConnections } from './connections.ts';
 import { PARSED_WHOLE_BELOW, parsedCostOf } from '../review/parse.ts';
@@ -90,7 +91,7 @@ export function createServer(config: ServerConfig, tls: TlsMaterial | undefined,
       ...timing, handshakeTimeout: config.headersTimeoutMs, key: tls.key, cert: tls.cert,
       ...(tls.clientCA ? { ca: tls.clientCA, requestCert: true, rejectUnauthorized: tls.requireClientCert } : {}),
     }, handler)
-    : createHttpServer(timing, handler);
+    : nodeHttp.createServer(timing, handler);
   // Slow or stalled clients are cut off instead of holding sockets: headers must arrive within
   // headersTimeout, the whole request within requestTimeout; idle keep-alive sockets close.
   server.headersTimeout = config.headersTimeoutMs;

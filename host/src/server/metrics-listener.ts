@@ -1,10 +1,11 @@
 // A second, plain-HTTP listener for Prometheus and the kubelet's probes (server.metricsPort):
 // scrapers and probes then need neither the webhook's CA nor a route to the webhook port, and
 // it answers only GET /metrics, /healthz and /readyz (never a review).
-import { createServer, type Server } from 'node:http';
+import type { Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Metrics } from './metrics.ts';
 import { limitConnections } from './connections.ts';
+import { nodeHttp } from '../util/node-http.ts';
 
 export interface MetricsListenerDeps {
   metrics: Metrics;
@@ -13,7 +14,7 @@ export interface MetricsListenerDeps {
 
 export function listenMetrics(host: string, port: number, deps: MetricsListenerDeps): Promise<Server> {
   // Checked every second (Node: every 30 s), so a slow request goes after ~5 s.
-  const server = createServer({ connectionsCheckingInterval: 1000 }, (req, res) => {
+  const server = nodeHttp.createServer({ connectionsCheckingInterval: 1000 }, (req, res) => {
     const path = (req.url ?? '/').split('?')[0];
     const json = (status: number, body: unknown) => {
       res.writeHead(status, { 'content-type': 'application/json' });
