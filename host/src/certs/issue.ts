@@ -3,7 +3,6 @@
 // signing, so the Secret never holds a key that could sign anything else.
 import { X509Certificate, createPrivateKey } from 'node:crypto';
 import { isIP } from 'node:net';
-import { generate } from 'selfsigned';
 import { PortcullisError } from '../errors.ts';
 
 /** What the Secret holds (its data keys: tls.crt, tls.key, ca.crt). */
@@ -38,6 +37,8 @@ const BACKDATE_MS = 5 * 60_000;
 
 export async function issueBundle(dnsNames: string[], validityDays: number, now = new Date()): Promise<CertificateBundle> {
   if (dnsNames.length === 0) throw new TypeError('a serving certificate needs at least one DNS name');
+  // Loaded when a certificate is made, not with the host: selfsigned and @peculiar/x509 take ~190 ms to load.
+  const { generate } = await import('selfsigned');
   const notBeforeDate = new Date(now.getTime() - BACKDATE_MS);
   const notAfterDate = new Date(now.getTime() + validityDays * 24 * 3600_000);
   // The CA outlives its certificate by a day so that a late rotation never finds it expired first.

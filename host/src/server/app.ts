@@ -107,16 +107,11 @@ export class PortcullisServer {
   #metricsServer: Server | undefined;
   #listeners: { reload: Listener[]; tls: ((tls: TlsMaterial) => void | Promise<void>)[] } = { reload: [], tls: [] };
 
-  private constructor(config: Config, log: Logger, tls: TlsMaterial | undefined, namespaceLabels?: NamespaceLabels, requester?: string) {
+  private constructor(config: Config, log: Logger, tls: TlsMaterial | undefined, pool: SandboxPool, namespaceLabels?: NamespaceLabels, requester?: string) {
     this.config = config;
     this.log = log;
     this.tls = tls;
-    this.pool = new SandboxPool(config.workers > 0 ? config.workers : undefined, {
-      // Once per policy and load at most: the lane takes a policy only while it behaves.
-      onInlineLeave: (key, reason) => log.info('the inline lane no longer takes this policy; its calls go to the sandbox workers until its module, limits or settings change, or the host restarts', {
-        policy: key.slice(0, key.lastIndexOf('@')), sandbox: key, reason,
-      }),
-    });
+    this.pool = pool;
     this.registry = new PolicyRegistry(this.pool, new PolicySet([]));
     this.metrics = new Metrics(this.pool);
     const own = hostObjects(config, hostNamespace(config.webhooks), requester);
@@ -141,12 +136,10 @@ export class PortcullisServer {
     });
   }
 
-  static async start(options: StartOptions): Promise<PortcullisServer> {
+  /** The TLS material to serve with, said in the log, and the username the apiserver gives this host. */
+  static async #identity(options: StartOptions, log: Logger): Promise<{ tls: TlsMaterial | undefined; requester: string | undefined }> {
     const { config } = options;
-    const log = options.log ?? createLogger(config.logLevel);
     let tls: TlsMaterial | undefined;
-    const elsewhere = loopbackElsewhere(config);
-    if (elsewhere) throw new ConfigError(elsewhere);
     const mode = config.server.tls.mode;
     if (mode === 'insecure') {
       log.warn('serving plain HTTP (insecure): the apiserver only calls HTTPS webhooks; use this only behind a TLS proxy or for local tests');
@@ -171,7 +164,32 @@ export class PortcullisServer {
     log.info('TLS', { mode, source: options.certificateSource ?? certificateSource(config), clientCertificates: tls?.clientCA ? (tls.requireClientCert ? 'required' : 'optional') : 'off' });
     // Imported only here: the Kubernetes client is a large load, and a host that writes nothing to the cluster never needs it.
     const requester = options.requester ?? (writesOwnObjects(config) ? (await import('../webhooks/kube.ts')).ownUsername() : undefined);
-    const server = new PortcullisServer(config, log, tls, options.namespaceLabels, requester);
+    return { tls, requester };
+  }
+
+  static async start(options: StartOptions): Promise<PortcullisServer> {
+    const { config } = options;
+    const log = options.log ?? createLogger(config.logLevel);
+    let tls: TlsMaterial | undefined;
+    const elsewhere = loopbackElsewhere(config);
+    if (elsewhere) throw new ConfigError(elsewhere);
+    // Started first: the workers boot on other cores while this thread makes the TLS material
+    // (loading selfsigned alone takes ~190 ms), instead of after it.
+    const pool = new SandboxPool(config.workers > 0 ? config.workers : undefined, {
+      // Once per policy and load at most: the lane takes a policy only while it behaves.
+      onInlineLeave: (key, reason) => log.info('the inline lane no longer takes this policy; its calls go to the sandbox workers until its module, limits or settings change, or the host restarts', {
+        policy: key.slice(0, key.lastIndexOf('@')), sandbox: key, reason,
+      }),
+    });
+    let requester: string | undefined;
+    try {
+      ({ tls, requester } = await PortcullisServer.#identity(options, log));
+    } catch (error) {
+      // Without this the sandbox workers would keep the process alive after a failed start.
+      await pool.close();
+      throw error;
+    }
+    const server = new PortcullisServer(config, log, tls, pool, options.namespaceLabels, requester);
     if (options.retireGraceMs !== undefined) server.#retireGraceMs = options.retireGraceMs;
     try {
       await server.#listen();

@@ -5,7 +5,6 @@ import { createPrivateKey, X509Certificate } from 'node:crypto';
 import { watchFile, unwatchFile } from 'node:fs';
 import { readFile, writeFile } from 'node:fs/promises';
 import { isIP } from 'node:net';
-import { generate } from 'selfsigned';
 import type { TlsConfig } from '../config/types.ts';
 import { ConfigError, errorMessage } from '../errors.ts';
 import type { TlsMaterial } from '../certs/material.ts';
@@ -30,6 +29,9 @@ export async function tlsMaterial(tls: Extract<TlsConfig, { mode: 'self-signed' 
 export async function selfSigned(hostnames: string[]): Promise<{ key: string; cert: string; caBundle: string }> {
   const altNames = hostnames.map((name) => (isIP(name) ? { type: 7 as const, ip: name } : { type: 2 as const, value: name }));
   const notAfter = new Date(Date.now() + 365 * 24 * 3600 * 1000);
+  // Loaded only here, when a certificate is made: selfsigned and @peculiar/x509 take ~190 ms to
+  // load, on the main thread of every start otherwise (the sandbox workers boot meanwhile).
+  const { generate } = await import('selfsigned');
   const pems = await generate([{ name: 'commonName', value: hostnames[0] ?? 'portcullis' }, { name: 'organizationName', value: 'Portcullis (development, self-signed)' }], {
     keyType: 'ec', curve: 'P-256', algorithm: 'sha256', notAfterDate: notAfter,
     extensions: [
