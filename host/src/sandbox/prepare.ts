@@ -11,7 +11,7 @@ import { Worker } from 'node:worker_threads';
 import type { SandboxLimits } from '../config/limits.ts';
 import { atomicWrite, cacheDir, sha256, touch } from '../util/files.ts';
 import { moduleKind, type ModuleKind } from './module-kind.ts';
-import { applyPlan, capMemory, planBudget, readLayout } from './memory-cap.ts';
+import { applyPlan, capMemory, planBudget, readLayout, type ModuleLayout } from './memory-cap.ts';
 import { checkCodeSection } from './code-walk.ts';
 import { entryPointProblems } from './entry-points.ts';
 import { unsafeGlueName } from './glue-names.ts';
@@ -67,7 +67,7 @@ export async function prepareSandbox(
   // One budget for the whole component: its core modules' memories and tables together.
   const cores = Object.entries(transpiled.cores).map(([name, core]) => ({ name, core, layout: readLayout(core) }));
   const plan = planBudget(cores.map((c) => c.layout), capBytes);
-  const planned = cores.map(({ core, layout }, i) => applyPlan(core, layout, plan.memoryMax[i]!, plan.tableMax[i]!));
+  const planned = cores.map(({ name, core, layout }, i) => withPlan(core, transpiled.hashes[name]!, layout, plan.memoryMax[i]!, plan.tableMax[i]!));
   const refused = await walkAndTry(planned, { walked: false, background: false });
   if (refused) throw refused.error;
   const modules: Record<string, WebAssembly.Module> = {};
@@ -303,6 +303,22 @@ function hashOf(bytes: Uint8Array<ArrayBuffer>): string {
   return hash;
 }
 const hashes = new WeakMap<Uint8Array<ArrayBuffer>, string>();
+
+/**
+ * A core module with its memory plan applied, the same bytes for the same content and plan:
+ * every TypeScript policy's QuickJS (1.3 MB) was copied and hashed again for each policy, about
+ * 5% of a ten-policy start. Held weakly: what no loaded policy uses any more can go.
+ */
+function withPlan(core: Uint8Array, hash: string, layout: ModuleLayout, memoryMax: number[], tableMax: number[]): Uint8Array<ArrayBuffer> {
+  const key = `${hash}:${memoryMax.join(',')}:${tableMax.join(',')}`;
+  const known = plannedByContent.get(key)?.deref();
+  if (known) return known;
+  const bytes = applyPlan(core, layout, memoryMax, tableMax);
+  if (plannedByContent.size >= MAX_WALKED) plannedByContent.clear();
+  plannedByContent.set(key, new WeakRef(bytes));
+  return bytes;
+}
+const plannedByContent = new Map<string, WeakRef<Uint8Array<ArrayBuffer>>>();
 
 // Every TypeScript policy carries the same QuickJS runtime (a 1.3 MB core module) and the
 // same jco glue. Compiled modules are shared by content: V8 then keeps one copy of the
@@ -568,7 +584,9 @@ async function readTranspiled(digest: string): Promise<Transpiled> {
   const used = [indexPath];
   for (const [name, hash] of Object.entries(index.cores)) {
     const path = join(root, 'cores', `${hash}.wasm`);
-    const content = new Uint8Array(await readFile(path));
+    const read = await readFile(path);
+    // A view, not a copy: readFile's buffer is this content's alone.
+    const content = new Uint8Array(read.buffer, read.byteOffset, read.length);
     // A damaged cache entry is transpiled again rather than trusted.
     if (sha256(content) !== hash) throw new Error(`cache entry ${hash} is damaged`);
     cores[name] = content;
