@@ -2,7 +2,7 @@
 // by nothing the sandbox caps (red team, 2026-11-27: 15 KB of locals and loops took the host to
 // 2.9 GB in the baseline compiler; 3 KB of them take 600 MB). Every core module is compiled first in a child process bounded
 // in memory and time, with each compiler, and refused when either runs away.
-import { mkdtemp, readdir, readFile, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, readdir, readFile, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, expect, it } from 'vitest';
@@ -160,4 +160,16 @@ it('counts a module\'s custom sections at one byte per byte: a runaway padded wi
   const [verdict] = await trialCompileAll([{ bytes, hash: 'self-padded' }]);
   expect(verdict).toMatchObject({ ok: false, lasting: true });
   expect((verdict as { reason: string }).reason).toMatch(new RegExp(`^compiling it with V8's baseline \\(Liftoff\\) compiler took more than ${allowed} MiB of memory`));
+}, 60_000);
+
+it('trusts no pass recorded before the allowance was made stricter (its record names the judgement, not only the bounds)', async () => {
+  // Reviewer: passes are kept across upgrades (a cache folder on a volume); one recorded while
+  // custom sections earned 16 bytes of allowance each would let that padded runaway by for good.
+  const hostile = localsAndLoops(50_000, 900); // not the module another test forged a record for
+  const hash = sha256(hostile);
+  const records = join(process.env.PORTCULLIS_CACHE!, 'compile-trials');
+  const before = `${hash}-v8-${process.versions.v8}-${sha256(Buffer.from(JSON.stringify(TRIAL_BOUNDS))).slice(0, 12)}`;
+  await mkdir(records, { recursive: true });
+  await writeFile(join(records, before), 'passed');
+  expect(await trialCompile(hostile, hash)).toMatchObject({ ok: false, lasting: true });
 }, 60_000);

@@ -152,11 +152,19 @@ process.stdin.on('end', () => {
 let queue: Promise<unknown> = Promise.resolve();
 
 /**
- * Where a passed trial is recorded: per V8 version and bounds (in the name), since another V8
- * compiles differently, and other bounds must try again.
+ * How a trial judges a module, beyond its bounds: raised when that changes, so that a pass
+ * recorded under a looser judgement is not trusted (2: data and custom sections earn one byte of
+ * allowance per byte, see allowanceOf; a module padded with them passed with more before).
+ */
+const TRIAL_REVISION = 2;
+
+/**
+ * Where a passed trial is recorded: per V8 version, bounds and revision (in the name), since
+ * another V8 compiles differently, and other bounds or another judgement must try again.
  */
 function passRecord(hash: string, bounds: TrialBounds): string {
-  const version = `v8-${process.versions.v8}-${sha256(Buffer.from(JSON.stringify(bounds))).slice(0, 12)}`;
+  const judged = JSON.stringify({ ...bounds, revision: TRIAL_REVISION });
+  const version = `v8-${process.versions.v8}-${sha256(Buffer.from(judged)).slice(0, 12)}`;
   return join(cacheDir(), 'compile-trials', `${hash}-${version}`);
 }
 
@@ -314,11 +322,6 @@ let backgroundQueue: Promise<unknown> = Promise.resolve();
 const NICE_BINARY = ['/usr/bin/nice', '/bin/nice'].find((path) => existsSync(path));
 
 /**
- * Runs one child over `modules`, in order. Answers for a prefix of them, at least one: every
- * module the child finished, then, if it stopped early, the one it was compiling (or the first,
- * when it could not start).
- */
-/**
  * What a module may grow the child by. Compilers keep code in proportion to the bytes they
  * compile; data segments and custom sections are only carried (V8 keeps a copy of the module's
  * bytes), so they earn one byte per byte. Counted at the code's rate, 32 MiB of custom section
@@ -352,6 +355,11 @@ function carriedBytes(bytes: Uint8Array): number {
   return carried;
 }
 
+/**
+ * Runs one child over `modules`, in order. Answers for a prefix of them, at least one: every
+ * module the child finished, then, if it stopped early, the one it was compiling (or the first,
+ * when it could not start).
+ */
 function runChild(modules: Uint8Array[], flag: string, limits: { allowance: number; ms: number }[], nice: number | undefined): Promise<ChildAnswer[]> {
   return new Promise((resolve) => {
     const args = ['--no-wasm-lazy-compilation', flag, '--wasm-num-compilation-tasks=1', '--expose-gc', '--no-warnings', '-e', CHILD, String(process.pid)];

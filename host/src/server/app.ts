@@ -170,7 +170,6 @@ export class PortcullisServer {
   static async start(options: StartOptions): Promise<PortcullisServer> {
     const { config } = options;
     const log = options.log ?? createLogger(config.logLevel);
-    let tls: TlsMaterial | undefined;
     const elsewhere = loopbackElsewhere(config);
     if (elsewhere) throw new ConfigError(elsewhere);
     // Started first: the workers boot on other cores while this thread makes the TLS material
@@ -181,15 +180,15 @@ export class PortcullisServer {
         policy: key.slice(0, key.lastIndexOf('@')), sandbox: key, reason,
       }),
     });
-    let requester: string | undefined;
+    let server: PortcullisServer;
     try {
-      ({ tls, requester } = await PortcullisServer.#identity(options, log));
+      const { tls, requester } = await PortcullisServer.#identity(options, log);
+      server = new PortcullisServer(config, log, tls, pool, options.namespaceLabels, requester);
     } catch (error) {
       // Without this the sandbox workers would keep the process alive after a failed start.
       await pool.close();
       throw error;
     }
-    const server = new PortcullisServer(config, log, tls, pool, options.namespaceLabels, requester);
     if (options.retireGraceMs !== undefined) server.#retireGraceMs = options.retireGraceMs;
     try {
       await server.#listen();

@@ -82,13 +82,15 @@ async function readHandleAtMost(file: FileHandle, size: number, maxBytes: number
   let total = 0;
   while (total < first.length) {
     const { bytesRead } = await file.read(first, total, first.length - total, null);
-    if (bytesRead === 0) return new Uint8Array(first.buffer, 0, total);
+    // Shorter than it said (cut meanwhile): copied, so that the bytes still own their buffer.
+    if (bytesRead === 0) return new Uint8Array(first.subarray(0, total));
     total += bytesRead;
   }
   const chunks: Buffer[] = [first];
   for (;;) {
-    // The first look past the end is small (pooled): for a file that did not grow, it reads nothing.
-    const chunk = Buffer.allocUnsafe(Math.min(chunks.length === 1 ? 4096 : 1 << 20, Math.max(1, maxBytes + 1 - total)));
+    // The first look past the end is small enough to come from Buffer's pool: for a file that
+    // did not grow, it reads nothing.
+    const chunk = Buffer.allocUnsafe(Math.min(chunks.length === 1 ? 4095 : 1 << 20, Math.max(1, maxBytes + 1 - total)));
     const { bytesRead } = await file.read(chunk, 0, chunk.length, null);
     if (bytesRead === 0) break;
     total += bytesRead;
