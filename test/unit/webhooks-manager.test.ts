@@ -296,3 +296,39 @@ describe('WebhookManager', () => {
     }
   });
 });
+
+describe('WebhookManager on exit, when the apiserver refuses what the host would leave (422)', () => {
+  it('takes the non-persistent webhooks out of what is registered and keeps the persistent ones as the apiserver last accepted them', async () => {
+    const { store, api } = fakeAdmission();
+    const keep: ManagedPolicy = { ...policies[0]!, config: { ...policies[0]!.config, name: 'keep', persistent: true } };
+    const go: ManagedPolicy = { ...policies[0]!, config: { ...policies[0]!.config, name: 'go' } };
+    let caBundle = 'CA';
+    const patch = api.patchValidatingWebhookConfiguration.bind(api);
+    // The apiserver refuses the persistent webhook as the host would write it at exit (here: with a new CA).
+    Object.assign(api, {
+      patchValidatingWebhookConfiguration: (args: { body: Stored }) => {
+        if ((args.body.webhooks ?? []).some((w) => Buffer.from(w.clientConfig?.caBundle ?? '', 'base64').toString().includes('REFUSED'))) {
+          return Promise.reject(new ApiException(422, 'ValidatingWebhookConfiguration.admissionregistration.k8s.io "portcullis.dev" is invalid', {}, {}));
+        }
+        return patch(args as Parameters<typeof patch>[0]);
+      },
+    });
+    const lines: string[] = [];
+    const manager = new WebhookManager({
+      clients: { admission: api, coordination: {} as CoordinationV1Api, version: { getCode: async () => ({ major: '1', minor: '21' }) } as unknown as VersionApi, server: 'https://fake' },
+      log: createLogger('info', (line) => lines.push(line)), webhooks: () => ({ ...webhooks, singleWebhook: false }), policies: () => [keep, go], caBundle, caPublishTimeoutMs: 500,
+    });
+    manager.start();
+    await manager.syncNow();
+    const names = () => (store.validating?.webhooks as { name: string }[] | undefined)?.map((w) => w.name);
+    expect(names()).toEqual(['keep.portcullis.dev', 'go.portcullis.dev']);
+    const registered = structuredClone(store.validating!.webhooks![0]);
+    caBundle = 'REFUSED';
+    await manager.publishCa(caBundle).catch(() => undefined); // refused while running: retried by the sync, not our concern here
+    await manager.stop({ timeoutMs: 5_000 });
+    expect(names()).toEqual(['keep.portcullis.dev']);
+    expect(store.validating!.webhooks![0]).toEqual(registered);
+    expect(lines.filter((l) => l.includes('refused them as this host would leave them'))).toHaveLength(1);
+    expect(lines.some((l) => l.includes('could not remove the webhooks on exit'))).toBe(false);
+  });
+});

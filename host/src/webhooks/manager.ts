@@ -282,7 +282,18 @@ export class WebhookManager {
           // the exit, and the configurations were left behind 5 s into the 10 s, blamed on a new
           // leader there was not).
           if (this.#elector && !this.isLeader && !this.#lastOut) this.#lastOut = await this.#stillOursAtExit();
-          return this.#apply(this.#desired(true));
+          try {
+            return await this.#apply(this.#desired(true));
+          } catch (error) {
+            if (statusOf(error) !== 422) throw error;
+            // The apiserver refused the persistent webhooks as this host would write them (a
+            // value it checks and the host's configuration checks do not). Left in place, the
+            // non-persistent ones would call a host that is gone: they are taken out of what is
+            // registered, and the persistent ones stay as the apiserver last accepted them.
+            this.#log.warn('webhook configurations: the apiserver refused them as this host would leave them; removing the webhooks of non-persistent policies from what is registered instead',
+              { name: this.name, message: errorMessage(error) });
+            return this.#apply(this.#desired(true), true);
+          }
         }, {
           retryable: (error) => error instanceof KubeApiError && error.transient, deadline: Date.now() + timeoutMs, firstDelayMs: 250, maxDelayMs: 2_000,
         });
@@ -406,12 +417,13 @@ export class WebhookManager {
     return buildConfigurations({ name: this.name, policies, webhooks, ...(ca ? { caBundle: ca } : {}), excludeNamespaces: this.#excluded(webhooks) });
   }
 
-  async #apply(desired: DesiredConfigurations): Promise<[Result, Result]> {
+  /** `asRegistered`: keep the registered copies of the desired webhooks (by name), rather than writing them (exit fallback). */
+  async #apply(desired: DesiredConfigurations, asRegistered = false): Promise<[Result, Result]> {
     // Both kinds are attempted even if one fails (a foreign validating configuration must not
     // keep the mutating one stale); the first failure is rethrown.
     const outcomes = await Promise.allSettled([
-      this.#applyOne('ValidatingWebhookConfiguration', desired.validating),
-      this.#applyOne('MutatingWebhookConfiguration', desired.mutating),
+      this.#applyOne('ValidatingWebhookConfiguration', desired.validating, asRegistered),
+      this.#applyOne('MutatingWebhookConfiguration', desired.mutating, asRegistered),
     ]);
     // A same-named configuration someone else owns is left alone and reported once, plainly: it
     // is no reason to retry (a person must act), nor to hold up the other kind or a CA rotation.
@@ -432,16 +444,16 @@ export class WebhookManager {
     return results as [Result, Result];
   }
 
-  async #applyOne(kind: Kind, desired: AnyConfiguration): Promise<Result> {
+  async #applyOne(kind: Kind, desired: AnyConfiguration, asRegistered: boolean): Promise<Result> {
     // A conflict means someone wrote between our read and write: read again, a few times.
-    const result = await retry(() => this.#applyOnce(kind, desired), { retryable: (error) => statusOf(error) === 409, attempts: 3 });
+    const result = await retry(() => this.#applyOnce(kind, desired, asRegistered), { retryable: (error) => statusOf(error) === 409, attempts: 3 });
     const fields = { kind, name: this.name, webhooks: (desired.webhooks ?? []).map((w) => w.name) };
     if (result === 'unchanged' || result === 'absent') this.#log.debug(`webhook configuration ${result}`, fields);
     else this.#log.info(`webhook configuration ${result}`, fields);
     return result;
   }
 
-  async #applyOnce(kind: Kind, desired: AnyConfiguration): Promise<Result> {
+  async #applyOnce(kind: Kind, desired: AnyConfiguration, asRegistered: boolean): Promise<Result> {
     const ops = this.#operations(kind);
     if (!this.isLeader && !this.#lastOut) throw new KubeApiError({ verb: 'patch', resource: ops.resource, name: this.name }, undefined, 'not the leader any more; leaving the configurations to the new leader', false);
     let current: AnyConfiguration | undefined;
@@ -460,8 +472,10 @@ export class WebhookManager {
       throw new ForeignObjectError(kind, this.name, `${MANAGED_BY_LABEL}=${MANAGED_BY_VALUE}`, { theirs, ours: this.#installation });
     }
     const resourceVersion = current?.metadata?.resourceVersion ?? '';
+    const wanted = new Set((desired.webhooks ?? []).map((w) => w.name));
+    const webhooks = asRegistered && current ? (current.webhooks ?? []).filter((w) => wanted.has(w.name)) : desired.webhooks ?? [];
     // An empty configuration is pointless and, for a reader, misleading: none means none.
-    if ((desired.webhooks ?? []).length === 0) {
+    if (webhooks.length === 0) {
       if (!current) return 'absent';
       await ops.delete(resourceVersion);
       return 'deleted';
@@ -475,7 +489,7 @@ export class WebhookManager {
     // of deleted policies; the resourceVersion makes it fail (409) if the object changed since
     // we checked that it is ours.
     const metadata = { resourceVersion, labels: { [MANAGED_BY_LABEL]: MANAGED_BY_VALUE }, annotations };
-    const patched = await ops.patch({ metadata, webhooks: desired.webhooks });
+    const patched = await ops.patch({ metadata, webhooks });
     return patched.metadata?.resourceVersion === resourceVersion ? 'unchanged' : 'updated';
   }
 
