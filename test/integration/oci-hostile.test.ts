@@ -217,6 +217,23 @@ describe('deadlines', () => {
     expect(elapsed).toBeLessThan(4500);
   });
 
+  it('holds a request to one deadline across its 401, token exchange and second try', async () => {
+    // Each step takes 0.6 s of a 1 s deadline: once three deadlines in all (session 34's note).
+    const module = wasmOfSize(100);
+    const later = (res: ServerResponse, answer: () => void) => setTimeout(() => !res.destroyed && answer(), 600);
+    registry.route('slow401', (kind, _ref, req, res) => later(res, () => {
+      if (!req.headers.authorization) return void res.writeHead(401, { 'www-authenticate': `Bearer realm="http://${registry.host}/v2/slow401-token/manifests/t",service="s"` }).end();
+      send(res, kind === 'manifests' ? manifestOf([wasmLayerOf(module)]) : module, kind === 'manifests' ? undefined : 'application/octet-stream');
+    }));
+    registry.route('slow401-token', (_kind, _ref, _req, res) => later(res, () => send(res, Buffer.from(JSON.stringify({ token: 't' })), 'application/json')));
+    const started = Date.now();
+    await expect(fetchOci(`oci://${registry.host}/slow401:v1`, await options({ timeouts: { requestMs: 1000, blobBytesPerSecond: MiB } }))).rejects.toMatchObject({
+      code: 'REGISTRY_UNREACHABLE',
+      message: expect.stringContaining(`no complete answer from ${registry.host} (http) within 1 s (the whole request;`) as unknown,
+    });
+    expect(Date.now() - started).toBeLessThan(1600);
+  });
+
   it('lets serve exit on SIGTERM while a reload waits on a registry that drips', async () => {
     registry.route('serve-drip', (_kind, _ref, _req, res) => drip(res));
     const dir = await mkdtemp(join(tmpdir(), 'portcullis-oci-sigterm-'));

@@ -21,7 +21,7 @@ export interface ClientOptions {
   timeouts?: Timeouts;
 }
 
-/** Whole-request deadlines: `requestMs` for one exchange, plus a second per `blobBytesPerSecond` of a blob. */
+/** Whole-request deadlines: `requestMs` for one request (its 401, token exchange and second try included), plus a second per `blobBytesPerSecond` of a blob. */
 export interface Timeouts {
   requestMs: number;
   blobBytesPerSecond: number;
@@ -116,22 +116,25 @@ export class RegistryClient {
   }
 
   // A 401 from the registry itself is answered once per request: a first contact, or an
-  // expired token. A second 401 means the credentials are not good enough.
+  // expired token. A second 401 means the credentials are not good enough. The request's
+  // deadline covers its token exchange and second try too: each used to get a deadline of its
+  // own, so a registry slow at each step held a pull for three.
   async #send(url: URL, request: Request): Promise<Exchange> {
+    const requestMs = request.deadlineMs ?? (this.#options.timeouts ?? DEFAULT_TIMEOUTS).requestMs;
+    const until = Date.now() + requestMs;
     const options = (): SendOptions => ({
-      limit: MAX_SMALL, deadlineMs: (this.#options.timeouts ?? DEFAULT_TIMEOUTS).requestMs,
-      ...request, origin: this.#base.origin, allowHttp: this.#options.insecure,
+      limit: MAX_SMALL, ...request, deadlineMs: left(until), requestMs, origin: this.#base.origin, allowHttp: this.#options.insecure,
       ...(this.#authorization ? { authorization: this.#authorization } : {}),
     });
     const first = await this.#transport.send(url, options());
     if (first.status !== 401 || first.url.origin !== this.#base.origin) return first;
     const before = this.#authorization;
-    await this.#authenticate(first, request.what);
+    await this.#authenticate(first, request.what, until, requestMs);
     if (this.#authorization === before) return first;
     return this.#transport.send(url, options());
   }
 
-  async #authenticate(response: Exchange, what: string): Promise<void> {
+  async #authenticate(response: Exchange, what: string, until: number, requestMs: number): Promise<void> {
     const challenge = parseChallenge(response.headers['www-authenticate']);
     const { credentials } = this.#options.credentials;
     if (challenge?.scheme === 'basic') {
@@ -154,7 +157,7 @@ export class RegistryClient {
     const scopes = new Set([`repository:${this.repository}:${this.#options.actions}`, ...(challenge.params.scope?.split(' ').filter(Boolean) ?? [])]);
     for (const scope of scopes) url.searchParams.append('scope', scope);
     const answer = await this.#transport.send(url, {
-      method: 'GET', limit: MAX_SMALL, deadlineMs: (this.#options.timeouts ?? DEFAULT_TIMEOUTS).requestMs,
+      method: 'GET', limit: MAX_SMALL, deadlineMs: left(until), requestMs,
       what: `${what} (token from ${url.host})`, origin: url.origin, allowHttp: this.#options.insecure,
       ...(credentials ? { authorization: basicAuthorization(credentials) } : {}),
     });
@@ -205,4 +208,9 @@ function registryDetail(response: Exchange): string {
   } catch {
     return '';
   }
+}
+
+/** What is left of a request's deadline, ms: at least 1, so that a spent one fails at once rather than never. */
+function left(until: number): number {
+  return Math.max(1, until - Date.now());
 }

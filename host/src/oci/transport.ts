@@ -37,6 +37,8 @@ export interface SendOptions {
    * for 23 minutes, every later reload queued behind it).
    */
   deadlineMs: number;
+  /** The deadline the caller's whole request had, when this exchange is a later part of it (said in the error). */
+  requestMs?: number;
 }
 
 const shutdown = new AbortController();
@@ -77,7 +79,7 @@ export class Transport {
       if (!signal.aborted) throw error;
       const at = `${url.host} (${url.protocol.replace(':', '')})`;
       const why = shutdown.signal.aborted ? 'abandoned: the host is shutting down'
-        : `no complete answer from ${at} within ${Math.round(options.deadlineMs / 100) / 10} s (the whole request; the registry or the network is stalled or very slow)`;
+        : `no complete answer from ${at} within ${Math.round((options.requestMs ?? options.deadlineMs) / 100) / 10} s (the whole request; the registry or the network is stalled or very slow)`;
       throw new RegistryError('REGISTRY_UNREACHABLE', `${options.what}: ${why}`, { cause: error });
     }
   }
