@@ -2,10 +2,11 @@
 // by nothing the sandbox caps (red team, 2026-11-27: 15 KB of locals and loops took the host to
 // 2.9 GB in the baseline compiler; 3 KB of them take 600 MB). Every core module is compiled first in a child process bounded
 // in memory and time, with each compiler, and refused when either runs away.
+import type * as ChildProcess from 'node:child_process';
 import { mkdir, mkdtemp, readdir, readFile, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { afterAll, beforeAll, expect, it } from 'vitest';
+import { afterAll, beforeAll, expect, it, vi } from 'vitest';
 import { loadPolicy } from '../../host/src/policy/load.ts';
 import { SandboxPool } from '../../host/src/sandbox/pool.ts';
 import { allowanceOf, trialCompile, trialCompileAll, TRIAL_BOUNDS } from '../../host/src/sandbox/compile-trial.ts';
@@ -14,6 +15,13 @@ import { sha256 } from '../../host/src/util/files.ts';
 import { evaluatePolicy } from '../../host/src/evaluate/evaluate.ts';
 import { input, load, wasm } from '../helpers/policies.ts';
 import { emptyLoops, module, RETURN_0 } from '../helpers/wasm.ts';
+
+// Counts the trial children started (spawn passes through).
+const spawned = vi.hoisted(() => ({ count: 0 }));
+vi.mock('node:child_process', async (original) => {
+  const real = await original<typeof ChildProcess>();
+  return { ...real, spawn: (...args: Parameters<typeof real.spawn>) => (spawned.count++, real.spawn(...args)) };
+});
 
 let pool: SandboxPool;
 let dir: string;
@@ -102,6 +110,10 @@ it('writes no pass for a module that is not valid WebAssembly: the host\'s compi
   expect(await trialCompile(bytes, sha256(bytes))).toEqual({ ok: true, invalid: true });
   const records = await readdir(join(process.env.PORTCULLIS_CACHE!, 'compile-trials')).catch(() => []);
   expect(records.some((name) => name.startsWith(sha256(bytes)))).toBe(false);
+  // Asked again (the load's compile() does), it is known invalid in this process: no second child.
+  const before = spawned.count;
+  expect(await trialCompile(bytes, sha256(bytes))).toEqual({ ok: true, invalid: true });
+  expect(spawned.count).toBe(before);
   const file = join(dir, 'invalid.wasm');
   await writeFile(file, bytes);
   await expect(loadPolicy(pool, { name: 'invalid', module: file, settings: {}, limits: DEFAULT_LIMITS, failurePolicy: 'Fail', enforcement: 'enforce', isolation: 'reuse' }))

@@ -192,6 +192,12 @@ function passedNow(record: string): void {
 }
 
 /**
+ * Modules V8 found invalid in a trial of this process: nothing is written for them on disk, and
+ * the load's own compile() asked for a second trial, one more child, before refusing them.
+ */
+const invalidHere = new Set<string>();
+
+/**
  * The trial of `bytes` (content hash `hash`), one child at a time in this process: a hostile
  * module listed many times holds one child at a time. Never throws for what the module does.
  *
@@ -213,14 +219,16 @@ export async function trialCompileAll(
   modules: { bytes: Uint8Array; hash: string }[], bounds: TrialBounds = TRIAL_BOUNDS, options: { nice?: number; firstRefusal?: boolean } = {},
 ): Promise<TrialVerdict[]> {
   // Read outside the queue: modules tried before do not wait behind a hostile one's bounds.
-  const passed = await Promise.all(modules.map(async ({ hash }) => {
+  const passed = await Promise.all(modules.map(async ({ hash }): Promise<TrialVerdict | undefined> => {
     const record = passRecord(hash, bounds);
+    // Found invalid by V8 here before: the load refuses it on its own compile, with no child.
+    if (invalidHere.has(record)) return { ok: true, invalid: true };
     if (!passedHere.has(record)) {
-      if (!await readFile(record, 'utf8').then((text) => text === 'passed', () => false)) return false;
+      if (!await readFile(record, 'utf8').then((text) => text === 'passed', () => false)) return undefined;
       passedNow(record);
     }
     used(record);
-    return true;
+    return { ok: true };
   }));
   // Each content once: a component may carry the same module twice, and policies loading at
   // once share their modules (every TypeScript policy's QuickJS): one that is being tried
@@ -229,7 +237,7 @@ export async function trialCompileAll(
   const todo = new Map<string, Uint8Array>();
   const verdicts = new Map<string, Promise<TrialVerdict>>();
   for (const [i, { bytes, hash }] of modules.entries()) {
-    if (passed[i] || verdicts.has(hash)) continue;
+    if (passed[i] !== undefined || verdicts.has(hash)) continue;
     const underway = trying.get(passRecord(hash, bounds) + lane);
     // Left untried by a batch that stopped at another module's refusal: tried here after all.
     const again = async (verdict: TrialVerdict) => (!verdict.ok && verdict.untried ? (await trialCompileAll([{ bytes, hash }], bounds, options))[0]! : verdict);
@@ -255,7 +263,7 @@ export async function trialCompileAll(
       void verdict.finally(() => trying.delete(record + lane)).catch(() => undefined);
     }
   }
-  return Promise.all(modules.map(async ({ hash }, i) => (passed[i] ? { ok: true } as const : verdicts.get(hash)!)));
+  return Promise.all(modules.map(async ({ hash }, i) => passed[i] ?? verdicts.get(hash)!));
 }
 /** Trials under way, by pass record (and lane): a module is tried by one batch at a time. */
 const trying = new Map<string, Promise<TrialVerdict>>();
@@ -279,7 +287,11 @@ async function trial(
       let done = answers.length;
       for (const [j, answer] of answers.entries()) {
         const i = left[j]!;
-        if (answer === 'invalid') verdicts[i] = { ok: true, invalid: true };
+        if (answer === 'invalid') {
+          verdicts[i] = { ok: true, invalid: true };
+          if (invalidHere.size >= MAX_PASSED_HERE) invalidHere.clear();
+          invalidHere.add(modules[i]!.record);
+        }
         else if (answer !== 'compiled') {
           // Stopped after other modules in the same child, it may owe some of its size or time to
           // them (memory they freed and the allocator kept, a stall between modules): only a child
