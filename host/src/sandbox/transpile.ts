@@ -49,8 +49,12 @@ export function transpileIsolated(bytes: Uint8Array, bounds: TranspileBounds = T
 
 function runChild(bytes: Uint8Array, bounds: TranspileBounds): Promise<TranspileResult> {
   return new Promise((resolve) => {
+    // jco's tools are WebAssembly, compiled afresh in every child: with TurboFan tiering up on
+    // background threads, a TypeScript policy's transpile took 1.7 s and 2 s of CPU, against 1.05
+    // s and 1 s with the baseline compiler alone (same output), CPU the first start's compile
+    // trials run beside.
     const child = spawn(process.execPath, [
-      `--max-old-space-size=${bounds.heapMiB}`, `--wasm-max-mem-pages=${bounds.wasmMemoryMiB * 16}`, '--no-warnings', CHILD,
+      `--max-old-space-size=${bounds.heapMiB}`, `--wasm-max-mem-pages=${bounds.wasmMemoryMiB * 16}`, '--liftoff-only', '--no-warnings', CHILD,
     ], { stdio: ['pipe', 'ignore', 'pipe', 'pipe'], env: { ...process.env, NODE_OPTIONS: '' } });
     // Linux: the child, not the host, is the one to go when memory runs out.
     if (child.pid !== undefined) writeFile(`/proc/${child.pid}/oom_score_adj`, '1000').catch(() => undefined);
