@@ -2,7 +2,7 @@
 // refused at load, before V8 compiles anything, with the limit named.
 import { expect, it } from 'vitest';
 import { DEFAULT_LIMITS } from '../../host/src/config/limits.ts';
-import { MAX_ELEMENT_BYTES, MAX_EXPORTS, MAX_IMPORTS, MAX_TABLE_ENTRIES, MAX_TYPES, writeLeb as leb } from '../../host/src/sandbox/memory-cap.ts';
+import { MAX_ELEMENT_BYTES, MAX_EXPORTS, MAX_IMPORTS, MAX_TABLE_ENTRIES, MAX_TYPE_VALUES, MAX_TYPES, writeLeb as leb } from '../../host/src/sandbox/memory-cap.ts';
 import { prepareSandbox, TypeBudget } from '../../host/src/sandbox/prepare.ts';
 import { module, RETURN_0 } from '../helpers/wasm.ts';
 
@@ -28,6 +28,22 @@ it('refuses a module of more function types than toolchains make (V8 keeps them 
   // Distinct types: () -> (i32 x k)
   const types = Array.from({ length: MAX_TYPES + 1 }, (_, k) => [0x60, 0, ...leb(k % 64 + 1), ...Array<number>(k % 64 + 1).fill(0x7f)]);
   await expect(prepare([...HEADER, ...section(1, vector(types))])).rejects.toThrow(`the module declares ${MAX_TYPES + 1} types; a policy may have at most ${MAX_TYPES}`);
+});
+
+it('refuses a module whose function types are wider in all than toolchains make, before decoding them all', async () => {
+  // Red team: 4,095 types of 1,000 parameters and 1,000 results left ~60 MB in the host per
+  // version loaded, under the type count; decoding them held the main thread for a second.
+  const wide = (k: number) => Buffer.concat([
+    Buffer.from([0x60, ...leb(1000)]), Buffer.alloc(1000, 0x7f), Buffer.from(leb(1000 + (k % 7))), Buffer.alloc(1000 + (k % 7), 0x7e),
+  ]);
+  const body = Buffer.concat([Buffer.from(leb(4095)), ...Array.from({ length: 4095 }, (_, k) => wide(k))]);
+  const bytes = Buffer.concat([Buffer.from(HEADER), Buffer.from([1, ...leb(body.length)]), body]);
+  const started = performance.now();
+  await expect(prepare(bytes)).rejects.toThrow(
+    `the module's function types have more than ${MAX_TYPE_VALUES} parameters and results in all (${MAX_TYPE_VALUES} at most; real modules have about a thousand)`,
+  );
+  // Stopped at the bound, not after 8 million value types (a second on the main thread).
+  expect(performance.now() - started).toBeLessThan(500);
 });
 
 it('refuses a module of more exports or imports than a policy has', async () => {

@@ -50,6 +50,14 @@ export const MAX_MEMORIES = 8;
  */
 export const MAX_TYPES = 4096;
 /**
+ * Parameters and results of all of a module's function types together. V8 keeps each type's
+ * value types too: 4,095 types of 1,000 parameters and 1,000 results (8 MB) left ~60 MB in the
+ * host for each version of such a module loaded (red team), and decoding them held the main
+ * thread for a second. Real modules have at most about a thousand (SpiderMonkey: 1,024;
+ * QuickJS: 663; AssemblyScript policies: under 100).
+ */
+export const MAX_TYPE_VALUES = 65_536;
+/**
  * Imports and exports per module. V8 makes a JavaScript object of each export per instance, and
  * listing them blocks the main thread (red team: a million exports, 1 s and 200 MB there, and
  * about 100 MB of a worker's heap per instance). Policies have tens.
@@ -289,6 +297,7 @@ function checkFunctionTypes(bytes: Uint8Array, start: number, end: number): numb
   if (count > (end - start) / 3) throw new MemoryCapError(`the type section claims ${count} types in ${end - start} bytes`);
   if (count > MAX_TYPES) throw new MemoryCapError(`the module declares ${count} types; a policy may have at most ${MAX_TYPES}`);
   let at = start + countLength;
+  let values = 0;
   for (let i = 0; i < count; i++) {
     const form = bytes[at++];
     if (form !== FUNC_TYPE) {
@@ -298,6 +307,10 @@ function checkFunctionTypes(bytes: Uint8Array, start: number, end: number): numb
     for (let vector = 0; vector < 2; vector++) {
       const [types, length] = readLeb(bytes, at, end);
       at += length;
+      values += types;
+      if (values > MAX_TYPE_VALUES) {
+        throw new MemoryCapError(`the module's function types have more than ${MAX_TYPE_VALUES} parameters and results in all (${MAX_TYPE_VALUES} at most; real modules have about a thousand)`);
+      }
       for (let t = 0; t < types; t++) {
         const type = bytes[at++];
         if (type !== undefined && TYPED_REFERENCES.has(type)) {
