@@ -19,6 +19,8 @@ export interface ModuleSpec {
   functions?: number[][];
   /** Index of a function to run as the start function (it must be of type () -> ()); see startLoop. */
   startLoop?: boolean;
+  /** Like startLoop, with a start function that traps (`unreachable`) instead. */
+  startTrap?: boolean;
   /** i32 locals every function declares (one declaration: 4 bytes, however many). */
   locals?: number;
 }
@@ -30,8 +32,9 @@ export interface ModuleSpec {
 export function module(spec: ModuleSpec): Uint8Array {
   const bodies = spec.functions ?? [];
   const types = [[0x60, 0, 1, 0x7f], [0x60, 0, 0]];
-  const funcTypes = [...bodies.map(() => 0), ...(spec.startLoop ? [1] : [])];
-  const code = [...bodies.map((b) => [...b, 0x0b]), ...(spec.startLoop ? [[0x03, 0x40, 0x0c, 0x00, 0x0b, 0x0b]] : [])]
+  const start = spec.startLoop ? [0x03, 0x40, 0x0c, 0x00, 0x0b, 0x0b] : spec.startTrap ? [0x00, 0x0b] : undefined;
+  const funcTypes = [...bodies.map(() => 0), ...(start ? [1] : [])];
+  const code = [...bodies.map((b) => [...b, 0x0b]), ...(start ? [start] : [])]
     .map((body) => { const full = [...(spec.locals ? [1, ...leb(spec.locals), 0x7f] : [0]), ...body]; return [...leb(full.length), ...full]; });
   const kinds = { func: 0, table: 1, memory: 2, global: 3 } as const;
   const bytes = [
@@ -41,7 +44,7 @@ export function module(spec: ModuleSpec): Uint8Array {
     ...(spec.tables?.length ? section(4, vector(spec.tables.map((t) => [FUNCREF, ...limits(t.min, t.max)]))) : []),
     ...(spec.memories?.length ? section(5, vector(spec.memories.map((m) => limits(m.min, m.max)))) : []),
     ...(spec.exports?.length ? section(7, vector(spec.exports.map((e) => [...name(e.name), kinds[e.kind], ...leb(e.index)]))) : []),
-    ...(spec.startLoop ? section(8, leb(bodies.length)) : []),
+    ...(start ? section(8, leb(bodies.length)) : []),
     ...(code.length ? section(10, vector(code)) : []),
   ];
   return new Uint8Array(bytes);

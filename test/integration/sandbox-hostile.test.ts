@@ -392,6 +392,15 @@ describe('entry points are checked at load', () => {
 });
 
 describe('deadlines while loading', () => {
+  it('says a trap while instantiating is the start function\'s', async () => {
+    // Red team: it read "could not be loaded: wasm trap: unreachable", as if a call had trapped.
+    const file = join(dir, 'start-trap.wasm');
+    await writeFile(file, module({ functions: [RETURN_0], exports: [validate], startTrap: true }));
+    const options = { settings: {}, limits: DEFAULT_LIMITS, failurePolicy: 'Fail' as const, enforcement: 'enforce' as const, isolation: 'reuse' as const };
+    await expect(loadPolicy(pool, { name: 'start-trap', module: file, ...options }))
+      .rejects.toThrow('policy "start-trap" could not be loaded: its start function trapped (wasm trap: unreachable)');
+  });
+
   it('a start function that never returns fails that policy at load; the others load and answer', async () => {
     const quick = new SandboxPool(2, { loadTimeoutMs: 1500 });
     try {

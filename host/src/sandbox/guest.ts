@@ -613,6 +613,11 @@ async function instantiateCore(spec: SandboxSpec, logs: LogBuffer, budget: FuelB
  */
 function startError(error: unknown): unknown {
   if (error instanceof TypeError) return new Error(`its start function called a host function that works only during a call (${error.message})`);
+  // A trap while instantiating is its start function's, unless V8 names a segment (data or
+  // elements past the end of their memory or table): said as a bare trap, it read as a call's.
+  if (error instanceof WebAssembly.RuntimeError && !/segment/i.test(error.message)) {
+    return new Error(`its start function trapped (wasm trap: ${error.message.replace(/^wasm trap: /, '')})`);
+  }
   return error;
 }
 
