@@ -14,7 +14,7 @@ import { readFile, writeFile } from 'node:fs/promises';
 import { setPriority } from 'node:os';
 import { join } from 'node:path';
 import { atomicWrite, cacheDir, sha256, touch, touchedAt } from '../util/files.ts';
-import { readLeb } from './memory-cap.ts';
+import { readLayout } from './memory-cap.ts';
 
 export interface TrialBounds {
   /** What one function's compile may take, MiB: how much the child may grow beyond the code it keeps. */
@@ -342,29 +342,14 @@ const NICE_BINARY = ['/usr/bin/nice', '/bin/nice'].find((path) => existsSync(pat
  * TypeScript policy by under 1 MiB with either compiler.
  */
 export function allowanceOf(bytes: Uint8Array, bounds: TrialBounds): number {
-  const carried = carriedBytes(bytes);
-  return bounds.growthMiB * 2 ** 20 + Math.min(bounds.keptPerByte * (bytes.length - carried) + carried, bounds.keptMaxMiB * 2 ** 20);
-}
-
-const CUSTOM_SECTION = 0;
-const DATA_SECTION = 11;
-
-/** Bytes of data and custom sections, read from the section headers; 0 where they do not add up (V8 then refuses the module). */
-function carriedBytes(bytes: Uint8Array): number {
+  // A module readLayout refuses is refused before its trial; here it just earns no such discount.
   let carried = 0;
-  let at = 8;
   try {
-    while (at < bytes.length) {
-      const id = bytes[at]!;
-      const [size, length] = readLeb(bytes, at + 1, bytes.length);
-      at += 1 + length + size;
-      if (at > bytes.length) return 0;
-      if (id === CUSTOM_SECTION || id === DATA_SECTION) carried += size;
-    }
+    carried = readLayout(bytes).carriedBytes;
   } catch {
-    return 0;
+    // counted as code
   }
-  return carried;
+  return bounds.growthMiB * 2 ** 20 + Math.min(bounds.keptPerByte * (bytes.length - carried) + carried, bounds.keptMaxMiB * 2 ** 20);
 }
 
 /**

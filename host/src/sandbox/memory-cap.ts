@@ -26,6 +26,8 @@ const MEMORY_SECTION = 5;
 const GLOBAL_SECTION = 6;
 const CODE_SECTION = 10;
 const TAG_SECTION = 13;
+const CUSTOM_SECTION = 0;
+const DATA_SECTION = 11;
 /**
  * What V8 spends per table entry: the table's own slot plus its entry in the instance's
  * indirect-call dispatch table (measured: ten million funcref entries cost about 305 MiB).
@@ -113,6 +115,8 @@ export interface ModuleLayout {
   globals: number;
   /** Bytes of its element section. */
   elementBytes: number;
+  /** Bytes of its data and custom sections: carried by V8, not compiled (compile-trial.ts allowanceOf). */
+  carriedBytes: number;
   /** Function types it declares. */
   types: number;
   memorySection?: Span;
@@ -122,7 +126,7 @@ export interface ModuleLayout {
 
 export function readLayout(bytes: Uint8Array): ModuleLayout {
   if (bytes.length < 8) throw new MemoryCapError('the module is shorter than a WebAssembly header');
-  const layout: ModuleLayout = { memories: [], tables: [], globals: 0, elementBytes: 0, types: 0 };
+  const layout: ModuleLayout = { memories: [], tables: [], globals: 0, elementBytes: 0, carriedBytes: 0, types: 0 };
   let offset = 8;
   let sections = 0;
   while (offset < bytes.length) {
@@ -151,6 +155,8 @@ export function readLayout(bytes: Uint8Array): ModuleLayout {
       if (count > max) throw new MemoryCapError(`the module has ${count} ${what}; a policy may have at most ${max}`);
     } else if (id === ELEMENT_SECTION) {
       layout.elementBytes += size;
+    } else if (id === DATA_SECTION || id === CUSTOM_SECTION) {
+      layout.carriedBytes += size;
     } else if (id === TAG_SECTION) {
       const [count] = readLeb(bytes, start, end);
       if (count > MAX_TAGS) throw new MemoryCapError(`the module declares ${count} exception tags; a policy may have at most ${MAX_TAGS}`);
