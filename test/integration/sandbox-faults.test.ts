@@ -45,6 +45,22 @@ describe('memory cap', () => {
     expect(await evaluatePolicy(pool, bomb, 'mutate', input({ object: { metadata: {} } }))).toMatchObject({ status: 'allowed' });
   });
 
+  it('gives two policies of one module each its own cap (the capped module is shared only by the same cap)', async () => {
+    // prepare.ts shares a component's capped core modules by content and memory plan: were the
+    // plan left out of that, the second policy would run with the first one's cap.
+    const keep = { mib: 32 };
+    for (const [first, second] of [[64, 24], [20, 72]] as const) {
+      const a = await load(pool, `bomb-${first}`, { file: 'memory-bomb', settings: keep, limits: { ...DEFAULT_LIMITS, memoryMiB: first } });
+      const b = await load(pool, `bomb-${second}`, { file: 'memory-bomb', settings: keep, limits: { ...DEFAULT_LIMITS, memoryMiB: second } });
+      const outcomes = await Promise.all([a, b].map((policy) => evaluatePolicy(pool, policy, 'mutate', input({ object: { metadata: {} } }, keep))));
+      const expected = (cap: number) => (cap > 32
+        ? { status: 'allowed' }
+        // One 32 MiB string with the memory nearly empty: QuickJS's "out of memory" is the cap, said with what was left.
+        : { status: 'failed', failure: 'temporary', message: expect.stringMatching(new RegExp(`^exceeded its ${cap} MiB memory cap: an allocation asked for more than the [\\d.]+ MiB left \\([\\d.]+ MiB in use\\)$`)) });
+      expect(outcomes).toMatchObject([expected(first), expected(second)]);
+    }
+  });
+
   it('stops an AssemblyScript policy that allocates without bound', async () => {
     const bomb = await load(pool, 'as-memory-bomb', { limits: { ...DEFAULT_LIMITS, memoryMiB: 16 } });
     const outcome = await evaluatePolicy(pool, bomb, 'validate', input());

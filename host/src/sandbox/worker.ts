@@ -86,7 +86,7 @@ async function call(spec: SandboxSpec, fn: CallRequest['fn'], input: CallRequest
     // QuickJS turns a failed memory.grow into an "out of memory" exception, which the SDK
     // reports as an error outcome: that is the cap's doing, not the policy's.
     if (output.includes('"outcome":"error"') && hitCap(spec, used, output)) {
-      return { ok: false, fault: 'memory', message: memoryCapMessage(spec), logs: logs.take() };
+      return { ok: false, fault: 'memory', message: outOfMemoryMessage(spec, used), logs: logs.take() };
     }
     return { ok: true, output, guestMicros, logs: logs.take() };
   } catch (error) {
@@ -100,9 +100,9 @@ async function call(spec: SandboxSpec, fn: CallRequest['fn'], input: CallRequest
       // A failed memory.grow is often a bare trap, and so is any other trap of a guest whose
       // memory is nearly full: the cap is the likely cause, said with what the trap was (red team:
       // a module that trapped on every call with 60 of its 64 MiB in use read as the cap alone).
-      const oom = /out of memory/i.test(String(error));
       const detail = `most likely: it failed with ${mib(used)} of its ${mib(spec.memoryCapBytes)} MiB in use (${describe(error)})`;
-      return { ok: false, fault: 'memory', message: oom ? memoryCapMessage(spec) : `${memoryCapMessage(spec)}, ${detail}`, logs: logs.take() };
+      const message = OUT_OF_MEMORY.test(String(error)) ? outOfMemoryMessage(spec, used) : `${memoryCapMessage(spec)}, ${detail}`;
+      return { ok: false, fault: 'memory', message, logs: logs.take() };
     } else {
       const entries = logs.take();
       // An AssemblyScript abort logs its message and location just before it traps.
@@ -155,17 +155,27 @@ async function drain(): Promise<void> {
 
 // A failed memory.grow leaves memory *below* the cap (the request was larger than the room
 // left), and guests report it differently: QuickJS says "out of memory", AssemblyScript's
-// allocator traps with a bare `unreachable`. So: an out-of-memory message with at least half
-// the cap in use, or any failure with nearly all of it in use, is the cap at work.
+// allocator traps with a bare `unreachable`. So: an out-of-memory message, or any failure with
+// nearly all of the cap in use, is the cap at work. An out-of-memory message however little
+// is in use too: one allocation larger than the room left fails with the memory almost empty
+// (a 32 MiB string under a 24 MiB cap read as "crashed: InternalError: out of memory", and its
+// operator would have looked for a bug in the policy, not at limits.memoryMiB). A guest that
+// writes those words itself only misreports its own failure.
 const NEAR_CAP = 0.9;
+const OUT_OF_MEMORY = /out of memory/i;
 
 function hitCap(spec: SandboxSpec, used: number, text: string): boolean {
-  if (/out of memory/i.test(text) && used >= spec.memoryCapBytes / 2) return true;
-  return used >= spec.memoryCapBytes * NEAR_CAP;
+  return OUT_OF_MEMORY.test(text) || used >= spec.memoryCapBytes * NEAR_CAP;
 }
 
 function memoryCapMessage(spec: SandboxSpec): string {
   return `exceeded its ${Math.round(spec.memoryCapBytes / 2 ** 20)} MiB memory cap`;
+}
+
+/** An out-of-memory failure: with the memory far from full, one allocation asked for more than was left. */
+function outOfMemoryMessage(spec: SandboxSpec, used: number): string {
+  if (used >= spec.memoryCapBytes / 2) return memoryCapMessage(spec);
+  return `${memoryCapMessage(spec)}: an allocation asked for more than the ${mib(spec.memoryCapBytes - used)} MiB left (${mib(used)} MiB in use)`;
 }
 
 // Not in TypeScript's lib yet (exception handling shipped in V8 9.5).
