@@ -69,6 +69,8 @@ export const emptyLoops = (count: number) => Array.from({ length: count }, () =>
 
 /** Grows memory `index` by `pages`, leaving the result (-1 when refused) on the stack. */
 export const growMemory = (index: number, pages: number) => [0x41, ...sleb(pages), 0x40, ...leb(index)];
+/** A body that loops forever, each turn one memory.fill of `bytes` bytes of memory 0, then (never reached) returns 0. */
+export const fillForever = (bytes: number) => [0x03, 0x40, 0x41, 0x00, 0x41, 0x07, 0x41, ...sleb(bytes), 0xfc, 0x0b, 0x00, 0x0c, 0x00, 0x0b, ...RETURN_0];
 /** `drop`: discards the value on top of the stack. */
 export const DROP = [0x1a];
 

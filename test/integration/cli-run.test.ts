@@ -4,6 +4,7 @@ import { join } from 'node:path';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { cli } from '../helpers/cli.ts';
 import { root, wasm } from '../helpers/policies.ts';
+import { fillForever, module } from '../helpers/wasm.ts';
 
 const review = `${root}test/fixtures/reviews/numbers-bad.json`;
 let dir: string;
@@ -23,6 +24,21 @@ describe('portcullis run', () => {
       },
     });
   });
+
+  it('stops a loop of 16 MiB memory.fill calls at its deadline, and exits: the worker thread ended', async () => {
+    // V8's dynamic tiering looked for interrupts in such a loop only every few minutes, so the
+    // call was answered on time and the thread spun on: the process never exited (red team).
+    const file = join(dir, 'fill.wasm');
+    await writeFile(file, module({
+      memories: [{ min: 256 }], functions: [fillForever(16 * 2 ** 20)],
+      exports: [{ name: 'memory', kind: 'memory', index: 0 }, { name: 'validate', kind: 'func', index: 0 }],
+    }));
+    const started = performance.now();
+    const { code, stderr } = await cli(['run', '--policy', file, '--request', review, '--timeout-ms', '1000']);
+    expect(stderr).toMatch(/^portcullis run: policy "fill" .* exceeded its 1s CPU deadline\n$/);
+    expect(code).toBe(1);
+    expect(performance.now() - started).toBeLessThan(20_000);
+  }, 60_000);
 
   it('runs the mutate entry point with --mode mutate, and takes the review on stdin', async () => {
     const { readFile } = await import('node:fs/promises');

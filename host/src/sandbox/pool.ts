@@ -35,6 +35,7 @@
 // (see #spreadFrom): only a misbehaving neighbour costs that memory. A call goes only to a worker that holds its policy.
 // While every worker is held by a long call and others wait, one relief worker is added for
 // the waiting policies (see #relief), and goes once it is not needed.
+import './interrupts.ts';
 import { availableParallelism } from 'node:os';
 import { extname } from 'node:path';
 import { fileURLToPath } from 'node:url';

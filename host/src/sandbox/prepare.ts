@@ -3,6 +3,7 @@
 // module in a bounded child (compile-trial.ts), compiles the core modules once (workers receive
 // the compiled modules), and for components caches jco's output on disk by
 // content hash so a restart does not transpile again (transpile.ts runs jco in a bounded child).
+import './interrupts.ts';
 import { readFile } from 'node:fs/promises';
 import v8 from 'node:v8';
 import { extname, join } from 'node:path';
