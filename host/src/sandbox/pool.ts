@@ -179,6 +179,9 @@ const HELD_CHECK_MS = 50;
  * deadline, so that idle workers do not wait out a turn of hundreds of requests.
  */
 const PUMP_DISPATCH_MS = 1;
+
+/** How long a terminated worker's thread may take to end before it counts as unstopped (see #stop). */
+const UNSTOPPED_MS = 10_000;
 const RELIEF_IDLE_MS = 2_000;
 const RELIEF_REFUSED_MS = 60_000;
 /**
@@ -209,6 +212,8 @@ export interface PoolStats {
   /** Policies with an inline instance ready, and those whose instance is being made now. */
   inlineReady: number;
   inlinePreparing: number;
+  /** Workers terminated UNSTOPPED_MS ago or more whose threads have not ended (see #stop). */
+  unstopped: number;
 }
 
 /**
@@ -308,13 +313,15 @@ export class SandboxPool {
   #reliefLoading = 0;
   #reliefRefused = new Map<string, number>();
   #heldTimer: NodeJS.Timeout | undefined;
+  #unstopped = 0;
+  readonly #unstoppedMs: number;
   /** Cheap core policies called in this thread while the workers are idle (inline-lane.ts). */
   readonly #inline: InlineLane | undefined;
 
   constructor(
     size = Math.max(2, availableParallelism()),
     options: {
-      loadTimeoutMs?: number; probationMs?: number; reliefIdleMs?: number; inline?: boolean;
+      loadTimeoutMs?: number; probationMs?: number; reliefIdleMs?: number; inline?: boolean; unstoppedMs?: number;
       /** Told once per sandbox why the inline lane no longer takes it. */
       onInlineLeave?: (key: string, reason: string) => void;
     } = {},
@@ -324,6 +331,7 @@ export class SandboxPool {
     this.#loadTimeoutMs = options.loadTimeoutMs ?? LOAD_TIMEOUT_MS;
     this.#probationMs = options.probationMs ?? PROBATION_MS;
     this.#reliefIdleMs = options.reliefIdleMs ?? RELIEF_IDLE_MS;
+    this.#unstoppedMs = options.unstoppedMs ?? UNSTOPPED_MS;
     this.#instances = size;
     for (let i = 0; i < size; i++) this.#slots.push(this.#spawn(i));
   }
@@ -333,7 +341,7 @@ export class SandboxPool {
     return {
       size: this.size, workers: this.#slots.length, busy, queued: this.#queue.length, restarts: this.#restarts,
       inlineCalls: this.#inline?.calls ?? 0, inlineOut: this.#inline?.out ?? 0,
-      inlineReady: this.#inline?.ready ?? 0, inlinePreparing: this.#inline?.preparing ?? 0,
+      inlineReady: this.#inline?.ready ?? 0, inlinePreparing: this.#inline?.preparing ?? 0, unstopped: this.#unstopped,
     };
   }
 
@@ -709,8 +717,36 @@ export class SandboxPool {
       this.#idle(slot);
       for (const job of jobs) job.resolve(fault(job, 'worker', 'the sandbox pool shut down'));
       slot.replies.close();
-      return slot.worker.terminate();
+      return this.#stop(slot);
     }));
+  }
+
+  /**
+   * Terminates a worker's thread; resolves once it has ended, or after UNSTOPPED_MS if it has
+   * not. V8 stops a guest only where its code looks for interrupts, and a guest that never
+   * looks outlives terminate(): its thread spins on at 100% of a core, for good (red team: a
+   * loop of large memory.fill calls, before interrupts.ts). Such a thread no longer keeps the
+   * process alive (a host that had "stopped" never exited), and is counted in stats.unstopped,
+   * which /healthz reports, so that the kubelet restarts the pod: nothing else ends the thread.
+   */
+  #stop(slot: Slot): Promise<void> {
+    slot.worker.unref();
+    let late = false;
+    const ended = slot.worker.terminate().then(() => {
+      if (late) this.#unstopped--;
+    }, () => {});
+    return new Promise((resolve) => {
+      const timer = setTimeout(() => {
+        late = true;
+        this.#unstopped++;
+        resolve();
+      }, this.#unstoppedMs);
+      timer.unref();
+      void ended.then(() => {
+        clearTimeout(timer);
+        resolve();
+      });
+    });
   }
 
   #spawn(index: number): Slot {
@@ -985,7 +1021,7 @@ export class SandboxPool {
     }
     slot.loads.clear();
     slot.replies.close();
-    void slot.worker.terminate();
+    void this.#stop(slot);
   }
 
   /** A call that may share a message with other reviews' and have a batch wait behind it: not solo, and its policy's last call was quick. */
@@ -1366,7 +1402,7 @@ export class SandboxPool {
     const pending = new Map(slot.loads);
     for (const { timer } of pending.values()) clearTimeout(timer);
     slot.loads.clear();
-    void slot.worker.terminate();
+    void this.#stop(slot);
     slot.replies.close();
     const jobs = inflight(slot);
     // The call that was running is the one at fault (the last one, when all had ended); the

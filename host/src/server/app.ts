@@ -128,6 +128,7 @@ export class PortcullisServer {
       ...(own ? { hostObjects: own } : {}),
       acceptsReviews: () => this.#ready,
       isReady: () => this.#readiness(),
+      isAlive: () => this.#liveness(),
     });
     // First of the request listeners, so that the header is set before any answer is written.
     this.#server.prependListener('request', (_req, res) => {
@@ -207,7 +208,7 @@ export class PortcullisServer {
     }
     if (config.server.metricsPort !== undefined) {
       try {
-        const endpoints = { metrics: server.metrics, isReady: () => server.#readiness() };
+        const endpoints = { metrics: server.metrics, isReady: () => server.#readiness(), isAlive: () => server.#liveness() };
         server.#metricsServer = await listenMetrics(config.server.host, config.server.metricsPort, endpoints);
         log.info('metrics listening', { url: metricsUrl(server.#metricsServer) });
       } catch (error) {
@@ -265,6 +266,19 @@ export class PortcullisServer {
     const failed = this.registry.current.failed.map((e) => e.config.name);
     if (this.config.server.readyWhenAllPoliciesLoaded && failed.length > 0) return { ready: false, why: `policies failed to load: ${failed.join(', ')}` };
     return { ready: true };
+  }
+
+  /**
+   * Alive unless a sandbox worker's thread outlived its termination: it spins on a core for
+   * good, and only a new process ends it (SandboxPool #stop), so the kubelet's liveness probe
+   * is asked for one. Each one was a call already answered as past its deadline.
+   */
+  #liveness(): { alive: boolean; detail: Record<string, unknown> } {
+    const { unstopped } = this.pool.stats;
+    if (unstopped === 0) return { alive: true, detail: {} };
+    const message = `${unstopped} sandbox worker thread${unstopped === 1 ? '' : 's'} kept running after being stopped at a policy's deadline `
+      + '(a guest V8 could not interrupt), each using a CPU core; restart the host to end them';
+    return { alive: false, detail: { message } };
   }
 
   #readiness(): { ready: boolean; detail: Record<string, unknown> } {

@@ -22,6 +22,8 @@ const PARSE_COST_FROM = 2 * 1024;
 
 export interface HttpDeps extends AdmissionDeps {
   isReady(): { ready: boolean; detail: Record<string, unknown> };
+  /** /healthz: false when only a restart can mend the host (see liveness in app.ts); default: alive. */
+  isAlive?(): { alive: boolean; detail: Record<string, unknown> };
   /**
    * Issue 15: whether reviews are served; default: isReady(). Reviews are served before the
    * context caches sync: only the policies reading an unsynced kind fail (temporary), not all.
@@ -128,7 +130,12 @@ export function createServer(config: ServerConfig, tls: TlsMaterial | undefined,
 
 async function handle(config: ServerConfig, deps: HttpDeps, bodies: BodyBudget, req: IncomingMessage, res: ServerResponse): Promise<void> {
   const path = (req.url ?? '/').split('?')[0]!;
-  if (path === '/healthz') return get(req, res, () => sendJson(res, 200, { status: 'ok' }));
+  if (path === '/healthz') {
+    return get(req, res, () => {
+      const { alive, detail } = deps.isAlive?.() ?? { alive: true, detail: {} };
+      sendJson(res, alive ? 200 : 503, { status: alive ? 'ok' : 'unhealthy', ...detail });
+    });
+  }
   if (path === '/readyz') {
     return get(req, res, () => {
       const { ready, detail } = deps.isReady();

@@ -10,6 +10,8 @@ import { nodeHttp } from '../util/node-http.ts';
 export interface MetricsListenerDeps {
   metrics: Metrics;
   isReady(): { ready: boolean; detail: Record<string, unknown> };
+  /** See HttpDeps.isAlive. */
+  isAlive?(): { alive: boolean; detail: Record<string, unknown> };
 }
 
 export function listenMetrics(host: string, port: number, deps: MetricsListenerDeps): Promise<Server> {
@@ -21,7 +23,10 @@ export function listenMetrics(host: string, port: number, deps: MetricsListenerD
       res.end(JSON.stringify(body));
     };
     if (req.method !== 'GET' && req.method !== 'HEAD') return json(405, { code: 'METHOD_NOT_ALLOWED', message: `${path} takes GET` });
-    if (path === '/healthz') return json(200, { status: 'ok' });
+    if (path === '/healthz') {
+      const { alive, detail } = deps.isAlive?.() ?? { alive: true, detail: {} };
+      return json(alive ? 200 : 503, { status: alive ? 'ok' : 'unhealthy', ...detail });
+    }
     if (path === '/readyz') {
       const { ready, detail } = deps.isReady();
       return json(ready ? 200 : 503, { status: ready ? 'ready' : 'not ready', ...detail });

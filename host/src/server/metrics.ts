@@ -80,6 +80,7 @@ export class Metrics {
         for (const [policy, key] of standings()) this.set({ policy }, pool.instancesOf(key));
       },
     });
+    new Gauge({ name: 'portcullis_sandbox_unstopped', help: 'Sandbox worker threads still running 10 s after they were terminated (a guest V8 could not interrupt); /healthz fails while there are any', registers, collect() { this.set(pool.stats.unstopped); } });
     new Gauge({ name: 'portcullis_sandbox_restarts', help: 'Sandbox workers replaced after a deadline or crash', registers, collect() { this.set(pool.stats.restarts); } });
     new Gauge({ name: 'portcullis_sandbox_inline_calls', help: 'Policy calls answered in the main thread by the inline lane, with no hop to a worker (an idle host\'s cheap core policies)', registers, collect() { this.set(pool.stats.inlineCalls); } });
     new Gauge({ name: 'portcullis_sandbox_inline_out', help: 'Policies the inline lane no longer takes, until a change to their module, limits or settings, or a restart (out of fuel, failed, or a call took too much of the main thread; the log says which)', registers, collect() { this.set(pool.stats.inlineOut); } });
