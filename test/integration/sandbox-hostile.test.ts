@@ -8,7 +8,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { evaluatePolicy } from '../../host/src/evaluate/evaluate.ts';
 import { loadPolicy } from '../../host/src/policy/load.ts';
 import { SandboxPool } from '../../host/src/sandbox/pool.ts';
-import { applyPlan, MAX_MEMORIES, planBudget, readLayout } from '../../host/src/sandbox/memory-cap.ts';
+import { applyPlan, MAX_MEMORIES, planBudget, readLayout, writeLeb } from '../../host/src/sandbox/memory-cap.ts';
 import { DEFAULT_LIMITS } from '../../host/src/config/limits.ts';
 import { input, load, wasm } from '../helpers/policies.ts';
 import { embedPolicyInfo } from '../../host/src/policy/metadata.ts';
@@ -291,6 +291,37 @@ describe('a component holds each core module once (red-team findings)', () => {
     const section = [0x01, core.length, ...core, 0x02, 1 + again.length * 2, 2, ...again, ...again];
     await expect(loadBytes('twice', Uint8Array.from([...component, ...section])))
       .rejects.toThrow('the component instantiates one of its core modules more than once, which its memory cap does not allow');
+    await stillServes();
+  });
+});
+
+describe('function types are counted per policy, across a component\'s core modules (red-team findings)', () => {
+  // numbers (a real component) with two more core modules that only declare types: each is under
+  // the per-module bounds, and jco transpiles unused modules too, so V8 would keep their types.
+  const withCores = async (cores: number[][]) => {
+    const component = await readFile(wasm('numbers'));
+    const sections = cores.flatMap((core) => [0x01, ...writeLeb(core.length), ...core]);
+    return Uint8Array.from([...component, ...sections]);
+  };
+  const typesOnly = (types: number[][]) => {
+    const body = [...writeLeb(types.length), ...types.flat()];
+    return [0x00, 0x61, 0x73, 0x6d, 1, 0, 0, 0, 1, ...writeLeb(body.length), ...body];
+  };
+  /** `() -> ()`; and `count` i32 parameters, no result. */
+  const empty = [0x60, 0, 0];
+  const wide = (count: number) => [0x60, ...writeLeb(count), ...Array<number>(count).fill(0x7f), 0];
+
+  it('refuses 2 × 2,100 types: a policy has at most 4,096, in all of its core modules', async () => {
+    const bytes = await withCores([typesOnly(Array(2100).fill(empty)), typesOnly(Array(2100).fill(empty))]);
+    await expect(loadBytes('many-types', bytes))
+      .rejects.toThrow(/could not be loaded: its core modules declare 4\d{3} function types in all; a policy may have at most 4096 \(V8 keeps every type until the host process ends\)/);
+    await stillServes();
+  });
+
+  it('refuses 2 × 40,000 parameters: a policy\'s types have at most 65,536 parameters and results in all', async () => {
+    const bytes = await withCores([typesOnly(Array(40).fill(wide(1000))), typesOnly(Array(40).fill(wide(1000)))]);
+    await expect(loadBytes('wide-types', bytes))
+      .rejects.toThrow(/could not be loaded: its core modules' function types have 8\d{4} parameters and results in all; a policy may have at most 65536/);
     await stillServes();
   });
 });

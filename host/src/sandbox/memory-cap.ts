@@ -119,6 +119,8 @@ export interface ModuleLayout {
   carriedBytes: number;
   /** Function types it declares. */
   types: number;
+  /** Parameters and results of those types, in all. */
+  typeValues: number;
   memorySection?: Span;
   tableSection?: Span;
   codeSection?: Span;
@@ -126,7 +128,7 @@ export interface ModuleLayout {
 
 export function readLayout(bytes: Uint8Array): ModuleLayout {
   if (bytes.length < 8) throw new MemoryCapError('the module is shorter than a WebAssembly header');
-  const layout: ModuleLayout = { memories: [], tables: [], globals: 0, elementBytes: 0, carriedBytes: 0, types: 0 };
+  const layout: ModuleLayout = { memories: [], tables: [], globals: 0, elementBytes: 0, carriedBytes: 0, types: 0, typeValues: 0 };
   let offset = 8;
   let sections = 0;
   while (offset < bytes.length) {
@@ -138,7 +140,7 @@ export function readLayout(bytes: Uint8Array): ModuleLayout {
     const end = start + size;
     if (end > bytes.length) throw new MemoryCapError(`section ${id} at byte ${offset} claims ${size} bytes, past the end of the module`);
     if (id === TYPE_SECTION) {
-      layout.types = checkFunctionTypes(bytes, start, end);
+      [layout.types, layout.typeValues] = checkFunctionTypes(bytes, start, end);
     } else if (id === MEMORY_SECTION) {
       layout.memorySection = { header: offset, start, end };
       layout.memories = readLimitsVector(bytes, start, end, false);
@@ -207,6 +209,19 @@ export interface BudgetPlan {
  * memory gets the rest after the others' small shares.
  */
 export function planBudget(layouts: ModuleLayout[], capBytes: number): BudgetPlan {
+  // Types are counted per policy, not only per module: a component of a hundred core modules
+  // of 4,095 types each (jco transpiles every one) took 409,500 of the host's 500,000 for one
+  // policy, and the next policies' modules were refused until a restart (red team).
+  const types = sum(layouts.map((l) => l.types));
+  if (types > MAX_TYPES) {
+    throw new MemoryCapError(`its core modules declare ${types} function types in all; a policy may have at most ${MAX_TYPES} ` +
+      '(V8 keeps every type until the host process ends)');
+  }
+  const typeValues = sum(layouts.map((l) => l.typeValues));
+  if (typeValues > MAX_TYPE_VALUES) {
+    throw new MemoryCapError(`its core modules' function types have ${typeValues} parameters and results in all; a policy may have at most ${MAX_TYPE_VALUES} ` +
+      '(real policies have about a thousand)');
+  }
   const count = sum(layouts.map((l) => l.memories.length));
   if (count > MAX_MEMORIES) {
     throw new MemoryCapError(`it declares ${count} linear memories; a policy may have at most ${MAX_MEMORIES} ` +
@@ -298,7 +313,7 @@ const EXCEPTION_HEAP_TYPES = new Set([0x69, 0x74]);
  * which no memory cap reaches, and running out of it aborts the whole host process (red-team:
  * one `array.new` of 60 million i64 killed the host). No policy toolchain we build emits them.
  */
-function checkFunctionTypes(bytes: Uint8Array, start: number, end: number): number {
+function checkFunctionTypes(bytes: Uint8Array, start: number, end: number): [types: number, values: number] {
   const [count, countLength] = readLeb(bytes, start, end);
   if (count > (end - start) / 3) throw new MemoryCapError(`the type section claims ${count} types in ${end - start} bytes`);
   if (count > MAX_TYPES) throw new MemoryCapError(`the module declares ${count} types; a policy may have at most ${MAX_TYPES}`);
@@ -329,7 +344,7 @@ function checkFunctionTypes(bytes: Uint8Array, start: number, end: number): numb
     }
     if (at > end) throw new MemoryCapError('the type section runs past its end');
   }
-  return count;
+  return [count, values];
 }
 
 /** An unsigned LEB128 at `offset`, read no further than `limit`: [value, bytes it took]. */
