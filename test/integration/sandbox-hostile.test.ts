@@ -503,6 +503,26 @@ describe('what a policy reaches for and cannot have is named', () => {
   });
 });
 
+describe('kernel imports are functions (red-team findings)', () => {
+  // A module importing a kernel name as something else failed only at instantiation, in V8's words.
+  const text = (value: string) => [...writeLeb(value.length), ...new TextEncoder().encode(value)];
+  it.each([
+    ['global', [0x03, 0x7f, 0x00]],
+    ['memory', [0x02, 0x00, 0x01]],
+    ['table', [0x01, 0x70, 0x00, 0x01]],
+  ] as const)('refuses extism:host/env alloc imported as a %s, at load', async (kind, description) => {
+    const plain = module({ functions: [RETURN_0], exports: [validate] });
+    // After the header and the type section (its size fits one byte): the import section.
+    const typeEnd = 10 + plain[9]!;
+    const entry = [...text('extism:host/env'), ...text('alloc'), ...description];
+    const imports = [0x02, ...writeLeb(entry.length + 1), 1, ...entry];
+    const bytes = Uint8Array.from([...plain.subarray(0, typeEnd), ...imports, ...plain.subarray(typeEnd)]);
+    await expect(loadBytes(`kernel-${kind}`, bytes)).rejects.toThrow(
+      `could not be loaded: it imports extism:host/env.alloc as a ${kind}; the host gives it only as a function (check the import's declaration)`,
+    );
+  });
+});
+
 describe('what went wrong is said in words (red-team findings)', () => {
   const loadWat = async (name: string, text: string) =>
     loadPolicy(pool, { name, module: `${name}.wasm`, settings: {}, limits: DEFAULT_LIMITS, failurePolicy: 'Fail', enforcement: 'enforce', isolation: 'reuse' }, await parse(text));

@@ -433,7 +433,12 @@ const processTypes = new TypeBudget(MAX_PROCESS_TYPES);
 const CONTEXT_IMPORTS = new Set(['portcullis_context_read', 'portcullis_context_call', 'portcullis_context_answer']);
 
 function checkCoreImports(module: WebAssembly.Module): void {
-  for (const { module: namespace, name } of WebAssembly.Module.imports(module)) {
+  for (const { module: namespace, name, kind } of WebAssembly.Module.imports(module)) {
+    // Every import the host grants is a function: one taken as a global, memory or table failed
+    // only when instantiated, in V8's words ("global import must be a number...", red team).
+    if (kind !== 'function' && (namespace === 'extism:host/env' || namespace === 'extism:host/user')) {
+      throw new PrepareError(`it imports ${namespace}.${name} as a ${kind}; the host gives it only as a function (check the import's declaration)`);
+    }
     if (namespace === 'extism:host/env' && EXTISM_IMPORTS.has(name)) continue;
     if (namespace === 'extism:host/user' && CONTEXT_IMPORTS.has(name)) continue; // issue 15: grant-checked reads
     if (namespace === 'extism:host/user' && (name === 'portcullis_input_length' || name === 'portcullis_input_read')) continue; // issue 14: input in one copy
