@@ -54,6 +54,10 @@ describe('parsing is bounded before it allocates', () => {
     ['an unknown section id', [0x00, 0x61, 0x73, 0x6d, 1, 0, 0, 0, 0x42, 0], /unknown section id 66/],
     ['a truncated size', [0x00, 0x61, 0x73, 0x6d, 1, 0, 0, 0, 1, 0x80], /truncated LEB128/],
     ['a memory count larger than its section', [0x00, 0x61, 0x73, 0x6d, 1, 0, 0, 0, 5, 2, 0xff, 0x7f], /memory section claims 16383 entries in 2 bytes/],
+    // A type section of 1 byte that claims 6: the next "section" starts on the memory section's last byte.
+    ['a section claiming more bytes than it has', [0x00, 0x61, 0x73, 0x6d, 1, 0, 0, 0, 1, 6, 0, 5, 4, 1, 1, 0, 0x42], /^policy "garbage" could not be loaded: unknown section id 66 at byte 16 \(a section before it may claim the wrong size\)$/],
+    // Two memory sections: V8 refuses them too, but only one would have had its memory planned.
+    ['a section twice', [0x00, 0x61, 0x73, 0x6d, 1, 0, 0, 0, 5, 3, 1, 0, 1, 5, 5, 1, 0, 0xff, 0xff, 0x03], /the memory section appears twice \(again at byte 13\); a module has it at most once/],
   ])('refuses %s with a clear message', async (_name, bytes, message) => {
     await expect(loadBytes('garbage', new Uint8Array(bytes))).rejects.toThrow(message);
   });

@@ -126,15 +126,24 @@ export interface ModuleLayout {
   codeSection?: Span;
 }
 
+const SECTION_NAMES = ['custom', 'type', 'import', 'function', 'table', 'memory', 'global', 'export', 'start', 'element', 'code', 'data', 'data count', 'tag'];
+
 export function readLayout(bytes: Uint8Array): ModuleLayout {
   if (bytes.length < 8) throw new MemoryCapError('the module is shorter than a WebAssembly header');
   const layout: ModuleLayout = { memories: [], tables: [], globals: 0, elementBytes: 0, carriedBytes: 0, types: 0, typeValues: 0 };
   let offset = 8;
   let sections = 0;
+  const seen = new Set<number>();
   while (offset < bytes.length) {
     if (++sections > MAX_SECTIONS) throw new MemoryCapError(`the module has more than ${MAX_SECTIONS} sections; it is not a policy`);
     const id = bytes[offset]!;
-    if (id > 13) throw new MemoryCapError(`unknown section id ${id} at byte ${offset}`);
+    // A section that claims the wrong size puts the next one where its own bytes are.
+    if (id > 13) throw new MemoryCapError(`unknown section id ${id} at byte ${offset}${sections > 1 ? ' (a section before it may claim the wrong size)' : ''}`);
+    if (id !== CUSTOM_SECTION) {
+      // V8 refuses a second one too, but after this walk has read (and planned) only one of them.
+      if (seen.has(id)) throw new MemoryCapError(`the ${SECTION_NAMES[id]} section appears twice (again at byte ${offset}); a module has it at most once`);
+      seen.add(id);
+    }
     const [size, sizeLength] = readLeb(bytes, offset + 1, bytes.length);
     const start = offset + 1 + sizeLength;
     const end = start + size;
