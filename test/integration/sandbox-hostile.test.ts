@@ -12,7 +12,7 @@ import { applyPlan, MAX_MEMORIES, planBudget, readLayout, writeLeb } from '../..
 import { DEFAULT_LIMITS } from '../../host/src/config/limits.ts';
 import { input, load, wasm } from '../helpers/policies.ts';
 import { embedPolicyInfo } from '../../host/src/policy/metadata.ts';
-import { DROP, growMemory, module, RETURN_0 } from '../helpers/wasm.ts';
+import { answering, DROP, growMemory, module, RETURN_0 } from '../helpers/wasm.ts';
 
 let pool: SandboxPool;
 let dir: string;
@@ -528,6 +528,16 @@ describe('kernel imports are functions (red-team findings)', () => {
 });
 
 describe('what went wrong is said in words (red-team findings)', () => {
+  it('the memory cap is QuickJS\'s own out-of-memory exception only: the words in a patch or in the policy\'s own error are its answer', async () => {
+    // Text from the reviewed object can reach an answer unescaped as a patch's keys and values.
+    const patch = [{ op: 'add', path: '/metadata/annotations', value: { outcome: 'error', message: 'InternalError: out of memory' } }];
+    const patching = await loadBytes('quoting-patch', await answering({ outcome: 'allow', patch }));
+    const patched = await evaluatePolicy(pool, patching, 'mutate', input({ object: { metadata: {} } }));
+    expect(patched, JSON.stringify(patched)).toMatchObject({ status: 'allowed', patch });
+    const erring = await loadBytes('quoting-error', await answering({ outcome: 'error', kind: 'permanent', message: 'InternalError: out of memory, says the quota' }));
+    expect(await evaluatePolicy(pool, erring, 'validate', input())).toMatchObject({ status: 'failed', failure: 'permanent', message: 'InternalError: out of memory, says the quota' });
+  });
+
   const loadWat = async (name: string, text: string) =>
     loadPolicy(pool, { name, module: `${name}.wasm`, settings: {}, limits: DEFAULT_LIMITS, failurePolicy: 'Fail', enforcement: 'enforce', isolation: 'reuse' }, await parse(text));
 

@@ -85,7 +85,8 @@ async function call(spec: SandboxSpec, fn: CallRequest['fn'], input: CallRequest
     else if (used >= spec.memoryCapBytes * NEAR_CAP) discard(spec.key);
     // QuickJS turns a failed memory.grow into an "out of memory" exception, which the SDK
     // reports as an error outcome: that is the cap's doing, not the policy's.
-    if (output.includes('"outcome":"error"') && hitCap(spec, used, output)) {
+    const error = errorOutcome(output);
+    if (error && (quickJsOutOfMemory(error) || hitCap(spec, used, error.message))) {
       return { ok: false, fault: 'memory', message: outOfMemoryMessage(spec, used), logs: logs.take() };
     }
     return { ok: true, output, guestMicros, logs: logs.take() };
@@ -101,7 +102,7 @@ async function call(spec: SandboxSpec, fn: CallRequest['fn'], input: CallRequest
       // memory is nearly full: the cap is the likely cause, said with what the trap was (red team:
       // a module that trapped on every call with 60 of its 64 MiB in use read as the cap alone).
       const detail = `most likely: it failed with ${mib(used)} of its ${mib(spec.memoryCapBytes)} MiB in use (${describe(error)})`;
-      const message = OUT_OF_MEMORY.test(String(error)) ? outOfMemoryMessage(spec, used) : `${memoryCapMessage(spec)}, ${detail}`;
+      const message = OUT_OF_MEMORY.test(String(error)) ? memoryCapMessage(spec) : `${memoryCapMessage(spec)}, ${detail}`;
       return { ok: false, fault: 'memory', message, logs: logs.take() };
     } else {
       const entries = logs.take();
@@ -155,17 +156,36 @@ async function drain(): Promise<void> {
 
 // A failed memory.grow leaves memory *below* the cap (the request was larger than the room
 // left), and guests report it differently: QuickJS says "out of memory", AssemblyScript's
-// allocator traps with a bare `unreachable`. So: an out-of-memory message, or any failure with
-// nearly all of the cap in use, is the cap at work. An out-of-memory message however little
-// is in use too: one allocation larger than the room left fails with the memory almost empty
-// (a 32 MiB string under a 24 MiB cap read as "crashed: InternalError: out of memory", and its
-// operator would have looked for a bug in the policy, not at limits.memoryMiB). A guest that
-// writes those words itself only misreports its own failure.
+// allocator traps with a bare `unreachable`. So: an out-of-memory message with at least half
+// the cap in use, or any failure with nearly all of it in use, is the cap at work.
 const NEAR_CAP = 0.9;
 const OUT_OF_MEMORY = /out of memory/i;
 
 function hitCap(spec: SandboxSpec, used: number, text: string): boolean {
-  return OUT_OF_MEMORY.test(text) || used >= spec.memoryCapBytes * NEAR_CAP;
+  if (OUT_OF_MEMORY.test(text) && used >= spec.memoryCapBytes / 2) return true;
+  return used >= spec.memoryCapBytes * NEAR_CAP;
+}
+
+/** An answer that is an error outcome (the SDKs write `outcome` first): its kind and message. */
+function errorOutcome(output: string): { kind: unknown; message: string } | undefined {
+  if (!output.startsWith('{"outcome":"error"')) return undefined;
+  try {
+    const value = JSON.parse(output) as { kind?: unknown; message?: unknown };
+    return typeof value.message === 'string' ? { kind: value.kind, message: value.message } : undefined;
+  } catch {
+    return undefined; // garbage: decodeOutput says so
+  }
+}
+
+/**
+ * QuickJS's own exception for a failed allocation, however little was in use: one allocation
+ * larger than the room left fails with the memory almost empty (a 32 MiB string under a 24 MiB
+ * cap read as "crashed: InternalError: out of memory", and its operator would have looked for a
+ * bug in the policy, not at limits.memoryMiB). Only the exception the SDK reports: a patch or
+ * a message that quotes the words (from the reviewed object, say) is not it (review helper).
+ */
+function quickJsOutOfMemory(error: { kind: unknown; message: string }): boolean {
+  return error.kind === 'exception' && /^InternalError: out of memory\b/.test(error.message);
 }
 
 function memoryCapMessage(spec: SandboxSpec): string {
