@@ -4,6 +4,10 @@ import { errorMessage } from '../errors.ts';
 import { commandHelp, mainHelp } from './help.ts';
 import { UsageError } from './usage.ts';
 import { cliVersion, versionLine } from './version.ts';
+import { threadsLeft } from '../sandbox/unstopped.ts';
+
+/** How long the process waits at exit for sandbox threads being stopped (see below). */
+const STOP_WAIT_MS = 10_000;
 
 const commands: Record<string, () => Promise<{ default: (args: string[]) => Promise<number> }>> = {
   new: () => import('./new.ts'),
@@ -50,3 +54,12 @@ async function main(argv: string[]): Promise<number> {
 }
 
 process.exitCode = await main(process.argv.slice(2));
+// Node ends a process only once every worker thread has, and a sandbox thread that V8 could not
+// stop at a deadline never does (SandboxPool #stop): `run` printed its answer and then hung, and
+// `serve` said "stopped" and stayed (red team). Only SIGKILL ends it. stdout and stderr are
+// synchronous here (Linux pipes, files and terminals), so what was written is out.
+const stuck = await threadsLeft(STOP_WAIT_MS);
+if (stuck > 0) {
+  process.stderr.write(`portcullis: ${stuck} sandbox worker thread${stuck === 1 ? '' : 's'} could not be stopped at a policy's deadline; ending the process with SIGKILL\n`);
+  process.kill(process.pid, 'SIGKILL');
+}

@@ -43,6 +43,7 @@ import { MessageChannel, receiveMessageOnPort, Worker, type MessagePort } from '
 import { PortcullisError } from '../errors.ts';
 import type { ContextChange } from '../context/store.ts';
 import { InlineLane } from './inline-lane.ts';
+import { stopping } from './unstopped.ts';
 import { clock, Progress, type CallInput, type CallReply, type FaultKind, type FromWorker, type GuestFunction, type LogEntry, type SandboxSpec, type ToWorker } from './protocol.ts';
 
 export type CallFault = FaultKind | 'deadline' | 'worker';
@@ -725,16 +726,16 @@ export class SandboxPool {
    * Terminates a worker's thread; resolves once it has ended, or after UNSTOPPED_MS if it has
    * not. V8 stops a guest only where its code looks for interrupts, and a guest that never
    * looks outlives terminate(): its thread spins on at 100% of a core, for good (red team: a
-   * loop of large memory.fill calls, before interrupts.ts). Such a thread no longer keeps the
-   * process alive (a host that had "stopped" never exited), and is counted in stats.unstopped,
-   * which /healthz reports, so that the kubelet restarts the pod: nothing else ends the thread.
+   * loop of large memory.fill calls, before interrupts.ts). Such a thread is counted in
+   * stats.unstopped, which /healthz reports, so that the kubelet restarts the pod; and the CLI
+   * waits for the threads being stopped at exit (cli/main.ts): Node waits for every thread.
    */
   #stop(slot: Slot): Promise<void> {
-    slot.worker.unref();
     let late = false;
-    const ended = slot.worker.terminate().then(() => {
+    const ended = slot.worker.terminate().catch(() => undefined).finally(() => {
       if (late) this.#unstopped--;
-    }, () => {});
+    });
+    stopping(ended);
     return new Promise((resolve) => {
       const timer = setTimeout(() => {
         late = true;
