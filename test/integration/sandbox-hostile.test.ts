@@ -120,8 +120,8 @@ describe('one memory budget per policy', () => {
 
 describe('memory the linear-memory cap does not see (red-team findings)', () => {
   const small = { ...DEFAULT_LIMITS, memoryMiB: 16 };
-  const loadWat = async (name: string, text: string) =>
-    loadPolicy(pool, { name, module: `${name}.wasm`, settings: {}, limits: small, failurePolicy: 'Fail', enforcement: 'enforce', isolation: 'reuse' }, await parse(text));
+  const loadWat = async (name: string, text: string, limits = small) =>
+    loadPolicy(pool, { name, module: `${name}.wasm`, settings: {}, limits, failurePolicy: 'Fail', enforcement: 'enforce', isolation: 'reuse' }, await parse(text));
 
   it('refuses WasmGC struct and array types at load: their memory is on the worker heap, and exhausting it aborted the host', async () => {
     const gc = `(module (type $a (array (mut i64))) (memory (export "memory") 1)
@@ -220,6 +220,27 @@ describe('memory the linear-memory cap does not see (red-team findings)', () => 
     await stillServes();
   });
 
+  it('however large the cap, a call makes at most 65,536 kernel blocks: their objects live on the worker\'s own heap', async () => {
+    // Under a 1.5 GiB cap, 8 million empty blocks ran the worker's 512 MiB heap out, and V8
+    // aborted the whole host (red team).
+    const policy = await loadWat('alloc-zero-big', kernel('(loop $more (drop (call $alloc (i64.const 0))) (br $more))'), { ...small, memoryMiB: 1536, timeoutMs: 15_000 });
+    const outcome = await evaluatePolicy(pool, policy, 'validate', input());
+    expect(outcome).toMatchObject({
+      status: 'failed', failure: 'temporary',
+      message: 'made more than 65536 Extism kernel allocations in one call, the most a call may make (each takes some of the worker\'s own heap)',
+    });
+    await stillServes();
+  });
+
+  it('kernel blocks and linear memory share one cap: 15 MiB of each under a 16 MiB cap fails', async () => {
+    // Counted apart, a call could hold its cap twice over (red team: 62 MiB of each under 64 MiB).
+    const policy = await loadWat('linear-and-kernel', kernel(`
+      (drop (memory.grow (i32.const 240)))
+      (drop (call $alloc (i64.const 15728640)))`));
+    const outcome = await evaluatePolicy(pool, policy, 'validate', input());
+    expect(outcome).toMatchObject({ status: 'failed', failure: 'temporary', message: 'exceeded its 16 MiB memory cap (Extism kernel allocations)' });
+  });
+
   // Extism's variables: names live in a map of the kernel's that no reset cleared and no meter saw.
   const variables = (body: string) => `(module
     (import "extism:host/env" "alloc" (func $alloc (param i64) (result i64)))
@@ -230,7 +251,7 @@ describe('memory the linear-memory cap does not see (red-team findings)', () => 
     (func (export "validate") (result i32) (local $b i64) (local $k i64)
       (local.set $b (call $alloc (i64.const 8))) ${body} (i32.const 0)))`;
 
-  it('variables count against the cap: 200,000 names in one call fail it instead of growing the worker', async () => {
+  it('variables are bounded: 200,000 names in one call fail it instead of growing the worker', async () => {
     // A guest that set 200,000 names a call piled them up across calls until V8 aborted the whole
     // host at the worker's heap limit (red team).
     const policy = await loadWat('var-flood', variables(`
@@ -245,7 +266,7 @@ describe('memory the linear-memory cap does not see (red-team findings)', () => 
         (br_if $more (i64.lt_u (local.get $k) (i64.const 200000))))`));
     const outcome = await evaluatePolicy(pool, policy, 'validate', input());
     expect(outcome).toMatchObject({ status: 'failed', failure: 'temporary' });
-    expect(outcome.status === 'failed' && outcome.message).toMatch(/exceeded its 16 MiB memory cap \(Extism variables\)/);
+    expect(outcome.status === 'failed' && outcome.message).toMatch(/made more than 65536 Extism variables in one call/);
     await stillServes();
   });
 
