@@ -193,6 +193,16 @@ describe('mutation', () => {
     expect(result.decision.status?.message).toMatch(/^policy "broken": returned a patch that does not apply to the object/);
   });
 
+  it('cuts a guest\'s long paths in its messages: a patch that does not apply, and a conflict (red team: 900 KB paths came back whole)', () => {
+    const long = `/metadata/labels/${'k'.repeat(100_000)}`;
+    const broken = merge([ev(allowed('broken', [{ op: 'replace', path: `${long}/deeper`, value: 1 }]))], 'CREATE', object);
+    expect(broken.decision.status?.message).toMatch(/^policy "broken": returned a patch that does not apply to the object: \/metadata\/labels\/k+… \(\d+ more characters cut\)/);
+    expect(broken.decision.status?.message?.length).toBeLessThan(1000);
+    const clash = merge([ev(allowed('a', [{ op: 'add', path: long, value: '1' }])), ev(allowed('b', [{ op: 'add', path: long, value: '2' }]))], 'CREATE', object);
+    expect(clash.decision.status?.message).toMatch(/^policy "b": its patch conflicts with policy "a" at \/metadata\/labels\/k+… \(\d+ more characters cut\)$/);
+    expect(clash.decision.status?.message?.length).toBeLessThan(400);
+  });
+
   it('lets appends to one list compose', () => {
     const result = merge([
       ev(allowed('a', [{ op: 'add', path: '/spec/list/-', value: 3 }])),

@@ -17,6 +17,13 @@
 // policy only.
 import type { JsonValue, PatchOperation } from '@portcullis/sdk';
 import { diff } from './diff.ts';
+import { foreignText } from '../util/text.ts';
+
+/**
+ * The most of a patch error put in a message. It quotes the guest's paths, which are as long as
+ * the guest makes them: a 900 KB path came back whole in the response and the log (red team).
+ */
+const PATCH_ERROR_LENGTH = 500;
 import { applyOperation, applyPatch, copyOf, CopyBudget, define, Draft, equal, isMap, parsePointer, patched, PatchError, pointerSegment, toPointer, valueAt } from './json-patch.ts';
 
 export { MAX_COPIED_BYTES } from './json-patch.ts';
@@ -128,7 +135,7 @@ export function combinePatches(original: JsonValue, patches: PolicyPatch[]): Com
     yielding.delete(blocked.other);
     gaveWay.push({
       policy: blocked.other, reason: 'conflict', other: blocked.policy, path: blocked.path,
-      message: `its patch conflicts with policy "${blocked.policy}"${blocked.path ? ` at ${blocked.path}` : ''}, whose failure is not ignored, and was left out`,
+      message: `its patch conflicts with policy "${blocked.policy}"${blocked.path ? ` at ${foreignText(blocked.path)}` : ''}, whose failure is not ignored, and was left out`,
     });
     allowed = allowed.filter((p) => p.policy !== blocked.other);
     combined = combineAllowed(original, allowed);
@@ -144,7 +151,7 @@ function combineAllowed(original: JsonValue, patches: PolicyPatch[]): CombinedPa
     const { policy, operations } = active[0]!;
     const error = checkApplies(original, operations);
     return error
-      ? { patch: [], rejected: [{ policy, reason: 'invalid', message: `returned a patch that does not apply to the object: ${error.message}` }] }
+      ? { patch: [], rejected: [{ policy, reason: 'invalid', message: `returned a patch that does not apply to the object: ${foreignText(error.message, PATCH_ERROR_LENGTH)}` }] }
       : { patch: operations, rejected: [] };
   }
   // Several: each patch is checked alone on its own copy (whether it applies must not depend on
@@ -167,12 +174,12 @@ function combineAllowed(original: JsonValue, patches: PolicyPatch[]): CombinedPa
     // What does not apply to the original is the policy's own fault, whatever the others did.
     const mine = checkApplies(original, operations) ?? policyWrites(policy, operations, original);
     if (mine instanceof Error) {
-      rejected.push({ policy, reason: 'invalid', message: `returned a patch that does not apply to the object: ${mine.message}` });
+      rejected.push({ policy, reason: 'invalid', message: `returned a patch that does not apply to the object: ${foreignText(mine.message, PATCH_ERROR_LENGTH)}` });
       continue;
     }
     const clash = writes.conflict(mine.writes) ?? writes.conflict(mine.reads) ?? reads.conflict(mine.writes);
     if (clash) {
-      rejected.push({ policy, reason: 'conflict', other: clash.policy, path: clash.path, message: `its patch conflicts with policy "${clash.policy}" at ${clash.path}` });
+      rejected.push({ policy, reason: 'conflict', other: clash.policy, path: clash.path, message: `its patch conflicts with policy "${clash.policy}" at ${foreignText(clash.path)}` });
       continue;
     }
     const failure = applyInPlace(merged, operations, original, removed);
