@@ -206,4 +206,11 @@ describe('selection', () => {
     expect(fieldSelectorMatches('metadata.name=web-1,spec.replicas!=0', r.object!)).toBe(true);
     expect(fieldSelectorMatches('spec.replicas==4', r.object!)).toBe(false);
   });
+
+  it('reads only an object\'s own fields in a field selector: inherited ones are absent (red team)', () => {
+    const object = { metadata: { name: 'a', labels: { app: 'web' } } };
+    expect(fieldSelectorMatches(`metadata.labels.constructor=${String(Object)}`, object)).toBe(false);
+    expect(fieldSelectorMatches('metadata.labels.constructor=', object)).toBe(true);
+    expect(fieldSelectorMatches('metadata.labels.toString!=', object)).toBe(false);
+  });
 });

@@ -31,7 +31,8 @@ export function fieldSelectorMatches(selector: string, object: JsonObject | null
 function fieldValue(object: JsonObject | null, path: string): string {
   let node: JsonValue | undefined = object ?? undefined;
   for (const key of path.split('.')) {
-    node = typeof node === 'object' && node !== null && !Array.isArray(node) ? node[key] : undefined;
+    // Own fields only: `metadata.labels.constructor` read Object's constructor, and its text matched every object (red team).
+    node = typeof node === 'object' && node !== null && !Array.isArray(node) && Object.hasOwn(node, key) ? node[key] : undefined;
   }
   if (node === undefined || node === null) return '';
   return typeof node === 'object' ? JSON.stringify(node) : String(node);
