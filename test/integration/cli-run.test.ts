@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { cli } from '../helpers/cli.ts';
 import { root, wasm } from '../helpers/policies.ts';
-import { fillForever, module } from '../helpers/wasm.ts';
+import { answering, fillForever, module } from '../helpers/wasm.ts';
 
 const review = `${root}test/fixtures/reviews/numbers-bad.json`;
 let dir: string;
@@ -39,6 +39,15 @@ describe('portcullis run', () => {
     expect(code).toBe(1);
     expect(performance.now() - started).toBeLessThan(20_000);
   }, 60_000);
+
+  it('exits 1 naming why when the policy\'s patch does not apply to the object', async () => {
+    const file = join(dir, 'bad-patch.wasm');
+    await writeFile(file, await answering({ outcome: 'allow', patch: [{ op: 'replace', path: '/spec/missing/deep', value: 1 }] }));
+    const { code, stdout, stderr } = await cli(['run', '--policy', file, '--request', review, '--mode', 'mutate']);
+    expect(JSON.parse(stdout).response).toMatchObject({ allowed: false, status: { code: 500 } });
+    expect(stderr).toMatch(/^portcullis run: policy "bad-patch" .* failed on request .*: returned a patch that does not apply to the object: \/spec\/missing\/deep.*\n$/);
+    expect(code).toBe(1);
+  });
 
   it('runs the mutate entry point with --mode mutate, and takes the review on stdin', async () => {
     const { readFile } = await import('node:fs/promises');

@@ -2,7 +2,7 @@
 // response review on stdout. The request is an AdmissionReview, a bare AdmissionRequest, or a
 // plain manifest (JSON or YAML) that flags turn into a request. Exit 0 whatever the decision; 1
 // when the command could not produce a decision (unreadable input, a policy that failed to load,
-// crashed, timed out or returned garbage), with one line on stderr saying why.
+// crashed, timed out, returned garbage or a patch that does not apply), with one line on stderr saying why.
 import { readFile } from 'node:fs/promises';
 import { basename, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
@@ -66,8 +66,12 @@ export default async function run(args: string[]): Promise<number> {
     const { decision } = merge([{ policy, outcome }], review.request.operation, review.request.object);
     printLogs(outcome);
     print(review, decision, values.show === 'patched');
-    if (outcome.status === 'failed') {
-      process.stderr.write(`portcullis run: policy "${name}" (${values.policy}) failed on request ${review.request.uid}: ${outcome.message}\n`);
+    // An answer the merge could not use (a patch that does not apply) fails the policy too: the
+    // response said so, and the exit status said all was well (red team).
+    const unusable = outcome.status === 'allowed' && !decision.allowed ? decision.status?.message?.replace(`policy "${name}": `, '') : undefined;
+    if (outcome.status === 'failed' || unusable !== undefined) {
+      const why = outcome.status === 'failed' ? outcome.message : unusable;
+      process.stderr.write(`portcullis run: policy "${name}" (${values.policy}) failed on request ${review.request.uid}: ${why}\n`);
       return 1;
     }
     return 0;
