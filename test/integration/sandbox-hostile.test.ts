@@ -213,32 +213,24 @@ describe('memory the linear-memory cap does not see (red-team findings)', () => 
   it('empty kernel blocks count too: alloc(0) in a loop fails at the cap, not at the deadline', async () => {
     // Metered at nothing, each block still cost the worker ~500 bytes: one 2 s call grew the host
     // by a gigabyte, past the Deployment's memory limit (red team).
-    const policy = await loadWat('alloc-zero', kernel('(loop $more (drop (call $alloc (i64.const 0))) (br $more))'));
+    // An 8 MiB cap: reached at about 16,000 blocks, before the 32,000 objects a call may make.
+    const policy = await loadWat('alloc-zero', kernel('(loop $more (drop (call $alloc (i64.const 0))) (br $more))'), { ...small, memoryMiB: 8 });
     const outcome = await evaluatePolicy(pool, policy, 'validate', input());
     expect(outcome).toMatchObject({ status: 'failed', failure: 'temporary' });
-    expect(outcome.status === 'failed' && outcome.message).toMatch(/exceeded its 16 MiB memory cap \(Extism kernel allocations\)/);
+    expect(outcome.status === 'failed' && outcome.message).toMatch(/exceeded its 8 MiB memory cap \(Extism kernel allocations\)/);
     await stillServes();
   });
 
-  it('however large the cap, a call makes at most 65,536 kernel blocks: their objects live on the worker\'s own heap', async () => {
+  it('however large the cap, a call makes at most 32,000 kernel blocks: their objects live on the worker\'s own heap', async () => {
     // Under a 1.5 GiB cap, 8 million empty blocks ran the worker's 512 MiB heap out, and V8
     // aborted the whole host (red team).
     const policy = await loadWat('alloc-zero-big', kernel('(loop $more (drop (call $alloc (i64.const 0))) (br $more))'), { ...small, memoryMiB: 1536, timeoutMs: 15_000 });
     const outcome = await evaluatePolicy(pool, policy, 'validate', input());
     expect(outcome).toMatchObject({
       status: 'failed', failure: 'temporary',
-      message: 'made more than 65536 Extism kernel allocations in one call, the most a call may make (each takes some of the worker\'s own heap)',
+      message: 'made more than 32000 Extism kernel blocks, variables and context answers in one call, the most a call may make (each takes some of the worker\'s own heap)',
     });
     await stillServes();
-  });
-
-  it('kernel blocks and linear memory share one cap: 15 MiB of each under a 16 MiB cap fails', async () => {
-    // Counted apart, a call could hold its cap twice over (red team: 62 MiB of each under 64 MiB).
-    const policy = await loadWat('linear-and-kernel', kernel(`
-      (drop (memory.grow (i32.const 240)))
-      (drop (call $alloc (i64.const 15728640)))`));
-    const outcome = await evaluatePolicy(pool, policy, 'validate', input());
-    expect(outcome).toMatchObject({ status: 'failed', failure: 'temporary', message: 'exceeded its 16 MiB memory cap (Extism kernel allocations)' });
   });
 
   // Extism's variables: names live in a map of the kernel's that no reset cleared and no meter saw.
@@ -251,7 +243,7 @@ describe('memory the linear-memory cap does not see (red-team findings)', () => 
     (func (export "validate") (result i32) (local $b i64) (local $k i64)
       (local.set $b (call $alloc (i64.const 8))) ${body} (i32.const 0)))`;
 
-  it('variables are bounded: 200,000 names in one call fail it instead of growing the worker', async () => {
+  it('variables count against the cap: 200,000 names in one call fail it instead of growing the worker', async () => {
     // A guest that set 200,000 names a call piled them up across calls until V8 aborted the whole
     // host at the worker's heap limit (red team).
     const policy = await loadWat('var-flood', variables(`
@@ -263,10 +255,11 @@ describe('memory the linear-memory cap does not see (red-team findings)', () => 
           (i64.shl (i64.add (i64.and (i64.shr_u (local.get $k) (i64.const 12)) (i64.const 63)) (i64.const 48)) (i64.const 16))))
         (call $var_set (local.get $b) (local.get $b))
         (local.set $k (i64.add (local.get $k) (i64.const 1)))
-        (br_if $more (i64.lt_u (local.get $k) (i64.const 200000))))`));
+        (br_if $more (i64.lt_u (local.get $k) (i64.const 200000))))`), { ...small, memoryMiB: 2 });
     const outcome = await evaluatePolicy(pool, policy, 'validate', input());
     expect(outcome).toMatchObject({ status: 'failed', failure: 'temporary' });
-    expect(outcome.status === 'failed' && outcome.message).toMatch(/made more than 65536 Extism variables in one call/);
+    // A 2 MiB cap: reached at about 15,000 names, before the 32,000 objects a call may make.
+    expect(outcome.status === 'failed' && outcome.message).toMatch(/exceeded its 2 MiB memory cap \(Extism variables\)/);
     await stillServes();
   });
 
@@ -543,7 +536,7 @@ describe('kernel imports are functions (red-team findings)', () => {
     const imports = [0x02, ...writeLeb(entry.length + 1), 1, ...entry];
     const bytes = Uint8Array.from([...plain.subarray(0, typeEnd), ...imports, ...plain.subarray(typeEnd)]);
     await expect(loadBytes(`kernel-${kind}`, bytes)).rejects.toThrow(
-      `could not be loaded: it imports extism:host/env.alloc as a ${kind}; the host gives it only as a function (check the import's declaration)`,
+      `could not be loaded: it imports extism:host/env.alloc as a ${kind}; everything the host gives in extism:host/env is a function (check the import's declaration)`,
     );
   });
 });
@@ -557,6 +550,9 @@ describe('what went wrong is said in words (red-team findings)', () => {
     expect(patched, JSON.stringify(patched)).toMatchObject({ status: 'allowed', patch });
     const erring = await loadBytes('quoting-error', await answering({ outcome: 'error', kind: 'permanent', message: 'InternalError: out of memory, says the quota' }));
     expect(await evaluatePolicy(pool, erring, 'validate', input())).toMatchObject({ status: 'failed', failure: 'permanent', message: 'InternalError: out of memory, says the quota' });
+    // An exception (a plain Error's message is reported bare) whose text only starts with the words.
+    const throwing = await loadBytes('quoting-exception', await answering({ outcome: 'error', kind: 'exception', message: 'InternalError: out of memory in the quota object' }));
+    expect(await evaluatePolicy(pool, throwing, 'validate', input())).toMatchObject({ status: 'failed', failure: 'crash', message: 'InternalError: out of memory in the quota object' });
   });
 
   const loadWat = async (name: string, text: string) =>

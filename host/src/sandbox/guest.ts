@@ -369,12 +369,13 @@ function u32(value: number | bigint): number {
  */
 const BLOCK_COST = 512;
 /**
- * Kernel blocks, variables and context answers one call may make, whatever its memory cap. Each
- * also takes objects on the worker's JavaScript heap (its 512 MiB limit, pool.ts), not only the
- * bytes the cap counts: under a 1.5 GiB cap, 8 million empty blocks ran that heap out, and V8
- * aborted the whole host (red team). 65,536 is ~32 MiB of that heap; the SDKs make a handful.
+ * Kernel blocks, variables and context answers one call may make in all, whatever its memory
+ * cap. Each also takes objects on the worker's JavaScript heap (its 512 MiB limit, pool.ts), not
+ * only the bytes the cap counts: under a 1.5 GiB cap, 8 million empty blocks ran that heap out,
+ * and V8 aborted the whole host (red team). Below 32,768: Extism's block addresses (index << 48,
+ * an i64) turn negative from there (review helper). The SDKs make a handful.
  */
-const MAX_KERNEL_OBJECTS = 65_536;
+const MAX_KERNEL_OBJECTS = 32_000;
 /** What one Extism variable costs besides its name (a map entry). */
 const VAR_COST = 128;
 const MAX_VAR_NAME_BYTES = 4096;
@@ -403,8 +404,6 @@ async function instantiateCore(spec: SandboxSpec, logs: LogBuffer, budget: FuelB
   // loop, metered at nothing, grew the host by a gigabyte in one two-second call).
   let allocated = 0;
   let objects = 0;
-  /** The instance's exported memories, once it exists. */
-  let linear: WebAssembly.Memory[] = [];
   // A guest can catch what a host function throws (exception handling's catch_all) and run on:
   // the first fault of a call is kept and decides the call however the guest carries on.
   let fault: GuestFault | undefined;
@@ -412,24 +411,17 @@ async function instantiateCore(spec: SandboxSpec, logs: LogBuffer, budget: FuelB
     fault ??= error;
     return error;
   };
-  /**
-   * Counts `bytes` of kernel memory against the cap, with the linear memory the instance has now
-   * (one budget for both: red team, 62 MiB of each passed a 64 MiB cap), or faults the call.
-   */
+  /** Counts `bytes` of kernel memory against the cap, or faults the call naming `what`. */
   const charge = (bytes: number, what: string): void => {
     // Checked before it counts: a negative length would lower the meter (a red-team bypass).
-    if (!(bytes >= 0) || allocated + bytes + linearBytes() > spec.memoryCapBytes) {
+    if (!(bytes >= 0) || allocated + bytes > spec.memoryCapBytes) {
       throw kept(new GuestFault('memory', `exceeded its ${Math.round(spec.memoryCapBytes / 2 ** 20)} MiB memory cap (${what})`));
     }
     if (++objects > MAX_KERNEL_OBJECTS) {
-      throw kept(new GuestFault('memory', `made more than ${MAX_KERNEL_OBJECTS} ${what} in one call, the most a call may make (each takes some of the worker's own heap)`));
+      throw kept(new GuestFault('memory', `made more than ${MAX_KERNEL_OBJECTS} Extism kernel blocks, variables and context answers in one call, `
+        + 'the most a call may make (each takes some of the worker\'s own heap)'));
     }
     allocated += bytes;
-  };
-  const linearBytes = (): number => {
-    let bytes = 0;
-    for (const memory of linear) bytes += memory.buffer.byteLength;
-    return bytes;
   };
   const alloc = (context: CallContext, length: bigint): bigint => {
     charge(Number(length) + BLOCK_COST, 'Extism kernel allocations');
@@ -579,7 +571,6 @@ async function instantiateCore(spec: SandboxSpec, logs: LogBuffer, budget: FuelB
     returned = value;
   });
   const memories = Object.values(instance.exports).filter((v): v is WebAssembly.Memory => v instanceof WebAssembly.Memory);
-  linear = memories;
   guest.memory = instance.exports.memory instanceof WebAssembly.Memory ? instance.exports.memory : undefined;
   return {
     call: async (fn, input) => {
