@@ -55,11 +55,15 @@ async function main(argv: string[]): Promise<number> {
 
 process.exitCode = await main(process.argv.slice(2));
 // Node ends a process only once every worker thread has, and a sandbox thread that V8 could not
-// stop at a deadline never does (SandboxPool #stop): `run` printed its answer and then hung, and
-// `serve` said "stopped" and stayed (red team). Only SIGKILL ends it. stdout and stderr are
-// synchronous here (Linux pipes, files and terminals), so what was written is out.
+// stop never does (SandboxPool #stop): `run` printed its answer and then hung, and `serve` said
+// "stopped" and stayed (red team). Only a signal ends it. stdout and stderr are synchronous here
+// (Linux pipes, files and terminals), so what was written is out.
 const stuck = await threadsLeft(STOP_WAIT_MS);
 if (stuck > 0) {
-  process.stderr.write(`portcullis: ${stuck} sandbox worker thread${stuck === 1 ? '' : 's'} could not be stopped at a policy's deadline; ending the process with SIGKILL\n`);
+  process.stderr.write(`portcullis: ${stuck} sandbox worker thread${stuck === 1 ? '' : 's'} could not be stopped; ending the process with SIGKILL `
+    + `(its exit status would have been ${Number(process.exitCode ?? 0)})\n`);
   process.kill(process.pid, 'SIGKILL');
+  // As PID 1 of a container (the image's ENTRYPOINT) the kernel ignores a SIGKILL sent from
+  // inside (review helper); abort() ends in a fault that it does not ignore.
+  process.abort();
 }
