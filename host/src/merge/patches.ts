@@ -102,7 +102,8 @@ function identityChange(original: JsonValue, result: JsonValue): string | undefi
     const before = valueAt(original, path);
     const after = valueAt(result, path);
     if (JSON.stringify(before) !== JSON.stringify(after)) {
-      return `changes ${path.join('.')} (${JSON.stringify(before) ?? 'absent'} to ${JSON.stringify(after) ?? 'absent'}); ` +
+      const shown = (value: JsonValue | undefined) => (value === undefined ? 'absent' : foreignText(JSON.stringify(value)));
+      return `changes ${path.join('.')} (${shown(before)} to ${shown(after)}); ` +
         'a policy may not change apiVersion, kind, metadata.name, metadata.namespace or metadata.uid';
     }
   }
@@ -192,7 +193,7 @@ function combineAllowed(original: JsonValue, patches: PolicyPatch[]): CombinedPa
       const other = accepted.find((p) => p.policy !== policy)?.policy ?? policy;
       rejected.push(changed
         ? { policy, reason: 'invalid', message: `returned a patch that, applied after the patch of policy "${other}", ${changed}` }
-        : { policy, reason: 'conflict', other, path: '', message: `its patch cannot apply after the patch of policy "${other}": ${failure!.message}` });
+        : { policy, reason: 'conflict', other, path: '', message: `its patch cannot apply after the patch of policy "${other}": ${foreignText(failure!.message, PATCH_ERROR_LENGTH)}` });
       continue;
     }
     accepted.push(entry);

@@ -437,7 +437,7 @@ function checkCoreImports(module: WebAssembly.Module): void {
     // Every import the host grants is a function: one taken as a global, memory or table failed
     // only when instantiated, in V8's words ("global import must be a number...", red team).
     if (kind !== 'function' && (namespace === 'extism:host/env' || namespace === 'extism:host/user')) {
-      throw new PrepareError(`it imports ${namespace}.${name} as a ${kind}; the host gives it only as a function (check the import's declaration)`);
+      throw new PrepareError(`it imports ${namespace}.${name} as a ${kind}; everything the host gives in ${namespace} is a function (check the import's declaration)`);
     }
     if (namespace === 'extism:host/env' && EXTISM_IMPORTS.has(name)) continue;
     if (namespace === 'extism:host/user' && CONTEXT_IMPORTS.has(name)) continue; // issue 15: grant-checked reads

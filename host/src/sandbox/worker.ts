@@ -185,7 +185,7 @@ function errorOutcome(output: string): { kind: unknown; message: string } | unde
  * a message that quotes the words (from the reviewed object, say) is not it (review helper).
  */
 function quickJsOutOfMemory(error: { kind: unknown; message: string }): boolean {
-  return error.kind === 'exception' && /^InternalError: out of memory\b/.test(error.message);
+  return error.kind === 'exception' && /^InternalError: out of memory( \(at [^)]*\))?$/.test(error.message);
 }
 
 function memoryCapMessage(spec: SandboxSpec): string {
