@@ -49,6 +49,18 @@ describe('portcullis run', () => {
     expect(code).toBe(1);
   });
 
+  it('with --config, exits 1 with a line for each policy that failed, beside the response', async () => {
+    const config = join(dir, 'failing.yaml');
+    await writeFile(config, `policies:\n  - name: trap\n    module: ${wasm('trap')}\n    failurePolicy: Ignore\n  - name: numbers\n    module: ${wasm('numbers')}\n`);
+    const { code, stdout, stderr } = await cli(['run', '--config', config, '--request', review]);
+    expect(JSON.parse(stdout).response).toMatchObject({ allowed: false, status: { code: 499 } });
+    // One line per call that failed: trap is called to mutate, then to validate.
+    const lines = stderr.trim().split('\n');
+    expect(lines).toHaveLength(2);
+    for (const line of lines) expect(line).toMatch(/^portcullis run: policy "trap" failed on request 705ab4f5-6393-11e8-b7cc-42010a800002: crashed: wasm trap: unreachable/);
+    expect(code).toBe(1);
+  });
+
   it('runs the mutate entry point with --mode mutate, and takes the review on stdin', async () => {
     const { readFile } = await import('node:fs/promises');
     const { code, stdout } = await cli(['run', '--policy', wasm('numbers'), '--request', '-', '--mode', 'mutate'], { input: await readFile(review, 'utf8') });

@@ -68,7 +68,8 @@ export default async function run(args: string[]): Promise<number> {
     print(review, decision, values.show === 'patched');
     // An answer the merge could not use (a patch that does not apply) fails the policy too: the
     // response said so, and the exit status said all was well (red team).
-    const unusable = outcome.status === 'allowed' && !decision.allowed ? decision.status?.message?.replace(`policy "${name}": `, '') : undefined;
+    const unusable = outcome.status === 'allowed' && !decision.allowed
+      ? (decision.status?.message?.replace(`policy "${name}": `, '') ?? 'its answer could not be used') : undefined;
     if (outcome.status === 'failed' || unusable !== undefined) {
       const why = outcome.status === 'failed' ? outcome.message : unusable;
       process.stderr.write(`portcullis run: policy "${name}" (${values.policy}) failed on request ${review.request.uid}: ${why}\n`);
@@ -189,12 +190,17 @@ async function runConfig(
     const patch: PatchOperation[] = [];
     let decision: Decision<PatchOperation[]> = { allowed: true, warnings: [], patch: [] };
     const warnings: string[] = [];
+    // Policies that failed (crashed, timed out, garbage), and answers the merge could not use:
+    // each is a line on stderr and exit status 1, as with --policy (review helper).
+    const failures: string[] = [];
     for (const m of modes) {
       const selected = set.entries.filter((entry) => policyMatches(entry, m, request));
       const input = { request, settings: null, headers: {}, sslpeer: null, dryRun: request.dryRun === true, webhook: `/${m}` };
       const evaluated = await Promise.all(selected.map(async (entry) => ({ policy: entry.config, outcome: await evaluateEntry(pool, entry, m, input) })));
       for (const { outcome } of evaluated) printLogs(outcome);
       decision = merge(evaluated, request.operation, request.object).decision;
+      for (const { policy, outcome } of evaluated) if (outcome.status === 'failed') failures.push(`policy "${policy.name}" failed on request ${request.uid}: ${outcome.message}`);
+      if (!decision.allowed && evaluated.every(({ outcome }) => outcome.status === 'allowed')) failures.push(`${decision.status?.message ?? 'the policies\' answers could not be merged'} (request ${request.uid})`);
       warnings.push(...decision.warnings);
       if (!decision.allowed) break;
       if (m === 'mutate' && decision.patch.length > 0 && request.object) {
@@ -204,7 +210,8 @@ async function runConfig(
     }
     const final: Decision<PatchOperation[]> = { ...decision, warnings, patch: decision.allowed ? patch : [] };
     print(review, final, patched);
-    return set.failed.length > 0 ? 1 : 0;
+    for (const failure of failures) process.stderr.write(`portcullis run: ${failure}\n`);
+    return set.failed.length > 0 || failures.length > 0 ? 1 : 0;
   } finally {
     await pool.close();
   }
