@@ -6,9 +6,6 @@ import { UsageError } from './usage.ts';
 import { cliVersion, versionLine } from './version.ts';
 import { threadsLeft } from '../sandbox/unstopped.ts';
 
-/** How long the process waits at exit for sandbox threads being stopped (see below). */
-const STOP_WAIT_MS = 10_000;
-
 const commands: Record<string, () => Promise<{ default: (args: string[]) => Promise<number> }>> = {
   new: () => import('./new.ts'),
   build: () => import('./build.ts'),
@@ -58,7 +55,7 @@ process.exitCode = await main(process.argv.slice(2));
 // stop never does (SandboxPool #stop): `run` printed its answer and then hung, and `serve` said
 // "stopped" and stayed (red team). Only a signal ends it. stdout and stderr are synchronous here
 // (Linux pipes, files and terminals), so what was written is out.
-const stuck = await threadsLeft(STOP_WAIT_MS);
+const stuck = await threadsLeft();
 if (stuck > 0) {
   process.stderr.write(`portcullis: ${stuck} sandbox worker thread${stuck === 1 ? '' : 's'} could not be stopped; ending the process with SIGKILL `
     + `(its exit status would have been ${Number(process.exitCode ?? 0)})\n`);

@@ -18,15 +18,15 @@
 import type { JsonValue, PatchOperation } from '@portcullis/sdk';
 import { diff } from './diff.ts';
 import { foreignText } from '../util/text.ts';
+import { applyOperation, applyPatch, copyOf, CopyBudget, define, Draft, equal, isMap, parsePointer, patched, PatchError, pointerSegment, toPointer, valueAt } from './json-patch.ts';
+
+export { MAX_COPIED_BYTES } from './json-patch.ts';
 
 /**
  * The most of a patch error put in a message. It quotes the guest's paths, which are as long as
  * the guest makes them: a 900 KB path came back whole in the response and the log (red team).
  */
 const PATCH_ERROR_LENGTH = 500;
-import { applyOperation, applyPatch, copyOf, CopyBudget, define, Draft, equal, isMap, parsePointer, patched, PatchError, pointerSegment, toPointer, valueAt } from './json-patch.ts';
-
-export { MAX_COPIED_BYTES } from './json-patch.ts';
 
 export interface PolicyPatch {
   policy: string;

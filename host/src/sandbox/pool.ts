@@ -43,7 +43,7 @@ import { MessageChannel, receiveMessageOnPort, Worker, type MessagePort } from '
 import { PortcullisError } from '../errors.ts';
 import type { ContextChange } from '../context/store.ts';
 import { InlineLane } from './inline-lane.ts';
-import { stopping } from './unstopped.ts';
+import { stopping, unstoppedThreads, UNSTOPPED_MS } from './unstopped.ts';
 import { clock, Progress, type CallInput, type CallReply, type FaultKind, type FromWorker, type GuestFunction, type LogEntry, type SandboxSpec, type ToWorker } from './protocol.ts';
 
 export type CallFault = FaultKind | 'deadline' | 'worker';
@@ -180,9 +180,6 @@ const HELD_CHECK_MS = 50;
  * deadline, so that idle workers do not wait out a turn of hundreds of requests.
  */
 const PUMP_DISPATCH_MS = 1;
-
-/** How long a terminated worker's thread may take to end before it counts as unstopped (see #stop). */
-const UNSTOPPED_MS = 10_000;
 const RELIEF_IDLE_MS = 2_000;
 const RELIEF_REFUSED_MS = 60_000;
 /**
@@ -213,7 +210,7 @@ export interface PoolStats {
   /** Policies with an inline instance ready, and those whose instance is being made now. */
   inlineReady: number;
   inlinePreparing: number;
-  /** Workers terminated UNSTOPPED_MS ago or more whose threads have not ended (see #stop). */
+  /** Worker threads of this process terminated UNSTOPPED_MS ago or more that have not ended (see #stop). */
   unstopped: number;
 }
 
@@ -314,15 +311,13 @@ export class SandboxPool {
   #reliefLoading = 0;
   #reliefRefused = new Map<string, number>();
   #heldTimer: NodeJS.Timeout | undefined;
-  #unstopped = 0;
-  readonly #unstoppedMs: number;
   /** Cheap core policies called in this thread while the workers are idle (inline-lane.ts). */
   readonly #inline: InlineLane | undefined;
 
   constructor(
     size = Math.max(2, availableParallelism()),
     options: {
-      loadTimeoutMs?: number; probationMs?: number; reliefIdleMs?: number; inline?: boolean; unstoppedMs?: number;
+      loadTimeoutMs?: number; probationMs?: number; reliefIdleMs?: number; inline?: boolean;
       /** Told once per sandbox why the inline lane no longer takes it. */
       onInlineLeave?: (key: string, reason: string) => void;
     } = {},
@@ -332,7 +327,6 @@ export class SandboxPool {
     this.#loadTimeoutMs = options.loadTimeoutMs ?? LOAD_TIMEOUT_MS;
     this.#probationMs = options.probationMs ?? PROBATION_MS;
     this.#reliefIdleMs = options.reliefIdleMs ?? RELIEF_IDLE_MS;
-    this.#unstoppedMs = options.unstoppedMs ?? UNSTOPPED_MS;
     this.#instances = size;
     for (let i = 0; i < size; i++) this.#slots.push(this.#spawn(i));
   }
@@ -342,7 +336,7 @@ export class SandboxPool {
     return {
       size: this.size, workers: this.#slots.length, busy, queued: this.#queue.length, restarts: this.#restarts,
       inlineCalls: this.#inline?.calls ?? 0, inlineOut: this.#inline?.out ?? 0,
-      inlineReady: this.#inline?.ready ?? 0, inlinePreparing: this.#inline?.preparing ?? 0, unstopped: this.#unstopped,
+      inlineReady: this.#inline?.ready ?? 0, inlinePreparing: this.#inline?.preparing ?? 0, unstopped: unstoppedThreads(),
     };
   }
 
@@ -731,23 +725,11 @@ export class SandboxPool {
    * waits for the threads being stopped at exit (cli/main.ts): Node waits for every thread.
    */
   #stop(slot: Slot): Promise<void> {
-    let late = false;
-    const ended = slot.worker.terminate().catch(() => undefined).finally(() => {
-      if (late) this.#unstopped--;
-    });
+    const ended = slot.worker.terminate().then(() => undefined, () => undefined);
     stopping(ended);
-    return new Promise((resolve) => {
-      const timer = setTimeout(() => {
-        late = true;
-        this.#unstopped++;
-        resolve();
-      }, this.#unstoppedMs);
-      timer.unref();
-      void ended.then(() => {
-        clearTimeout(timer);
-        resolve();
-      });
-    });
+    let timer: NodeJS.Timeout | undefined;
+    const late = new Promise<void>((resolve) => { timer = setTimeout(resolve, UNSTOPPED_MS).unref(); });
+    return Promise.race([ended, late]).finally(() => clearTimeout(timer));
   }
 
   #spawn(index: number): Slot {
