@@ -539,6 +539,32 @@ describe('kernel imports are functions (red-team findings)', () => {
       `could not be loaded: it imports extism:host/env.alloc as a ${kind}; everything the host gives in extism:host/env is a function (check the import's declaration)`,
     );
   });
+
+  // V8 links a JavaScript host function to an import of any signature: these loaded, then failed
+  // every call ("Cannot convert a BigInt value to a number", "output that is not JSON ()").
+  const importing = (namespace: string, name: string, type: string) => parse(`(module
+    (import "${namespace}" "${name}" (func ${type}))
+    (memory (export "memory") 1)
+    (func (export "validate") (result i32) (i32.const 0)))`);
+  it.each([
+    ['extism:host/env', 'alloc', '(param i32)', '(i32) -> ()', '(i64) -> (i64)'],
+    ['extism:host/env', 'alloc', '(param i64) (result i32)', '(i64) -> (i32)', '(i64) -> (i64)'],
+    ['extism:host/env', 'get_log_level', '(result i64)', '() -> (i64)', '() -> (i32)'],
+    ['extism:host/env', 'output_set', '(param i64)', '(i64) -> ()', '(i64, i64) -> ()'],
+    ['extism:host/user', 'portcullis_input_length', '(result i64)', '() -> (i64)', '() -> (i32)'],
+    ['extism:host/user', 'portcullis_context_call', '(param f64 i32) (result i32)', '(f64, i32) -> (i32)', '(i32|i64, i32|i64) -> (i32)'],
+  ])('refuses %s.%s declared %s, at load, naming both signatures', async (namespace, name, type, declared, given) => {
+    await expect(loadBytes(`signature-${name}`, await importing(namespace, name, type))).rejects.toThrow(
+      `could not be loaded: it imports ${namespace}.${name} as ${declared}, but the host gives it as ${given}; declare the import with that signature`,
+    );
+  });
+  it.each([
+    ['extism:host/user', 'portcullis_input_read', '(param i64)'],
+    ['extism:host/user', 'portcullis_input_read', '(param i32)'],
+    ['extism:host/env', 'store_u8', '(param i64 i32)'],
+  ])('loads %s.%s declared %s, as the SDK or an Extism PDK declares it', async (namespace, name, type) => {
+    await expect(loadBytes(`signature-ok-${name}-${type.length}`, await importing(namespace, name, type))).resolves.toMatchObject({ kind: 'core', modes: ['validate'] });
+  });
 });
 
 describe('what went wrong is said in words (red-team findings)', () => {

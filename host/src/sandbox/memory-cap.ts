@@ -121,6 +121,8 @@ export interface ModuleLayout {
   types: number;
   /** Parameters and results of those types, in all. */
   typeValues: number;
+  typeSection?: Span;
+  importSection?: Span;
   memorySection?: Span;
   tableSection?: Span;
   codeSection?: Span;
@@ -149,6 +151,7 @@ export function readLayout(bytes: Uint8Array): ModuleLayout {
     const end = start + size;
     if (end > bytes.length) throw new MemoryCapError(`section ${id} at byte ${offset} claims ${size} bytes, past the end of the module`);
     if (id === TYPE_SECTION) {
+      layout.typeSection = { header: offset, start, end };
       [layout.types, layout.typeValues] = checkFunctionTypes(bytes, start, end);
     } else if (id === MEMORY_SECTION) {
       layout.memorySection = { header: offset, start, end };
@@ -161,6 +164,7 @@ export function readLayout(bytes: Uint8Array): ModuleLayout {
     } else if (id === GLOBAL_SECTION) {
       layout.globals = readLeb(bytes, start, end)[0];
     } else if (id === IMPORT_SECTION || id === EXPORT_SECTION) {
+      if (id === IMPORT_SECTION) layout.importSection = { header: offset, start, end };
       const [count] = readLeb(bytes, start, end);
       const [what, max] = id === IMPORT_SECTION ? ['imports', MAX_IMPORTS] : ['exports', MAX_EXPORTS];
       if (count > max) throw new MemoryCapError(`the module has ${count} ${what}; a policy may have at most ${max}`);

@@ -20,23 +20,14 @@ import { FUEL_EXPORT, meterModule, REFILL_EXPORT, START_EXPORT, type Metering } 
 import { GLUE_REVISION, tuneGlue } from './glue.ts';
 import { transpileIsolated } from './transpile.ts';
 import { markTrialUsed, trialCompile, trialCompileAll } from './compile-trial.ts';
-import { cutMessage, mib } from '../util/text.ts';
+import { cutMessage, foreignText, mib } from '../util/text.ts';
+import { KERNEL_NAMESPACES, kernelImportProblem } from './kernel-imports.ts';
 import type { SandboxSpec } from './protocol.ts';
 import { PortcullisError } from '../errors.ts';
 
 /** The one interface a component may import. Anything else (WASI files, sockets, clocks...) is refused. */
 // Issue 15: portcullis:policy/context is safe to link for every policy: it refuses kinds not granted.
 const COMPONENT_IMPORTS = new Set(['portcullis:policy/host', 'portcullis:policy/context']);
-
-/**
- * The Extism kernel functions a core module may import. Left out on purpose: http_request and
- * friends (network), and every WASI import (files, clocks, random, environment).
- */
-const EXTISM_IMPORTS = new Set([
-  'alloc', 'free', 'length', 'length_unsafe', 'load_u8', 'load_u64', 'store_u8', 'store_u64',
-  'input_length', 'input_load_u8', 'input_load_u64', 'input_offset', 'output_set', 'error_set',
-  'config_get', 'var_get', 'var_set', 'log_info', 'log_warn', 'log_debug', 'log_error', 'log_trace', 'get_log_level',
-]);
 
 export class PrepareError extends PortcullisError {
   constructor(message: string) {
@@ -58,7 +49,7 @@ export async function prepareSandbox(
   if (kind === 'core') {
     const capped = capMemory(bytes, capBytes);
     const module = await compile(capped);
-    checkCoreImports(module);
+    checkCoreImports(module, capped);
     const problems = entryPointProblems(capped, module);
     if (problems.length > 0) throw new PrepareError(problems.join('; '));
     cappedBytes.set(module, capped);
@@ -430,20 +421,13 @@ export class TypeBudget {
 const processTypes = new TypeBudget(MAX_PROCESS_TYPES);
 
 /** portcullis_context_read from SDKs before the one-copy pair (call, then answer); both kept. */
-const CONTEXT_IMPORTS = new Set(['portcullis_context_read', 'portcullis_context_call', 'portcullis_context_answer']);
-
-function checkCoreImports(module: WebAssembly.Module): void {
-  for (const { module: namespace, name, kind } of WebAssembly.Module.imports(module)) {
-    // Every import the host grants is a function: one taken as a global, memory or table failed
-    // only when instantiated, in V8's words ("global import must be a number...", red team).
-    if (kind !== 'function' && (namespace === 'extism:host/env' || namespace === 'extism:host/user')) {
-      throw new PrepareError(`it imports ${namespace}.${name} as a ${kind}; everything the host gives in ${namespace} is a function (check the import's declaration)`);
-    }
-    if (namespace === 'extism:host/env' && EXTISM_IMPORTS.has(name)) continue;
-    if (namespace === 'extism:host/user' && CONTEXT_IMPORTS.has(name)) continue; // issue 15: grant-checked reads
-    if (namespace === 'extism:host/user' && (name === 'portcullis_input_length' || name === 'portcullis_input_read')) continue; // issue 14: input in one copy
+function checkCoreImports(module: WebAssembly.Module, bytes: Uint8Array): void {
+  const problem = kernelImportProblem(bytes, readLayout(bytes));
+  if (problem) throw new PrepareError(problem);
+  for (const { module: namespace, name } of WebAssembly.Module.imports(module)) {
+    if (KERNEL_NAMESPACES.has(namespace)) continue; // each import checked above, signature too
     throw new PrepareError(
-      `it imports ${namespace}.${name}, which Portcullis does not grant to policies ` +
+      `it imports ${foreignText(namespace)}.${foreignText(name)}, which Portcullis does not grant to policies ` +
       '(no files, network, clock, random or environment); build it without that import',
     );
   }
