@@ -567,6 +567,43 @@ describe('kernel imports are functions (red-team findings)', () => {
   });
 });
 
+describe('output_set answers the bytes it names, as Extism\'s own runtime does (red-team findings)', () => {
+  // Extism's JavaScript kernel answered the whole block, whatever offset and length it was given.
+  const json = '{"outcome":"allow","warnings":["part"]}';
+  const setting = (blockBytes: number, offset: number, length: number, after = '') => parse(`(module
+    (import "extism:host/env" "alloc" (func $alloc (param i64) (result i64)))
+    (import "extism:host/env" "free" (func $free (param i64)))
+    (import "extism:host/env" "store_u8" (func $store (param i64 i32)))
+    (import "extism:host/env" "output_set" (func $output_set (param i64 i64)))
+    (memory (export "memory") 1)
+    (data (i32.const 0) ${JSON.stringify(json)})
+    (func (export "validate") (result i32) (local $block i64) (local $i i32)
+      (local.set $block (call $alloc (i64.const ${blockBytes})))
+      (block $done (loop $next
+        (br_if $done (i32.ge_u (local.get $i) (i32.const ${json.length})))
+        (call $store (i64.add (local.get $block) (i64.extend_i32_u (i32.add (local.get $i) (i32.const ${offset})))) (i32.load8_u (local.get $i)))
+        (local.set $i (i32.add (local.get $i) (i32.const 1)))
+        (br $next)))
+      (call $output_set (i64.add (local.get $block) (i64.const ${offset})) (i64.const ${length}))
+      ${after}
+      (i32.const 0)))`);
+  it('the answer written 5 bytes into a larger block is read alone (before: "not JSON" for the bytes around it)', async () => {
+    const policy = await loadBytes('output-offset', await setting(json.length + 20, 5, json.length));
+    expect(await evaluatePolicy(pool, policy, 'validate', input())).toMatchObject({ status: 'allowed', warnings: ['part'] });
+  });
+  it('the answer stays what was set when the guest frees its block before returning', async () => {
+    const policy = await loadBytes('output-freed', await setting(json.length, 0, json.length, '(call $free (local.get $block))'));
+    expect(await evaluatePolicy(pool, policy, 'validate', input())).toMatchObject({ status: 'allowed', warnings: ['part'] });
+  });
+  it.each([
+    ['longer than its block', json.length + 1, `set its output to ${json.length + 1} bytes at offset 0 of a ${json.length}-byte block`],
+    ['of a negative length', -1, `set its output to -1 bytes at offset 0 of a ${json.length}-byte block`],
+  ])('an output %s fails the call, saying so', async (_, length, message) => {
+    const policy = await loadBytes(`output-${length}`, await setting(json.length, 0, length));
+    expect(await evaluatePolicy(pool, policy, 'validate', input())).toMatchObject({ status: 'failed', message: expect.stringContaining(message) });
+  });
+});
+
 describe('what went wrong is said in words (red-team findings)', () => {
   it('the memory cap is QuickJS\'s own out-of-memory exception only: the words in a patch or in the policy\'s own error are its answer', async () => {
     // Text from the reviewed object can reach an answer unescaped as a patch's keys and values.

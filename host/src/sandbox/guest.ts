@@ -25,6 +25,7 @@ const noFetch: typeof fetch = () => Promise.reject(new Error('policies have no n
 const LOG_DECODER = new TextDecoder();
 const ANSWER_ENCODER = new TextEncoder();
 const REQUEST_DECODER = new TextDecoder();
+const OUTPUT_DECODER = new TextDecoder();
 
 export interface Guest {
   call(fn: GuestFunction, input: CallInput): Promise<string>;
@@ -516,10 +517,29 @@ async function instantiateCore(spec: SandboxSpec, logs: LogBuffer, budget: FuelB
   // Extism's own config_get decodes the whole block it is named, however large, to look up a
   // configuration policies are never given: the answer is always "none" (0).
   const config_get = (): bigint => 0n;
+  // Extism's JavaScript kernel answers the whole block output_set names, whatever offset and
+  // length it is given; Extism's own runtime answers the `length` bytes at that address (red team
+  // 2: JSON written at the start of a larger block read as "not JSON" for the zeros after it).
+  // Copied as set: the guest may free or reuse the block before it returns.
+  let output: Uint8Array | undefined;
+  let calling = false;
+  const output_set = (context: CallContext, addr: bigint, length: bigint): void => {
+    // A TypeError, as Extism's own throws there: startError names it for the start function.
+    if (!calling) throw new TypeError('output_set outside a call');
+    const block = context.read(addr)?.bytes();
+    if (block === undefined) throw kept(new GuestFault('trap', `set its output at address ${addr}, which is not in a block it allocated`));
+    const offset = Number(BigInt.asUintN(48, addr));
+    const size = Number(length);
+    if (size < 0 || offset + size > block.length) {
+      throw kept(new GuestFault('trap', `set its output to ${length} bytes at offset ${offset} of a ${block.length}-byte block`));
+    }
+    if (size > spec.maxOutputBytes) throw kept(outputTooLarge(spec, size));
+    output = block.slice(offset, offset + size);
+  };
   const meter = new Meter(budget);
   const functions: Record<string, Record<string, (context: CallContext, ...args: never[]) => unknown>> = {
     'extism:host/env': {
-      alloc, var_get, var_set, config_get,
+      alloc, var_get, var_set, config_get, output_set,
       log_info: logTo('info'), log_warn: logTo('warn'), log_error: logTo('error'), log_debug: logTo('debug'), log_trace: logTo('debug'),
       // Extism 1.0 has no get_log_level; PDKs ask it to skip formatting logs nobody reads. Every level is kept (64 lines a call at most).
       get_log_level: () => 0,
@@ -584,10 +604,12 @@ async function instantiateCore(spec: SandboxSpec, logs: LogBuffer, budget: FuelB
       objects = 0;
       fault = undefined;
       returned = undefined;
+      output = undefined;
+      calling = true;
       meter.begin(budget.call);
       if (oneCopy) parts = inputParts(input);
       try {
-        const output = await plugin.call(name, oneCopy ? undefined : inputBytes(input)).catch((error: unknown) => {
+        await plugin.call(name, oneCopy ? undefined : inputBytes(input)).catch((error: unknown) => {
           // A guest that caught a host function's fault and then trapped failed for that fault.
           throw fault ?? (meter.stopped ? new GuestFault('trap', meter.stopped) : error);
         });
@@ -599,11 +621,11 @@ async function instantiateCore(spec: SandboxSpec, logs: LogBuffer, budget: FuelB
           throw new GuestFault('trap', `returned ${code} from ${name}, which says it failed (Extism's convention: 0 is success), without an error message; its output, if any, is not used ` +
             `(an entry point returns the SDK's status: in AssemblyScript, \`export function ${name}(): i32 { return ${HANDLERS[name] ?? 'handleValidate'}(check); }\`)`);
         }
-        if (output === null) return '';
-        const size = (output as unknown as DataView).byteLength;
-        if (size > spec.maxOutputBytes) throw outputTooLarge(spec, size);
-        return output.text();
+        // Extism's output is always null: output_set above keeps it instead (its limit checked there).
+        return output === undefined ? '' : OUTPUT_DECODER.decode(output);
       } finally {
+        output = undefined;
+        calling = false;
         parts = NO_INPUT;
         pendingAnswer = NO_INPUT[0];
         vars.clear();
