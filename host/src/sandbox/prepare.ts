@@ -425,7 +425,7 @@ function checkCoreImports(module: WebAssembly.Module, bytes: Uint8Array): void {
   const problem = kernelImportProblem(bytes, readLayout(bytes));
   if (problem) throw new PrepareError(problem);
   for (const { module: namespace, name } of WebAssembly.Module.imports(module)) {
-    if (KERNEL_NAMESPACES.has(namespace)) continue; // each import checked above, signature too
+    if (KERNEL_NAMESPACES.get(namespace)?.has(name)) continue; // its signature checked above
     throw new PrepareError(
       `it imports ${foreignText(namespace)}.${foreignText(name)}, which Portcullis does not grant to policies ` +
       '(no files, network, clock, random or environment); build it without that import',

@@ -22,9 +22,10 @@ export function cutMessage(text: string): string {
 export const MAX_FOREIGN_LENGTH = 200;
 
 // C0, DEL, C1, line/paragraph separators and bidi overrides: what can clear a terminal, forge a
-// log line or reorder what an operator reads. Built from a string: a regex literal of control
-// characters is what no-control-regex exists to catch by accident.
-const UNPRINTABLE = new RegExp('[\\u0000-\\u001f\\u007f-\\u009f\\u2028\\u2029\\u202a-\\u202e\\u2066-\\u2069]', 'g');
+// log line or reorder what an operator reads; zero-width characters and the byte-order mark, which
+// make two names read the same ("\ufeffalloc" as alloc). Built from a string: a regex literal of
+// control characters is what no-control-regex exists to catch by accident.
+const UNPRINTABLE = new RegExp('[\\u0000-\\u001f\\u007f-\\u009f\\u200b-\\u200f\\u2028\\u2029\\u202a-\\u202e\\u2066-\\u2069\\ufeff]', 'g');
 
 /**
  * Text chosen by someone outside (a registry), made fit for a one-line message: at most
