@@ -518,23 +518,26 @@ async function instantiateCore(spec: SandboxSpec, logs: LogBuffer, budget: FuelB
   // configuration policies are never given: the answer is always "none" (0).
   const config_get = (): bigint => 0n;
   // Extism's JavaScript kernel answers the whole block output_set names, whatever offset and
-  // length it is given; Extism's own runtime answers the `length` bytes at that address (red team
-  // 2: JSON written at the start of a larger block read as "not JSON" for the zeros after it).
-  // Copied as set: the guest may free or reuse the block before it returns.
+  // length it is given; Extism's own runtime answers the `length` bytes at that address, read as
+  // the call ends (red team 2: JSON written at the start of a larger block read as "not JSON" for
+  // the zeros after it). The block's bytes are held, not copied: a guest that sets its output in
+  // a loop costs nothing per turn (reviewer), and one that frees the block still answers.
   let output: Uint8Array | undefined;
   let calling = false;
   const output_set = (context: CallContext, addr: bigint, length: bigint): void => {
     // A TypeError, as Extism's own throws there: startError names it for the start function.
     if (!calling) throw new TypeError('output_set outside a call');
-    const block = context.read(addr)?.bytes();
-    if (block === undefined) throw kept(new GuestFault('trap', `set its output at address ${addr}, which is not in a block it allocated`));
+    const index = addr >> 48n;
     const offset = Number(BigInt.asUintN(48, addr));
+    // Block 0 is Extism's own placeholder, never one the guest allocated.
+    const block = index === 0n ? undefined : context.read(addr)?.bytes();
+    if (block === undefined) throw kept(new GuestFault('trap', `set its output at address 0x${BigInt.asUintN(64, addr).toString(16)}, which is not in a block it allocated`));
     const size = Number(length);
     if (size < 0 || offset + size > block.length) {
       throw kept(new GuestFault('trap', `set its output to ${length} bytes at offset ${offset} of a ${block.length}-byte block`));
     }
     if (size > spec.maxOutputBytes) throw kept(outputTooLarge(spec, size));
-    output = block.slice(offset, offset + size);
+    output = block.subarray(offset, offset + size);
   };
   const meter = new Meter(budget);
   const functions: Record<string, Record<string, (context: CallContext, ...args: never[]) => unknown>> = {
