@@ -565,6 +565,22 @@ describe('kernel imports are functions (red-team findings)', () => {
   ])('loads %s.%s declared %s, as the SDK or an Extism PDK declares it', async (namespace, name, type) => {
     await expect(loadBytes(`signature-ok-${name}-${type}`, await importing(namespace, name, type))).resolves.toMatchObject({ kind: 'core', modes: ['validate'] });
   });
+  it('reads the imports before a kernel import as V8 does: a tag whose attribute is a padded LEB', async () => {
+    // Read as one byte, 80 00 put the reader a byte behind, and the load failed with "Cannot read properties of undefined" (red team 3).
+    const section = (id: number, payload: number[]) => [id, ...writeLeb(payload.length), ...payload];
+    const bytes = Uint8Array.from([
+      0x00, 0x61, 0x73, 0x6d, 1, 0, 0, 0,
+      ...section(1, [3, 0x60, 1, 0x7f, 1, 0x7f, 0x60, 0, 0, 0x60, 0, 1, 0x7f]), // (i32) -> (i32), () -> (), () -> (i32)
+      ...section(2, [2, ...text('env'), ...text('t'), 0x04, 0x80, 0x00, 1, ...text('extism:host/env'), ...text('alloc'), 0x00, 0]),
+      ...section(3, [1, 2]),
+      ...section(5, [1, 0x00, 1]),
+      ...section(7, [2, ...text('validate'), 0x00, 1, ...text('memory'), 0x02, 0]),
+      ...section(10, [1, 4, 0, 0x41, 0x00, 0x0b]),
+    ]);
+    await expect(loadBytes('padded-tag', bytes)).rejects.toThrow(
+      'could not be loaded: it imports extism:host/env.alloc as (i32) -> (i32), but the host gives it as (i64) -> (i64)',
+    );
+  });
   it('refuses a kernel name behind a byte-order mark, which V8 keeps as part of the name, at load and showing the mark', async () => {
     // Read without the mark, it passed as alloc and failed at instantiation naming nothing clear (reviewer).
     await expect(loadBytes('signature-bom', await importing('extism:host/env', '\ufeffalloc', '(param i64) (result i64)'))).rejects.toThrow(
