@@ -36,7 +36,7 @@ const ENV: ReadonlyMap<string, Signature> = new Map([
 
 /** Ours (guest.ts): context reads (issue 15) and the input in one copy (issue 14). */
 const USER: ReadonlyMap<string, Signature> = new Map([
-  ['portcullis_context_read', sig(['i64'], ['i64'])],
+  ['portcullis_context_read', sig(['i64'], ['i64'])], // from SDKs before the call-then-answer pair below; still served
   ['portcullis_context_call', sig(['i32|i64', 'i32|i64'], ['i32'])],
   ['portcullis_context_answer', sig(['i32|i64'])],
   ['portcullis_input_length', sig([], ['i32'])],
@@ -49,6 +49,8 @@ export const KERNEL_NAMESPACES: ReadonlyMap<string, ReadonlyMap<string, Signatur
 
 const VALUE_NAMES = new Map<number, Value>([[0x7f, 'i32'], [0x7e, 'i64'], [0x7d, 'f32'], [0x7c, 'f64'], [0x7b, 'v128'], [0x70, 'funcref'], [0x6f, 'externref']]);
 const IMPORT_KINDS = ['function', 'table', 'memory', 'global', 'tag'];
+/** As V8 reads a name: a leading byte-order mark is part of it (review: "\ufeffalloc" read as alloc). */
+const NAME_DECODER = new TextDecoder('utf-8', { ignoreBOM: true });
 
 /**
  * Why the module's imports cannot be linked by the host, or undefined. `bytes` is the module
@@ -66,8 +68,7 @@ export function kernelImportProblem(
   const name = (): string => {
     const [length, lengthBytes] = readLeb(bytes, at, end);
     if (at + lengthBytes + length > end) throw new ImportsUnread();
-    // As V8 reads a name: a leading byte-order mark is part of it (reviewer: "\ufeffalloc" read as alloc).
-    const text = new TextDecoder('utf-8', { ignoreBOM: true }).decode(bytes.subarray(at + lengthBytes, Math.min(end, at + lengthBytes + length)));
+    const text = NAME_DECODER.decode(bytes.subarray(at + lengthBytes, at + lengthBytes + length));
     at += lengthBytes + length;
     return text;
   };

@@ -420,7 +420,7 @@ export class TypeBudget {
 
 const processTypes = new TypeBudget(MAX_PROCESS_TYPES);
 
-/** portcullis_context_read from SDKs before the one-copy pair (call, then answer); both kept. */
+/** Refuses a core module that imports what the host does not give, or gives with another signature (kernel-imports.ts). */
 function checkCoreImports(module: WebAssembly.Module, bytes: Uint8Array): void {
   const problem = kernelImportProblem(bytes, readLayout(bytes));
   if (problem) throw new PrepareError(problem);
