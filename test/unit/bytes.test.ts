@@ -1,7 +1,6 @@
-// copyBytes must copy exactly what TypedArray#set copies, into and out of shared memory;
-// sharedBytes must never hand out the same bytes twice.
+// copyBytes must copy exactly what TypedArray#set copies, into and out of shared memory.
 import { expect, it } from 'vitest';
-import { concatBytes, copyBytes, SHARED_CHUNK_BYTES, sharedBytes } from '../../host/src/util/bytes.ts';
+import { concatBytes, copyBytes } from '../../host/src/util/bytes.ts';
 
 const shared = (length: number) => new Uint8Array(new SharedArrayBuffer(length));
 const counting = (length: number) => new Uint8Array(length).map((_, i) => (i * 7 + 3) & 255);
@@ -40,24 +39,4 @@ it('copies nothing from an empty source, and refuses a target without room', () 
 it('joins byte arrays and plain byte lists in order, empty ones included', () => {
   expect([...concatBytes([Uint8Array.of(0, 1, 2), [], [9, 8], new Uint8Array(0), Uint8Array.of(7)])]).toEqual([0, 1, 2, 9, 8, 7]);
   expect(concatBytes([]).length).toBe(0);
-});
-
-it('carves shared views that never overlap, each zeroed, and gives a large one its own buffer', () => {
-  // Lengths that fill several chunks, with odd sizes so that chunk ends fall mid-request.
-  const lengths = Array.from({ length: 400 }, (_, i) => [1, 7, 5120, 9001, 333, SHARED_CHUNK_BYTES / 4][i % 6]!);
-  const views = lengths.map((length) => sharedBytes(length));
-  views.forEach((view, i) => {
-    expect(view.length).toBe(lengths[i]);
-    expect(view.buffer).toBeInstanceOf(SharedArrayBuffer);
-    expect(view.every((b) => b === 0)).toBe(true);
-    view.fill((i % 250) + 1);
-  });
-  // Writing each view left every other one as it was: no two share a byte.
-  views.forEach((view, i) => expect(view.every((b) => b === (i % 250) + 1)).toBe(true));
-  const buffers = new Set(views.map((view) => view.buffer));
-  expect(buffers.size).toBeGreaterThan(1);
-  expect(buffers.size).toBeLessThan(views.length / 4);
-  const large = sharedBytes(SHARED_CHUNK_BYTES / 4 + 1);
-  expect(large.byteOffset).toBe(0);
-  expect(large.buffer.byteLength).toBe(SHARED_CHUNK_BYTES / 4 + 1);
 });

@@ -7,7 +7,7 @@ import type { PolicyEntry } from '../policy/policy-set.ts';
 import type { CallResult, SandboxPool } from '../sandbox/pool.ts';
 import type { Deferred, SharedInput } from '../sandbox/protocol.ts';
 import { errorMessage } from '../errors.ts';
-import { copyBytes, sharedBytes } from '../util/bytes.ts';
+import { copyBytes } from '../util/bytes.ts';
 import { cutMessage } from '../util/text.ts';
 import { stringifyDeep } from '../util/deep-json.ts';
 import { decodeOutput, MalformedOutput, type Outcome } from './outcome.ts';
@@ -90,7 +90,7 @@ export function sharedInput(input: EvaluationInput, policy: LoadedPolicy): Share
   if (envelope === undefined) {
     // Encoded straight into shared memory: no second copy (Buffer.byteLength counts what encodeInto writes).
     const text = serialized(input);
-    envelope = sharedBytes(Buffer.byteLength(text));
+    envelope = new Uint8Array(new SharedArrayBuffer(Buffer.byteLength(text)));
     encoder.encodeInto(text, envelope);
     carry(input, ENVELOPE, envelope);
   }
@@ -143,7 +143,7 @@ export function rawEnvelope(input: EvaluationInput, body: Uint8Array, span: Span
   const prefix = `${head.slice(0, -1)},"request":`;
   const prefixBytes = Buffer.byteLength(prefix);
   const length = span.end - span.start;
-  const envelope = sharedBytes(prefixBytes + length + 1);
+  const envelope = new Uint8Array(new SharedArrayBuffer(prefixBytes + length + 1));
   encoder.encodeInto(prefix, envelope);
   copyBytes(body.subarray(span.start, span.end), envelope, prefixBytes);
   envelope[prefixBytes + length] = 0x7d; // }

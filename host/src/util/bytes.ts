@@ -27,35 +27,3 @@ export function concatBytes(parts: readonly (Uint8Array | readonly number[])[]):
   }
   return result;
 }
-
-/**
- * Most bytes carved from one chunk of shared memory, and the largest request carved rather than
- * given a buffer of its own (a quarter: at most that much of a chunk goes unused).
- */
-export const SHARED_CHUNK_BYTES = 256 * 1024;
-const CARVED_UP_TO = SHARED_CHUNK_BYTES / 4;
-
-let chunk: SharedArrayBuffer | undefined;
-let chunkUsed = 0;
-
-/**
- * `length` bytes of zeroed shared memory, for a review's envelope. A SharedArrayBuffer made per
- * review cost the main thread 4.6 µs to make, and the main thread and the worker together 8-25
- * µs more to post it than a view of a larger one (/tmp microbenchmarks, Node 24: each new buffer
- * is registered and counted apart on both sides). So small ones are cut from a chunk in turn.
- * A chunk is never handed out twice: a view is its review's alone for as long as anything holds
- * it (a worker still reading after its deadline included), and the chunk goes to the garbage
- * collector once the last view of it does. The views share `.buffer`: code that reads one must
- * keep to its byteOffset and length, as every reader here does.
- */
-export function sharedBytes(length: number): Uint8Array<SharedArrayBuffer> {
-  if (length > CARVED_UP_TO) return new Uint8Array(new SharedArrayBuffer(length));
-  if (chunk === undefined || chunkUsed + length > SHARED_CHUNK_BYTES) {
-    chunk = new SharedArrayBuffer(SHARED_CHUNK_BYTES);
-    chunkUsed = 0;
-  }
-  const view = new Uint8Array(chunk, chunkUsed, length);
-  // Each view starts on 8 bytes, as a buffer of its own would.
-  chunkUsed += (length + 7) & ~7;
-  return view;
-}
