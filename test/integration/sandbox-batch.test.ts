@@ -3,7 +3,7 @@
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { evaluatePolicy, sharedInput } from '../../host/src/evaluate/evaluate.ts';
 import type { LoadedPolicy } from '../../host/src/policy/loaded.ts';
-import { SandboxPool } from '../../host/src/sandbox/pool.ts';
+import { QUEUE_SHARE, SandboxPool } from '../../host/src/sandbox/pool.ts';
 import { DEFAULT_LIMITS } from '../../host/src/config/limits.ts';
 import { input, load, wasm } from '../helpers/policies.ts';
 import { parseConfig } from '../../host/src/config/load.ts';
@@ -162,6 +162,13 @@ async function overloaded(pool: SandboxPool): Promise<void> {
   // Some ran: how many fit in 200 ms depends on the cores other test files leave (run beside
   // sandbox-neighbours' looping policies, 1 and 9 of 1,000 did, where alone about a hundred do).
   expect(allowed.length, `${calls} calls of ${cost} µs`).toBeGreaterThan(0);
+  // But the pool refused only what found a quarter of the deadline's work queued ahead: the calls
+  // before that (about 50 ms / cost of them) were all queued, however loaded the machine, which
+  // decides only how many of those then started in time (review: asking only that some ran, this
+  // test passed a pool that refused all but a few). A quarter of them, for a cost misjudged 4×:
+  // here, alone and beside two other test files, about as many as predicted were.
+  const queued = Math.floor((QUEUE_SHARE * 200_000 * pool.size) / cost);
+  expect(allowed.length + late.length, `${calls} calls of ${cost} µs, about ${queued} fit the queue`).toBeGreaterThanOrEqual(Math.max(1, Math.floor(queued / 4)));
   // A refused call never ran: it has no duration (metrics observe only calls that ran).
   expect(shed.every((o) => o.totalMicros === undefined)).toBe(true);
   expect(allowed.every((o) => o.totalMicros !== undefined && o.totalMicros > 0)).toBe(true);
