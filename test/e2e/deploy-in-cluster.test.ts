@@ -83,7 +83,12 @@ interface Replica {
 }
 
 interface Secret { metadata: { annotations?: Record<string, string> }; data?: Record<string, string> }
-interface WebhookConfiguration { webhooks?: { name: string; clientConfig: { url?: string; caBundle?: string; service?: Record<string, unknown> } }[] }
+interface WebhookConfiguration {
+  webhooks?: {
+    name: string; failurePolicy?: string; objectSelector?: Record<string, unknown>;
+    clientConfig: { url?: string; caBundle?: string; service?: Record<string, unknown> };
+  }[];
+}
 
 const decode = (b64: string | undefined) => Buffer.from(b64 ?? '', 'base64').toString('utf8');
 
@@ -233,7 +238,13 @@ describe('deploy/ in a cluster', () => {
       expect(hook.clientConfig.url).toBeUndefined();
       expect(hook.clientConfig.service).toMatchObject({ name: 'portcullis', namespace: NS, port: 443 });
       expect(decode(hook.clientConfig.caBundle)).toContain(ca.trim());
+      // The examples never fail closed (no replica answering must not stop the cluster's Pods).
+      expect(hook.failurePolicy, hook.name).toBe('Ignore');
     }
+    // Only the objects no-delete protects are sent to it: not every delete in the cluster.
+    expect(validating.webhooks!.find((w) => w.name === 'no-delete.portcullis.dev')!.objectSelector).toEqual({ matchLabels: { 'portcullis.dev/no-delete': 'true' } });
+    const mutating = (await getJson<WebhookConfiguration>(['get', 'mutatingwebhookconfiguration', 'portcullis.dev']))!;
+    expect(mutating.webhooks!.map((w) => [w.name, w.failurePolicy])).toEqual([['added-by.portcullis.dev', 'Ignore']]);
     // Re-applying the manifests (an upgrade) keeps the certificate the host wrote into the Secret.
     await kubectlOk(['apply', '-k', `${root}deploy-overlays/kubernetes-1.20`]);
     const reapplied = (await getJson<Secret>(['get', 'secret', 'portcullis-tls', '-n', NS]))!;

@@ -40,6 +40,18 @@ describe('deploy/', () => {
     expect({ ...single, webhooks: { ...single.webhooks, singleWebhook: false }, source: config.source }).toEqual(config);
   });
 
+  it('no example policy fails closed, and no-delete is sent only the objects it protects', () => {
+    // While no replica answers (both down, a rollout gone wrong), a Fail webhook refuses what it
+    // covers in every namespace: Pods, and ConfigMaps including a new namespace's kube-root-ca.crt
+    // (review helper). The examples are Ignore, in the base and in every overlay's copy.
+    for (const [name, text] of [['deploy', configText], ['single-webhook', readFileSync(join(root, 'deploy-overlays/single-webhook/portcullis.yaml'), 'utf8')], ['cert-manager', readFileSync(join(root, 'deploy-overlays/cert-manager/portcullis.yaml'), 'utf8')]] as const) {
+      const config = parseConfig(text, name);
+      for (const policy of config.policies) expect(policy.failurePolicy, `${name}: ${policy.name}`).toBe('Ignore');
+      const noDelete = config.policies.find((p) => p.name === 'no-delete');
+      expect(noDelete?.objectSelector, name).toEqual({ matchLabels: { 'portcullis.dev/no-delete': 'true' } });
+    }
+  });
+
   it('RBAC names exactly the Secret, Lease and webhook configurations the configuration uses', () => {
     const config = parseConfig(configText, 'deploy/20-configmap.yaml');
     const role = find('Role', 'portcullis') as unknown as { rules: { resources: string[]; verbs: string[]; resourceNames?: string[] }[] };
