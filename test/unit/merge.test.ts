@@ -1,7 +1,9 @@
 import { describe, expect, it } from 'vitest';
 import { decodeOutput, MAX_MESSAGE_LENGTH, MAX_PATCH_DEPTH, type Outcome } from '../../host/src/evaluate/outcome.ts';
 import { MAX_COPIED_BYTES, patchedObject } from '../../host/src/merge/patches.ts';
-import type { JsonObject, JsonValue } from '@portcullis/sdk';
+import type { JsonObject, JsonValue, PatchOperation } from '@portcullis/sdk';
+import { respond } from '../../host/src/review/respond.ts';
+import { equal } from '../../host/src/merge/json-patch.ts';
 import { merge, type Evaluated } from '../../host/src/merge/merge.ts';
 import { MAX_WARNING_LENGTH, MAX_WARNINGS_TOTAL } from '../../host/src/merge/warnings.ts';
 
@@ -429,6 +431,25 @@ describe('the merge answers for every policy, and a merged patch does what each 
     const decision = statusOf([labeler('one', 'a'), allowed('deep', [{ op: 'add', path: '/spec/x', value }])]);
     expect(decision.allowed).toBe(false);
     expect(decision.status?.message).toMatch(/^policy "deep": returned a patch that does not apply to the object: Maximum call stack size exceeded$/);
+  });
+
+  it('two patches that move a list element nested deeper than the call stack both merge, and the response carries the element (red team 4)', () => {
+    // Same length, element by element: the combined patch replaces /spec/items/0 with the deep
+    // element. Copying it for the replay check, and writing the response, ran out of stack: every
+    // patching policy failed (with Ignore, all mutations dropped), though each patch merged alone.
+    const deepElement = JSON.parse(`${'{"d":'.repeat(6_000)}1${'}'.repeat(6_000)}`) as JsonValue;
+    const widget = (): JsonObject => ({ apiVersion: 'example.com/v1', kind: 'Widget', metadata: { name: 'w' }, spec: { items: ['old', deepElement] } });
+    const rotate = allowed('rotate', [{ op: 'remove', path: '/spec/items/0' }, { op: 'add', path: '/spec/items/-', value: 'new' }]);
+    const labels = allowed('labels', [{ op: 'add', path: '/metadata/labels', value: { team: 'blue' } }]);
+    const decision = statusOf([rotate, labels], widget());
+    expect(decision.status).toBeUndefined();
+    expect(decision.allowed).toBe(true);
+    const sent = JSON.parse(Buffer.from(respond('admission.k8s.io/v1', 'u', decision).response.patch!, 'base64').toString('utf8')) as PatchOperation[];
+    const result = patchedObject(widget(), sent) as { metadata: JsonObject; spec: { items: JsonValue[] } };
+    expect(result.metadata.labels).toEqual({ team: 'blue' });
+    expect(result.spec.items[1]).toBe('new');
+    // equal() walks without recursion; vitest's own comparison of such a value runs out of stack.
+    expect(equal(result.spec.items[0]!, deepElement)).toBe(true);
   });
 
   it('never changes the object under review, and shares with it what no patch touched (red team: five whole copies of a 150,000-key map, 1.2 s of main thread)', () => {

@@ -6,6 +6,7 @@
 // document per operation (fast-json-patch's validation cloned it for every move and copy, so
 // thousands of them stalled the main thread for a minute). Red team, 2026-11-23.
 import type { JsonValue, PatchOperation } from '@portcullis/sdk';
+import { stringifyAnyDepth } from '../util/deep-json.ts';
 
 /** A patch that does not apply; the message says where and why. */
 export class PatchError extends Error {}
@@ -206,7 +207,10 @@ export function applyOperation(document: Draft, op: PatchOperation, budget: Copy
 
 /** A plain copy of a JSON value (primitives are their own copy). */
 export function copyOf(value: JsonValue): JsonValue {
-  return typeof value === 'object' && value !== null ? JSON.parse(JSON.stringify(value)) as JsonValue : value;
+  // A policy's values nest at most 64 deep, but the combined patch carries values of the object,
+  // which the apiserver lets nest 10,000 deep (red team: a 6,000-deep list element that two
+  // policies' patches moved failed every patching policy here). JSON.parse does not recurse.
+  return typeof value === 'object' && value !== null ? JSON.parse(stringifyAnyDepth(value)) as JsonValue : value;
 }
 
 function parentOf(document: Draft, path: string[]): { parent: Container; key: string } {

@@ -1,6 +1,7 @@
 // Builds the AdmissionReview that goes back to the apiserver, in the version it asked for.
 import type { PatchOperation } from '@portcullis/sdk';
 import type { ReviewVersion } from './parse.ts';
+import { stringifyAnyDepth } from '../util/deep-json.ts';
 
 /** `P`: a decision merged in place holds the operations; one merged on the merger's thread may hold their text. */
 export interface Decision<P extends DecisionPatch = DecisionPatch> {
@@ -48,7 +49,8 @@ export function respond(apiVersion: ReviewVersion, uid: string, decision: Decisi
   if (decision.warnings.length > 0) response.warnings = decision.warnings;
   if (decision.allowed && decision.patch.length > 0) {
     const { patch } = decision;
-    response.patch = Buffer.from(Array.isArray(patch) ? JSON.stringify(patch) : patch.json).toString('base64');
+    // The combined patch may carry a value of the object nested deeper than JSON.stringify recurses.
+    response.patch = Buffer.from(Array.isArray(patch) ? stringifyAnyDepth(patch) : patch.json).toString('base64');
     response.patchType = 'JSONPatch';
   }
   return { apiVersion, kind: 'AdmissionReview', response };

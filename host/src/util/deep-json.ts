@@ -36,3 +36,13 @@ export function stringifyDeep(value: unknown): string {
   }
   return out.join('');
 }
+
+/** JSON.stringify, or stringifyDeep where JSON.stringify runs out of stack. */
+export function stringifyAnyDepth(value: unknown): string {
+  try {
+    return JSON.stringify(value);
+  } catch (error) {
+    if (!(error instanceof RangeError)) throw error;
+    return stringifyDeep(value);
+  }
+}
