@@ -16,6 +16,20 @@ const ev = (outcome: Outcome, extra: Partial<Policy> = {}): Evaluated => ({ poli
 const object = { metadata: { name: 'x', labels: { a: '1' } }, spec: { replicas: 1, list: [1, 2] } };
 
 describe('validation', () => {
+  it('sends warnings without the control characters for which the apiserver drops a warning (C0, DEL and C1)', () => {
+    // Go's net.NewWarningHeader refuses any rune unicode.IsControl flags, and the apiserver then
+    // drops the warning without a word (red team 4: C1 characters, as from mis-decoded UTF-8).
+    const { warnings } = merge([
+      ev(allowed('a', [], ['deprecated field\u009b31m used', 'tab\there', 'del\u007fx'])),
+      ev(denied('b', 'needs \u00e2\u0089\u00a5 3 replicas \u0085 got 1'), { enforcement: 'warn' }),
+    ], 'CREATE', object).decision;
+    expect(warnings).toEqual([
+      'policy "a": deprecated field 31m used', 'policy "a": tab here', 'policy "a": del x',
+      'policy "b": would deny (enforcement: warn): needs \u00e2 \u00a5 3 replicas   got 1',
+    ]);
+    for (const warning of warnings) expect(warning).not.toMatch(/[\u0000-\u001f\u007f-\u009f]/);
+  });
+
   it('allows only when every policy allowed', () => {
     expect(merge([ev(allowed('a')), ev(allowed('b'))], 'CREATE', object).decision).toEqual({ allowed: true, warnings: [], patch: [] });
     expect(merge([ev(allowed('a')), ev(denied('b', 'no'))], 'CREATE', object).decision.allowed).toBe(false);

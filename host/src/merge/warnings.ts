@@ -14,7 +14,9 @@ export class WarningList {
     // Full: not even one character more would fit. Checked first, since a guest may return a
     // quarter of a million warnings (red team: ~50 ms of main thread an answer, mostly the regex).
     if (this.#total + policy.length + 12 > MAX_WARNINGS_TOTAL) return;
-    let text = `policy "${policy}": ${message}`.replace(/[\u0000-\u001f\u007f]+/g, ' ').trim();
+    // The apiserver drops, without a word, a warning holding any rune Go calls a control: C0, DEL
+    // and C1 (net.NewWarningHeader; red team 4: mis-decoded UTF-8 yields C1 characters).
+    let text = `policy "${policy}": ${message}`.replace(/[\u0000-\u001f\u007f-\u009f]+/g, ' ').trim();
     if (text.length > MAX_WARNING_LENGTH) {
       // Never between the halves of a surrogate pair: half an emoji reaches the apiserver as U+FFFD (red team).
       const end = MAX_WARNING_LENGTH - 1 - (isHighSurrogate(text.charCodeAt(MAX_WARNING_LENGTH - 2)) ? 1 : 0);
