@@ -197,11 +197,34 @@ describe('mutation', () => {
     ]));
     expect(result.decision.patch).toHaveLength(3);
     expect(result.decision.warnings).toEqual([
-      'policy "optional-default-team": failed and was ignored (failurePolicy Ignore): its patch conflicts with policy "mandatory-team" at /metadata/labels/team, whose failure is not ignored, and was left out',
+      'policy "optional-default-team": failed and was ignored (failurePolicy Ignore): its patch conflicts with policy "mandatory-team" at /metadata/labels/team, which is enforced and whose failure is not ignored, and was left out',
     ]);
     // Two that must not fail still conflict: the later one fails.
     const strict = merge([ev(allowed('a', [{ op: 'replace', path: '/spec/replicas', value: 2 }])), optional, ev(allowed('b', [{ op: 'replace', path: '/spec/replicas', value: 5 }]))], 'CREATE', object);
     expect(strict.decision.status?.message).toBe('policy "b": its patch conflicts with policy "a" at /spec/replicas');
+  });
+
+  it('a policy on trial (enforcement warn) stops nothing: its patch yields to an enforced one, and its failure is a warning', () => {
+    // Red team 4: a warn policy's patch, first in a conflict, made the enforced policy deny the
+    // request (or, with Ignore, have its patch dropped), and a warn policy's crash denied it.
+    const trial = ev(allowed('trial', [{ op: 'add', path: '/metadata/labels/tier', value: 'gold' }]), { enforcement: 'warn' });
+    const prod = ev(allowed('prod', [{ op: 'add', path: '/metadata/labels/tier', value: 'std' }]));
+    const ignored = { ...prod, policy: { ...prod.policy, failurePolicy: 'Ignore' as const } };
+    for (const [enforced, winner] of [[prod, 'which is enforced and whose failure is not ignored'], [ignored, 'which is enforced (this one is on trial)']] as const) {
+      const result = merge([trial, enforced], 'CREATE', object);
+      expect(result.decision.allowed).toBe(true);
+      expect(result.decision.patch).toEqual([{ op: 'add', path: '/metadata/labels/tier', value: 'std' }]);
+      expect(result.decision.warnings).toEqual([
+        `policy "trial": failed, not enforced (enforcement: warn): its patch conflicts with policy "prod" at /metadata/labels/tier, ${winner}, and was left out`,
+      ]);
+    }
+    // Two on trial: the later one is left out, as between two Ignore policies, and nothing is denied.
+    const twoTrials = merge([trial, { ...prod, policy: { ...prod.policy, enforcement: 'warn' as const } }], 'CREATE', object);
+    expect(twoTrials.decision).toMatchObject({ allowed: true, patch: [{ op: 'add', path: '/metadata/labels/tier', value: 'gold' }] });
+    const crashed = merge([ev(failed('trial', 'crash', 'trap: unreachable'), { enforcement: 'warn' }), prod], 'CREATE', object);
+    expect(crashed.decision.allowed).toBe(true);
+    expect(crashed.decision.patch).toEqual([{ op: 'add', path: '/metadata/labels/tier', value: 'std' }]);
+    expect(crashed.decision.warnings).toEqual(['policy "trial": failed, not enforced (enforcement: warn): trap: unreachable']);
   });
 
   it('fails a policy whose patch does not apply to the object', () => {

@@ -10,7 +10,7 @@ export interface Grant {
 }
 
 export type FailurePolicy = 'Fail' | 'Ignore';
-/** enforce: denials deny; warn: denials become warnings; audit: decisions are only logged and counted. */
+/** enforce: denials deny; warn: a trial (denials and failures are warnings, its patch yields in a conflict); audit: decisions are only logged and counted. */
 export type Enforcement = 'enforce' | 'warn' | 'audit';
 export type Isolation = 'reuse' | 'fresh';
 

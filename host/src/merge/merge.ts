@@ -6,7 +6,8 @@
 //  - Every warning of every policy, kept also on denial.
 //  - Patches combined with conflict detection (see patches.ts); none on DELETE or CONNECT.
 //  - Per policy: failurePolicy Ignore turns its failure into a warning; enforcement `warn`
-//    turns its denial into a warning; `audit` only reports (the caller logs and counts).
+//    (a trial) turns its denial and its failure into warnings, and its patch yields to any
+//    enforced patch it conflicts with; `audit` only reports (the caller logs and counts).
 import type { JsonValue, Operation, PatchOperation } from '@portcullis/sdk';
 import type { Outcome } from '../evaluate/outcome.ts';
 import type { Enforcement, FailurePolicy } from '../policy/loaded.ts';
@@ -52,9 +53,12 @@ export function patchesToCombine(evaluated: Evaluated[], operation: Operation, o
     if (policy.enforcement === 'audit') continue;
     if (outcome.status === 'allowed') {
       if (outcome.patch.length > 0) {
-        patches.push(policy.failurePolicy === 'Ignore' ? { policy: policy.name, operations: outcome.patch, yields: true } : { policy: policy.name, operations: outcome.patch });
+        const patch: PolicyPatch = { policy: policy.name, operations: outcome.patch };
+        if (policy.enforcement === 'warn') patch.trial = true;
+        if (yields(policy)) patch.yields = true;
+        patches.push(patch);
       }
-    } else if (outcome.status === 'denied' ? policy.enforcement !== 'warn' : policy.failurePolicy !== 'Ignore') {
+    } else if (policy.enforcement !== 'warn' && (outcome.status === 'denied' || policy.failurePolicy !== 'Ignore')) {
       return []; // Denied whatever the patches say.
     }
   }
@@ -87,6 +91,14 @@ export function unmerged(patches: PolicyPatch[], reason: string, temporary = fal
 }
 
 /**
+ * A patch left out, rather than its rival's, when the two conflict: its policy's failure is
+ * ignored, or the policy is on trial (enforcement warn), so leaving it out stops nothing.
+ */
+function yields(policy: Evaluated['policy']): boolean {
+  return policy.failurePolicy === 'Ignore' || policy.enforcement === 'warn';
+}
+
+/**
  * `combined`: the patches of patchesToCombine, already combined by the caller; else combined
  * here. The decision's patch is the operations, unless `combined` brought them as text.
  */
@@ -103,6 +115,9 @@ export function merge(evaluated: Evaluated[], operation: Operation, object: Obje
   };
   const failOrIgnore = (entry: Evaluated & { order: number }, rank: number, message: string) => {
     if (entry.policy.failurePolicy === 'Ignore') warnings.add(entry.policy.name, `failed and was ignored (failurePolicy Ignore): ${message}`);
+    // A trial never stops a request (red team 4: a warn policy's crash, or its patch's conflict
+    // with an enforced one, denied the request).
+    else if (entry.policy.enforcement === 'warn') warnings.add(entry.policy.name, `failed, not enforced (enforcement: warn): ${message}`);
     else fail(entry.order, entry.outcome, rank, FAILURE_CODE, message);
   };
 

@@ -32,10 +32,18 @@ export interface PolicyPatch {
   policy: string;
   operations: PatchOperation[];
   /**
-   * Its policy's failure is ignored (failurePolicy Ignore): in a conflict with a policy whose is
-   * not, this patch is the one left out, whichever comes first.
+   * Its policy's failure is ignored (failurePolicy Ignore) or its policy is on trial (enforcement
+   * warn): in a conflict with a policy that is neither, this patch is the one left out, whichever
+   * comes first.
    */
   yields?: boolean;
+  /** Its policy is on trial (enforcement warn): it yields even to a patch whose failure is ignored. */
+  trial?: boolean;
+}
+
+/** Which of two conflicting patches stays: the stronger; between equals, the earlier. */
+function strength(patch: PolicyPatch): number {
+  return patch.trial ? 0 : patch.yields ? 1 : 2;
 }
 
 export type PatchRejection =
@@ -126,17 +134,18 @@ export function combinePatches(original: JsonValue, patches: PolicyPatch[]): Com
   // A patch that must not fail, left out for a conflict with one whose failure is ignored: the
   // merge is made again without the latter (red team: an optional default label made the
   // mandatory one's policy deny the request, when per-policy webhooks would have applied both).
-  // At most once per yielding patch.
-  const yielding = new Set(allowed.filter((p) => p.yields).map((p) => p.policy));
+  // A patch on trial likewise gives way to any other. At most once per yielding patch.
+  const strengths = new Map(allowed.map((p) => [p.policy, strength(p)]));
   const gaveWay: PatchRejection[] = [];
   for (;;) {
     const blocked = combined.rejected.find((r): r is Extract<PatchRejection, { reason: 'conflict' }> =>
-      r.reason === 'conflict' && !yielding.has(r.policy) && yielding.has(r.other));
+      r.reason === 'conflict' && (strengths.get(r.policy) ?? 2) > (strengths.get(r.other) ?? 2));
     if (!blocked) break;
-    yielding.delete(blocked.other);
+    const winner = strengths.get(blocked.policy) === 2 ? 'which is enforced and whose failure is not ignored' : 'which is enforced (this one is on trial)';
+    strengths.delete(blocked.other);
     gaveWay.push({
       policy: blocked.other, reason: 'conflict', other: blocked.policy, path: blocked.path,
-      message: `its patch conflicts with policy "${blocked.policy}"${blocked.path ? ` at ${foreignText(blocked.path)}` : ''}, whose failure is not ignored, and was left out`,
+      message: `its patch conflicts with policy "${blocked.policy}"${blocked.path ? ` at ${foreignText(blocked.path)}` : ''}, ${winner}, and was left out`,
     });
     allowed = allowed.filter((p) => p.policy !== blocked.other);
     combined = combineAllowed(original, allowed);

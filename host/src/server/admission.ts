@@ -82,10 +82,10 @@ export async function review(deps: AdmissionDeps, caller: Caller, body: string |
     const answers = deps.pool.refusals(loaded);
     let next = 0;
     let refused = selected.map((entry) => (entry.loaded ? answers[next++] : undefined));
-    // One refusal that denies the review (failurePolicy Fail, enforced) makes the rest work for
+    // One refusal that denies the review (failurePolicy Fail, enforced: not a trial nor an audit) makes the rest work for
     // nothing: they are refused too (review helper: a costly call ran on an overloaded pool for
     // a review its refused quick policies had already denied).
-    const denying = refused.find((r, i) => r !== undefined && selected[i]!.config.failurePolicy === 'Fail' && selected[i]!.config.enforcement !== 'audit');
+    const denying = refused.find((r, i) => r !== undefined && selected[i]!.config.failurePolicy === 'Fail' && selected[i]!.config.enforcement === 'enforce');
     if (denying) refused = selected.map((entry, i) => (entry.loaded ? refused[i] ?? denying : undefined));
     const shed = refused.every((r, i) => r !== undefined || !selected[i]!.loaded);
     // Guests get the request's own bytes spliced into their input, unless parsing had to change it.
