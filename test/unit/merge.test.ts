@@ -221,6 +221,17 @@ describe('mutation', () => {
     // Two on trial: the later one is left out, as between two Ignore policies, and nothing is denied.
     const twoTrials = merge([trial, { ...prod, policy: { ...prod.policy, enforcement: 'warn' as const } }], 'CREATE', object);
     expect(twoTrials.decision).toMatchObject({ allowed: true, patch: [{ op: 'add', path: '/metadata/labels/tier', value: 'gold' }] });
+    // Review 4: a trial patch that gave way to one later pushed out itself is given back; a patch
+    // rejected with and without it keeps the reason it has without it.
+    const label = (name: string, keys: string[], extra: Partial<Policy>) => ev(allowed(name, keys.map((k) => ({ op: 'add' as const, path: `/metadata/labels/${k}`, value: name }))), extra);
+    const chain = merge([label('b-trial', ['x'], { enforcement: 'warn' }), label('c-ignore', ['x', 'y'], { failurePolicy: 'Ignore' }), label('a-fail', ['y'], {})], 'CREATE', object).decision;
+    expect(chain.patch).toEqual([{ op: 'add', path: '/metadata/labels/x', value: 'b-trial' }, { op: 'add', path: '/metadata/labels/y', value: 'a-fail' }]);
+    expect(chain.warnings).toEqual(['policy "c-ignore": failed and was ignored (failurePolicy Ignore): its patch conflicts with policy "a-fail" at /metadata/labels/y, which is enforced and whose failure is not ignored, and was left out']);
+    const rivals = merge([label('b-trial', ['x'], { enforcement: 'warn' }), label('d-ignore', ['z'], { failurePolicy: 'Ignore' }), label('e-ignore', ['x', 'z'], { failurePolicy: 'Ignore' })], 'CREATE', object).decision;
+    expect(rivals.patch).toEqual([{ op: 'add', path: '/metadata/labels/x', value: 'b-trial' }, { op: 'add', path: '/metadata/labels/z', value: 'd-ignore' }]);
+    expect(rivals.warnings).toEqual(['policy "e-ignore": failed and was ignored (failurePolicy Ignore): its patch conflicts with policy "d-ignore" at /metadata/labels/z']);
+    const denial = merge([label('b-trial', ['x'], { enforcement: 'warn' }), label('g-fail', ['z'], {}), label('f-fail', ['x', 'z'], {})], 'CREATE', object).decision;
+    expect(denial.status?.message).toBe('policy "f-fail": its patch conflicts with policy "g-fail" at /metadata/labels/z');
     const crashed = merge([ev(failed('trial', 'crash', 'trap: unreachable'), { enforcement: 'warn' }), prod], 'CREATE', object);
     expect(crashed.decision.allowed).toBe(true);
     expect(crashed.decision.patch).toEqual([{ op: 'add', path: '/metadata/labels/tier', value: 'std' }]);
@@ -487,6 +498,24 @@ describe('the merge answers for every policy, and a merged patch does what each 
     expect(result.spec.items[1]).toBe('new');
     // equal() walks without recursion; vitest's own comparison of such a value runs out of stack.
     expect(equal(result.spec.items[0]!, deepElement)).toBe(true);
+  });
+
+  it('a copy or a move of a value nested deeper than the call stack merges, and one into the identity is refused (review 4)', () => {
+    const deepElement = JSON.parse(`${'{"d":'.repeat(6_000)}1${'}'.repeat(6_000)}`) as JsonValue;
+    const widget = (): JsonObject => ({ apiVersion: 'example.com/v1', kind: 'Widget', metadata: { name: 'w' }, spec: { items: ['old', deepElement] } });
+    const labels = allowed('labels', [{ op: 'add', path: '/metadata/labels', value: { team: 'blue' } }]);
+    for (const op of [{ op: 'copy' as const, from: '/spec/items/1', path: '/spec/copy' }, { op: 'move' as const, from: '/spec/items/1', path: '/spec/copy' }]) {
+      for (const outcomes of [[allowed('mover', [op])], [allowed('mover', [op]), labels]]) {
+        const decision = statusOf(outcomes, widget());
+        expect(decision.status, `${op.op} with ${outcomes.length - 1} other`).toBeUndefined();
+        const sent = JSON.parse(Buffer.from(respond('admission.k8s.io/v1', 'u', decision).response.patch!, 'base64').toString('utf8')) as PatchOperation[];
+        expect(equal((patchedObject(widget(), sent) as { spec: { copy: JsonValue } }).spec.copy, deepElement)).toBe(true);
+      }
+    }
+    // Its identity check ran out of stack and read as "no change": the move was allowed.
+    const identity = statusOf([allowed('bad', [{ op: 'move', from: '/spec/items/1', path: '/metadata/namespace' }])], widget());
+    expect(identity.allowed).toBe(false);
+    expect(identity.status?.message).toMatch(/^policy "bad": returned a patch that changes metadata\.namespace \(absent to \{"d":/);
   });
 
   it('never changes the object under review, and shares with it what no patch touched (red team: five whole copies of a 150,000-key map, 1.2 s of main thread)', () => {

@@ -18,6 +18,7 @@
 import type { JsonValue, PatchOperation } from '@portcullis/sdk';
 import { diff } from './diff.ts';
 import { foreignText } from '../util/text.ts';
+import { stringifyAnyDepth } from '../util/deep-json.ts';
 import { applyOperation, applyPatch, copyOf, CopyBudget, define, Draft, equal, isMap, parsePointer, patched, PatchError, pointerSegment, toPointer, valueAt } from './json-patch.ts';
 
 export { MAX_COPIED_BYTES } from './json-patch.ts';
@@ -109,8 +110,11 @@ function identityChange(original: JsonValue, result: JsonValue): string | undefi
   for (const path of IDENTITY) {
     const before = valueAt(original, path);
     const after = valueAt(result, path);
-    if (JSON.stringify(before) !== JSON.stringify(after)) {
-      const shown = (value: JsonValue | undefined) => (value === undefined ? 'absent' : foreignText(JSON.stringify(value)));
+    // Compared and shown without recursion: a patch may move a value of the object nested deeper
+    // than JSON.stringify goes, and an overflow here read as "no change" (review 4: a 6,000-deep
+    // element moved to /metadata/namespace was allowed).
+    if (before === undefined || after === undefined ? before !== after : !equal(before, after)) {
+      const shown = (value: JsonValue | undefined) => (value === undefined ? 'absent' : foreignText(stringifyAnyDepth(value).slice(0, 200)));
       return `changes ${path.join('.')} (${shown(before)} to ${shown(after)}); ` +
         'a policy may not change apiVersion, kind, metadata.name, metadata.namespace or metadata.uid';
     }
@@ -150,8 +154,31 @@ export function combinePatches(original: JsonValue, patches: PolicyPatch[]): Com
     allowed = allowed.filter((p) => p.policy !== blocked.other);
     combined = combineAllowed(original, allowed);
   }
+  // A patch that gave way to one left out in the end after all (it lost to a stronger one, or to
+  // an equal) is tried again, in order, and kept if every patch taken without it is still taken
+  // (review 4: a trial patch gave way to an Ignore one that a Fail one then pushed out, and
+  // neither was sent). A patch rejected both with and without it keeps the reason it had
+  // without it: the one given back is not what stopped it.
+  for (const entry of gaveWay.concat()) {
+    if (entry.reason !== 'conflict') continue;
+    const before = taken(combined, allowed);
+    if (before.includes(entry.other)) continue;
+    const candidate = patches.filter((p) => p.policy === entry.policy || allowed.includes(p));
+    const retried = combineAllowed(original, candidate);
+    const after = taken(retried, candidate);
+    if (!after.includes(entry.policy) || !before.every((name) => after.includes(name))) continue;
+    const reasons = combined.rejected;
+    allowed = candidate;
+    combined = { patch: retried.patch, rejected: retried.rejected.map((r) => reasons.find((old) => old.policy === r.policy) ?? r) };
+    gaveWay.splice(gaveWay.indexOf(entry), 1);
+  }
   const rejected = [...forbidden, ...gaveWay, ...combined.rejected];
   return rejected.length === combined.rejected.length ? combined : { patch: combined.patch, rejected };
+}
+
+/** The policies among `from` whose patches `result` took. */
+function taken(result: CombinedPatch, from: PolicyPatch[]): string[] {
+  return from.filter((p) => !result.rejected.some((r) => r.policy === p.policy)).map((p) => p.policy);
 }
 
 function combineAllowed(original: JsonValue, patches: PolicyPatch[]): CombinedPatch {
