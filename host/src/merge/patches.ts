@@ -114,7 +114,7 @@ function identityChange(original: JsonValue, result: JsonValue): string | undefi
     // than JSON.stringify goes, and an overflow here read as "no change" (review 4: a 6,000-deep
     // element moved to /metadata/namespace was allowed).
     if (before === undefined || after === undefined ? before !== after : !equal(before, after)) {
-      const shown = (value: JsonValue | undefined) => (value === undefined ? 'absent' : foreignText(stringifyAnyDepth(value).slice(0, 200)));
+      const shown = (value: JsonValue | undefined) => (value === undefined ? 'absent' : foreignText(stringifyAnyDepth(value)));
       return `changes ${path.join('.')} (${shown(before)} to ${shown(after)}); ` +
         'a policy may not change apiVersion, kind, metadata.name, metadata.namespace or metadata.uid';
     }
@@ -138,7 +138,8 @@ export function combinePatches(original: JsonValue, patches: PolicyPatch[]): Com
   // A patch that must not fail, left out for a conflict with one whose failure is ignored: the
   // merge is made again without the latter (red team: an optional default label made the
   // mandatory one's policy deny the request, when per-policy webhooks would have applied both).
-  // A patch on trial likewise gives way to any other. At most once per yielding patch.
+  // A patch on trial likewise gives way to any other. Once out of `allowed`, a patch is in no
+  // later rejection, so each gives way at most once.
   const strengths = new Map(allowed.map((p) => [p.policy, strength(p)]));
   const gaveWay: PatchRejection[] = [];
   for (;;) {
@@ -146,7 +147,6 @@ export function combinePatches(original: JsonValue, patches: PolicyPatch[]): Com
       r.reason === 'conflict' && (strengths.get(r.policy) ?? 2) > (strengths.get(r.other) ?? 2));
     if (!blocked) break;
     const winner = strengths.get(blocked.policy) === 2 ? 'which is enforced and whose failure is not ignored' : 'which is enforced (this one is on trial)';
-    strengths.delete(blocked.other);
     gaveWay.push({
       policy: blocked.other, reason: 'conflict', other: blocked.policy, path: blocked.path,
       message: `its patch conflicts with policy "${blocked.policy}"${blocked.path ? ` at ${foreignText(blocked.path)}` : ''}, ${winner}, and was left out`,

@@ -89,9 +89,9 @@ export function kernelImportProblem(
       const kind = byte();
       const granted = KERNEL_NAMESPACES.get(namespace);
       if (granted && kind !== 0x00) {
-      // One taken as a global, memory or table failed only when instantiated, in V8's words ("global import must be a number...").
+        // One taken as a global, memory or table failed only when instantiated, in V8's words ("global import must be a number...").
         return `it imports ${namespace}.${field} as a ${IMPORT_KINDS[kind] ?? `kind 0x${kind.toString(16)}`}; everything the host gives in ${namespace} is a function ` +
-        '(check the import\'s declaration)';
+          '(check the import\'s declaration)';
       }
       if (kind === 0x00) {
         const index = leb();
@@ -103,7 +103,7 @@ export function kernelImportProblem(
         const declared = types[index];
         if (!declared || !matches(declared, wanted)) {
           return `it imports ${namespace}.${field} as ${declared ? show(declared) : `type ${index}, which the module does not declare`}, ` +
-          `but the host gives it as ${show(wanted)}; declare the import with that signature (or rebuild with the SDK or a current Extism PDK)`;
+            `but the host gives it as ${show(wanted)}; declare the import with that signature (or rebuild with the SDK or a current Extism PDK)`;
         }
       } else if (kind === 0x01) {
         const type = byte();
@@ -119,7 +119,7 @@ export function kernelImportProblem(
         leb(); // its attribute, a LEB that V8 also reads padded (red team 3: 80 00 put this reader a byte behind)
         leb();
       } else {
-      // Not reached with today's V8, which refuses other kinds; one it learns later is not read blind.
+        // Not reached with today's V8, which refuses other kinds; one it learns later is not read blind.
         return `its import ${i} is of kind 0x${kind.toString(16)}, which the host does not read; a policy imports functions, tables, memories, globals and tags`;
       }
     }
