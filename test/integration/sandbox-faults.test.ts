@@ -17,8 +17,15 @@ describe('CPU deadline', () => {
     const spin = await load(pool, 'spin', { limits: quick });
     const outcome = await evaluatePolicy(pool, spin, 'validate', input());
     expect(outcome).toMatchObject({ policy: 'spin', status: 'failed', failure: 'temporary', message: 'exceeded its 500ms CPU deadline' });
-    // The same policy answers the next request from a rebuilt instance.
-    expect(await evaluatePolicy(pool, spin, 'mutate', input())).toMatchObject({ status: 'allowed', warnings: ['spun 0'] });
+    // The same policy answers the next request from a rebuilt instance. On a loaded machine the
+    // replacement worker may still be loading past the call's 500 ms, which the call may wait at
+    // most: such a call is refused, not started (seen beside two other sandbox test files).
+    let next = await evaluatePolicy(pool, spin, 'mutate', input());
+    for (let tries = 0; tries < 20 && next.status === 'failed' && /for a sandbox, past its 500ms deadline; not started$/.test(next.message); tries++) {
+      next = await evaluatePolicy(pool, spin, 'mutate', input());
+    }
+    expect({ status: next.status, warnings: next.warnings, message: next.status === 'failed' ? next.message : undefined })
+      .toEqual({ status: 'allowed', warnings: ['spun 0'], message: undefined });
     expect(pool.stats.restarts).toBeGreaterThanOrEqual(1);
   });
 
