@@ -79,6 +79,5 @@ LABEL org.opencontainers.image.title="portcullis" \
       org.opencontainers.image.base.name="${NODE_IMAGE}"
 USER 1000:1000
 EXPOSE 8443 9090
-# --no-memory-protection-keys: see host/bin/portcullis.js (given here, the CLI need not restart for it).
-ENTRYPOINT ["node", "--no-memory-protection-keys", "host/bin/portcullis.js"]
+ENTRYPOINT ["node", "host/bin/portcullis.js"]
 CMD ["serve"]

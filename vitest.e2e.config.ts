@@ -10,9 +10,6 @@ export default defineConfig({
     setupFiles: ['test/e2e/setup.ts'],
     fileParallelism: false,
     pool: 'forks',
-    // The test files run sandboxes in-process, as the host does: see host/bin/portcullis.js. The
-    // official CI run on 66ecf91 lost sandbox-faults.test.ts's fork to SIGTRAP.
-    execArgv: ['--no-memory-protection-keys'],
     testTimeout: 120_000,
     hookTimeout: 180_000,
   },
