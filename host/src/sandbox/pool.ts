@@ -268,6 +268,8 @@ export class SandboxPool {
   #suspectQueued = 0;
   /** Each policy's last call, in µs of worker time. */
   #cost = new Map<string, number>();
+  /** Policies whose #cost was learnt from first calls only (see #learnCost). */
+  #coldCost = new Set<string>();
   /** How long each policy's fastest load took in a worker (µs), its start function included (see SLOW_LOAD_MS). */
   #loadMicros = new Map<string, number>();
   /**
@@ -471,6 +473,7 @@ export class SandboxPool {
     this.#probation.delete(key);
     this.#slow.delete(key);
     this.#cost.delete(key);
+    this.#coldCost.delete(key);
     this.#loadMicros.delete(key);
     if (!this.#specs.delete(key)) return;
     this.#relief?.relief?.delete(key);
@@ -523,7 +526,7 @@ export class SandboxPool {
             // What a call costs is what predicts the queue under overload: learnt from inline calls
             // too (a little above a worker's: the copy is metered), or a policy answered inline
             // until a burst had no cost known, and the burst queued to expire instead of being refused.
-            if (this.#specs.has(key)) this.#cost.set(key, costAfter(this.#cost.get(key), answer.guestMicros));
+            if (this.#specs.has(key)) this.#learnCost(key, answer.guestMicros, false);
             return { ...answer, totalMicros };
           }
           // Not answered inline: a worker runs it, in the time left.
@@ -679,6 +682,25 @@ export class SandboxPool {
       micros += other === key || calls <= turns ? queued : queued * (turns / calls);
     }
     return micros;
+  }
+
+  /**
+   * Takes a call's cost into the policy's estimate. A worker's first call of a policy's function
+   * (`first`) also compiles and warms up what it runs: on a loaded CI run numbers' took about
+   * 106 ms, against well under 1 ms after. Averaged in (3/4 of the estimate kept per call), it kept
+   * the estimate high for a dozen calls, the policy counted as costly (its calls sent alone), and
+   * calls queued behind it were refused as overload. So a first call counts only while the
+   * estimate has nothing better, a burst right after it being judged by it, and the next call
+   * replaces it rather than being averaged with it.
+   */
+  #learnCost(key: string, micros: number, first: boolean): number {
+    const before = this.#cost.get(key);
+    if (before !== undefined && first && !this.#coldCost.has(key)) return before;
+    const cost = before === undefined || this.#coldCost.has(key) ? micros : costAfter(before, micros);
+    if (first) this.#coldCost.add(key);
+    else this.#coldCost.delete(key);
+    this.#cost.set(key, cost);
+    return cost;
   }
 
   #costly(key: string): boolean {
@@ -1309,8 +1331,7 @@ export class SandboxPool {
     for (const [i, job] of jobs.entries()) {
       const reply: CallReply = message.replies[i] ?? { ok: false, fault: 'trap', message: 'the sandbox worker gave no answer', logs: [], spentMicros: 0 };
       if (this.#specs.has(job.key)) {
-        const cost = costAfter(this.#cost.get(job.key), reply.spentMicros);
-        this.#cost.set(job.key, cost);
+        const cost = this.#learnCost(job.key, reply.spentMicros, reply.first === true);
         if (cost > COSTLY_MICROS) this.#costlyKeys.add(job.key);
         else if (cost < COSTLY_MICROS / 2) this.#costlyKeys.delete(job.key);
         if (reply.spentMicros > job.timeoutMs * 1000 * SLOW_SHARE) this.#slow.set(job.key, now + SLOW_HOLD_MS);
