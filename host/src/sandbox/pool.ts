@@ -369,6 +369,11 @@ export class SandboxPool {
     return micros === undefined ? undefined : micros / 1000;
   }
 
+  /** The policy's cost estimate in µs (see nextCost; tests, diagnostics). */
+  costOf(key: string): number | undefined {
+    return this.#cost.get(key);
+  }
+
   /** How many workers hold the policy (0: not loaded). */
   instancesOf(key: string): number {
     return this.#placement.get(key)?.size ?? 0;
@@ -526,8 +531,9 @@ export class SandboxPool {
             // What a call costs is what predicts the queue under overload: learnt from inline calls
             // too (a little above a worker's: the copy is metered), or a policy answered inline
             // until a burst had no cost known, and the burst queued to expire instead of being refused.
-            if (this.#specs.has(key)) this.#learnCost(key, answer.guestMicros, false);
-            return { ...answer, totalMicros };
+            const { first, ...answered } = answer;
+            if (this.#specs.has(key)) this.#learnCost(key, answer.guestMicros, first === true);
+            return { ...answered, totalMicros };
           }
           // Not answered inline: a worker runs it, in the time left.
           const spent = performance.now() - started;
@@ -684,20 +690,10 @@ export class SandboxPool {
     return micros;
   }
 
-  /**
-   * Takes a call's cost into the policy's estimate. A worker's first call of a policy's function
-   * (`first`) also compiles and warms up what it runs: on a loaded CI run numbers' took about
-   * 106 ms, against well under 1 ms after. Averaged in (3/4 of the estimate kept per call), it kept
-   * the estimate high for a dozen calls, the policy counted as costly (its calls sent alone), and
-   * calls queued behind it were refused as overload. So a first call counts only while the
-   * estimate has nothing better, a burst right after it being judged by it, and the next call
-   * replaces it rather than being averaged with it.
-   */
+  /** Takes a call's cost into the policy's estimate (see nextCost). */
   #learnCost(key: string, micros: number, first: boolean): number {
-    const before = this.#cost.get(key);
-    if (before !== undefined && first && !this.#coldCost.has(key)) return before;
-    const cost = before === undefined || this.#coldCost.has(key) ? micros : costAfter(before, micros);
-    if (first) this.#coldCost.add(key);
+    const { cost, cold } = nextCost(this.#cost.get(key), this.#coldCost.has(key), micros, first);
+    if (cold) this.#coldCost.add(key);
     else this.#coldCost.delete(key);
     this.#cost.set(key, cost);
     return cost;
@@ -1330,7 +1326,9 @@ export class SandboxPool {
     const now = performance.now();
     for (const [i, job] of jobs.entries()) {
       const reply: CallReply = message.replies[i] ?? { ok: false, fault: 'trap', message: 'the sandbox worker gave no answer', logs: [], spentMicros: 0 };
-      if (this.#specs.has(job.key)) {
+      // A call that never ran ('late', 'unloaded', no answer at all) says nothing of what one costs.
+      const ran = message.replies[i] !== undefined && (reply.ok || (reply.fault !== 'late' && reply.fault !== 'unloaded'));
+      if (ran && this.#specs.has(job.key)) {
         const cost = this.#learnCost(job.key, reply.spentMicros, reply.first === true);
         if (cost > COSTLY_MICROS) this.#costlyKeys.add(job.key);
         else if (cost < COSTLY_MICROS / 2) this.#costlyKeys.delete(job.key);
@@ -1454,6 +1452,22 @@ function refusal({ queuedMs, waitedMs }: Ahead, timeoutMs: number): CallResult |
     ? `about ${Math.round(queuedMs)} ms of work queued ahead; a call finds at most ${QUEUE_SHARE * 100}%`
     : `the calls ahead waited ${Math.round(waitedMs)} ms for a sandbox; a call waits at most ${WAIT_SHARE * 100}%`;
   return { ok: false, fault: 'deadline', logs: [], message: `not started: the sandboxes are overloaded (${why} of its ${seconds(timeoutMs)} deadline)` };
+}
+
+/**
+ * A policy's cost estimate (µs) after one more call that ran, and whether it was learnt from first
+ * calls only. A worker's (or the inline lane's) first call of a policy's function (`first`) also
+ * compiles and warms up what it runs: on a loaded CI run numbers' took about 106 ms, against well
+ * under 1 ms after. Averaged in (3/4 of the estimate kept per call), it kept the estimate high for
+ * a dozen calls: the policy counted as costly (its calls sent alone), and calls queued behind it
+ * were refused as overload. So a first call counts only while the estimate has nothing better (a
+ * burst right after it is judged by it); the next call replaces such an estimate rather than being
+ * averaged with it; and a first call (a replaced worker's, another worker's) leaves an estimate
+ * learnt from warm calls alone.
+ */
+export function nextCost(before: number | undefined, cold: boolean, micros: number, first: boolean): { cost: number; cold: boolean } {
+  if (before === undefined || cold) return { cost: micros, cold: first };
+  return first ? { cost: before, cold: false } : { cost: costAfter(before, micros), cold: false };
 }
 
 /**
