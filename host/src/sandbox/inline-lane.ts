@@ -111,8 +111,7 @@ export const INLINE_MAX_LOAD_MS = 20;
 export const INLINE_MAX_UTILIZATION = 0.3;
 export const INLINE_SAMPLE_MS = 50;
 
-/** `first`: the inline instance's first call, which also warmed it up (see SandboxPool's cost rule). */
-export type InlineAnswer = { ok: true; output: string; guestMicros: number; logs: LogEntry[]; first?: true };
+export type InlineAnswer = { ok: true; output: string; guestMicros: number; logs: LogEntry[] };
 
 /** What the lane times a call by: wall time (ms), and this thread's CPU time (µs). Tests may pass their own. */
 export interface LaneClock {
@@ -335,8 +334,7 @@ export class InlineLane {
         return undefined;
       }
       this.#calls++;
-      const answer: InlineAnswer = { ok: true, output, guestMicros: micros, logs: logs.take() };
-      return firstCall ? { ...answer, first: true } : answer;
+      return { ok: true, output, guestMicros: micros, logs: logs.take() };
     } catch (error) {
       logs.take();
       const message = error instanceof Error ? error.message : String(error);

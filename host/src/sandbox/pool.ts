@@ -268,8 +268,6 @@ export class SandboxPool {
   #suspectQueued = 0;
   /** Each policy's last call, in µs of worker time. */
   #cost = new Map<string, number>();
-  /** Policies whose #cost was learnt from first calls only (see #learnCost). */
-  #coldCost = new Set<string>();
   /** How long each policy's fastest load took in a worker (µs), its start function included (see SLOW_LOAD_MS). */
   #loadMicros = new Map<string, number>();
   /**
@@ -367,11 +365,6 @@ export class SandboxPool {
   loadTimeOf(key: string): number | undefined {
     const micros = this.#loadMicros.get(key);
     return micros === undefined ? undefined : micros / 1000;
-  }
-
-  /** The policy's cost estimate in µs (see nextCost; tests, diagnostics). */
-  costOf(key: string): number | undefined {
-    return this.#cost.get(key);
   }
 
   /** How many workers hold the policy (0: not loaded). */
@@ -478,7 +471,6 @@ export class SandboxPool {
     this.#probation.delete(key);
     this.#slow.delete(key);
     this.#cost.delete(key);
-    this.#coldCost.delete(key);
     this.#loadMicros.delete(key);
     if (!this.#specs.delete(key)) return;
     this.#relief?.relief?.delete(key);
@@ -531,9 +523,8 @@ export class SandboxPool {
             // What a call costs is what predicts the queue under overload: learnt from inline calls
             // too (a little above a worker's: the copy is metered), or a policy answered inline
             // until a burst had no cost known, and the burst queued to expire instead of being refused.
-            const { first, ...answered } = answer;
-            if (this.#specs.has(key)) this.#learnCost(key, answer.guestMicros, first === true);
-            return { ...answered, totalMicros };
+            if (this.#specs.has(key)) this.#cost.set(key, costAfter(this.#cost.get(key), answer.guestMicros));
+            return { ...answer, totalMicros };
           }
           // Not answered inline: a worker runs it, in the time left.
           const spent = performance.now() - started;
@@ -688,15 +679,6 @@ export class SandboxPool {
       micros += other === key || calls <= turns ? queued : queued * (turns / calls);
     }
     return micros;
-  }
-
-  /** Takes a call's cost into the policy's estimate (see nextCost). */
-  #learnCost(key: string, micros: number, first: boolean): number {
-    const { cost, cold } = nextCost(this.#cost.get(key), this.#coldCost.has(key), micros, first);
-    if (cold) this.#coldCost.add(key);
-    else this.#coldCost.delete(key);
-    this.#cost.set(key, cost);
-    return cost;
   }
 
   #costly(key: string): boolean {
@@ -1326,10 +1308,9 @@ export class SandboxPool {
     const now = performance.now();
     for (const [i, job] of jobs.entries()) {
       const reply: CallReply = message.replies[i] ?? { ok: false, fault: 'trap', message: 'the sandbox worker gave no answer', logs: [], spentMicros: 0 };
-      // A call that never ran ('late', 'unloaded', no answer at all) says nothing of what one costs.
-      const ran = message.replies[i] !== undefined && (reply.ok || (reply.fault !== 'late' && reply.fault !== 'unloaded'));
-      if (ran && this.#specs.has(job.key)) {
-        const cost = this.#learnCost(job.key, reply.spentMicros, reply.first === true);
+      if (this.#specs.has(job.key)) {
+        const cost = costAfter(this.#cost.get(job.key), reply.spentMicros);
+        this.#cost.set(job.key, cost);
         if (cost > COSTLY_MICROS) this.#costlyKeys.add(job.key);
         else if (cost < COSTLY_MICROS / 2) this.#costlyKeys.delete(job.key);
         if (reply.spentMicros > job.timeoutMs * 1000 * SLOW_SHARE) this.#slow.set(job.key, now + SLOW_HOLD_MS);
@@ -1452,22 +1433,6 @@ function refusal({ queuedMs, waitedMs }: Ahead, timeoutMs: number): CallResult |
     ? `about ${Math.round(queuedMs)} ms of work queued ahead; a call finds at most ${QUEUE_SHARE * 100}%`
     : `the calls ahead waited ${Math.round(waitedMs)} ms for a sandbox; a call waits at most ${WAIT_SHARE * 100}%`;
   return { ok: false, fault: 'deadline', logs: [], message: `not started: the sandboxes are overloaded (${why} of its ${seconds(timeoutMs)} deadline)` };
-}
-
-/**
- * A policy's cost estimate (µs) after one more call that ran, and whether it was learnt from first
- * calls only. A worker's (or the inline lane's) first call of a policy's function (`first`) also
- * compiles and warms up what it runs: on a loaded CI run numbers' took about 106 ms, against well
- * under 1 ms after. Averaged in (3/4 of the estimate kept per call), it kept the estimate high for
- * a dozen calls: the policy counted as costly (its calls sent alone), and calls queued behind it
- * were refused as overload. So a first call counts only while the estimate has nothing better (a
- * burst right after it is judged by it); the next call replaces such an estimate rather than being
- * averaged with it; and a first call (a replaced worker's, another worker's) leaves an estimate
- * learnt from warm calls alone.
- */
-export function nextCost(before: number | undefined, cold: boolean, micros: number, first: boolean): { cost: number; cold: boolean } {
-  if (before === undefined || cold) return { cost: micros, cold: first };
-  return first ? { cost: before, cold: false } : { cost: costAfter(before, micros), cold: false };
 }
 
 /**

@@ -80,12 +80,8 @@ export type CallAnswer =
   | { ok: true; output: string; guestMicros: number; logs: LogEntry[] }
   | { ok: false; fault: FaultKind; message: string; logs: LogEntry[] };
 
-/**
- * `spentMicros`: the worker's (wall) time on the call, instantiation included (the pool's guide to
- * what may share a message). `first`: the worker's first call of this function of this policy,
- * which also compiled and warmed up what the call runs (absent otherwise).
- */
-export type CallReply = CallAnswer & { spentMicros: number; first?: true };
+/** `spentMicros`: the worker's (wall) time on the call, instantiation included (the pool's guide to what may share a message). */
+export type CallReply = CallAnswer & { spentMicros: number };
 
 export type FromWorker =
   /** `micros`: how long instantiating it took in this worker, its start function included. */

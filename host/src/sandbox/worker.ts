@@ -115,14 +115,6 @@ async function call(spec: SandboxSpec, fn: CallRequest['fn'], input: CallRequest
   }
 }
 
-/** The functions of each loaded policy called in this worker so far (see CallReply's `first`). */
-const called = new Map<string, Set<string>>();
-function calledFns(key: string): Set<string> {
-  let fns = called.get(key);
-  if (!fns) called.set(key, fns = new Set());
-  return fns;
-}
-
 /** Runs a batch's calls in order, saying in `progress` which one runs since when, and answers once. */
 async function run(batch: number, first: number, calls: CallRequest[]): Promise<void> {
   const replies: CallReply[] = [];
@@ -131,20 +123,13 @@ async function run(batch: number, first: number, calls: CallRequest[]): Promise<
     const started = performance.now();
     const spec = specs.get(key);
     let answer: CallAnswer;
-    let firstCall = false;
     if (!spec) answer = { ok: false, fault: 'unloaded', message: 'is not loaded in this sandbox', logs: [] };
     else if (clock() >= notAfter) answer = { ok: false, fault: 'late', message: 'waited past its deadline behind other calls; not started', logs: [] };
-    else {
-      const fns = calledFns(key);
-      firstCall = !fns.has(fn);
-      fns.add(fn);
-      answer = await call(spec, fn, input);
-    }
+    else answer = await call(spec, fn, input);
     // A guest chooses what its error says (Extism's error_set, a thrown message): tens of
     // megabytes of it went into the response and every log line (red team). Cut, as a copy.
     if (!answer.ok && answer.message.length > MAX_MESSAGE_LENGTH) answer = { ...answer, message: cutMessage(answer.message) };
-    const spentMicros = Math.round((performance.now() - started) * 1000);
-    replies.push(firstCall ? { ...answer, spentMicros, first: true } : { ...answer, spentMicros });
+    replies.push({ ...answer, spentMicros: Math.round((performance.now() - started) * 1000) });
   }
   progress.mark(first + calls.length);
   send({ type: 'results', batch, replies });
@@ -265,7 +250,6 @@ port.on('message', (message: ToWorker) => {
     }
     case 'unload':
       specs.delete(message.key);
-      called.delete(message.key);
       discard(message.key);
       break;
     case 'call':
