@@ -1,12 +1,14 @@
 // TLS modes: self-signed (with cadump), certificate files (rotated live), plain HTTP only on
 // request, and client-certificate verification that reaches policies as `sslpeer`.
-import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { execFileSync } from 'node:child_process';
+import { createPrivateKey, X509Certificate } from 'node:crypto';
+import { chmod, chown, mkdtemp, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { generate } from 'selfsigned';
 import { Agent, request } from 'undici';
 import { afterEach, describe, expect, it, onTestFinished } from 'vitest';
-import { selfSigned } from '../../host/src/server/tls.ts';
+import { keptSelfSigned, selfSigned } from '../../host/src/server/tls.ts';
 import { admissionReview, policyYaml, startServer, type TestServer } from '../helpers/server.ts';
 
 const showAuth = policyYaml('show-auth');
@@ -37,6 +39,87 @@ describe('self-signed', () => {
     const untrusting = new Agent();
     await expect(request(`${t.server.url}/healthz`, { dispatcher: untrusting })).rejects.toThrow(/self.signed|unable to verify|certificate/i);
     await untrusting.close();
+  });
+});
+
+describe('the kept development certificate', () => {
+  const names = ['127.0.0.1', 'localhost'];
+  const fingerprint = (pem: string) => new X509Certificate(pem).fingerprint256;
+  const DAY = 24 * 3600 * 1000;
+
+  it('is made once, readable only by this user, and reused while it serves the same names and has a month left', async () => {
+    const folder = await mkdtemp(join(tmpdir(), 'portcullis-kept-'));
+    onTestFinished(() => rm(folder, { recursive: true, force: true }));
+    const first = await keptSelfSigned(names, join(folder, 'tls'));
+    const file = first.origin.keptIn!;
+    expect(file).toMatch(/\/tls\/self-signed-[0-9a-f]{16}\.pem$/);
+    expect((await stat(file)).mode & 0o777).toBe(0o600);
+    expect((await stat(join(folder, 'tls'))).mode & 0o777).toBe(0o700);
+    const again = await keptSelfSigned(names, join(folder, 'tls'));
+    expect(again.origin).toEqual({ reusedFrom: file });
+    expect(fingerprint(again.material.cert)).toBe(fingerprint(first.material.cert));
+    expect(new X509Certificate(again.material.cert).checkPrivateKey(createPrivateKey(again.material.key))).toBe(true);
+    expect(again.material.caBundle).toBe(again.material.cert);
+    // Other names: a certificate of their own, in a file of their own.
+    const other = await keptSelfSigned(['10.1.2.3'], join(folder, 'tls'));
+    expect(other.origin.keptIn).not.toBe(file);
+    expect(new X509Certificate(other.material.cert).checkIP('10.1.2.3')).toBe('10.1.2.3');
+    // 31 days before it expires it is still used; 29 days before, a new one replaces it.
+    const validTo = new Date(new X509Certificate(first.material.cert).validTo).getTime();
+    expect((await keptSelfSigned(names, join(folder, 'tls'), new Date(validTo - 31 * DAY))).origin).toEqual({ reusedFrom: file });
+    const renewed = await keptSelfSigned(names, join(folder, 'tls'), new Date(validTo - 29 * DAY));
+    expect(renewed.origin).toEqual({ keptIn: file });
+    expect(fingerprint(renewed.material.cert)).not.toBe(fingerprint(first.material.cert));
+    expect(fingerprint((await keptSelfSigned(names, join(folder, 'tls'))).material.cert)).toBe(fingerprint(renewed.material.cert));
+  });
+
+  it('is made anew when others may read it, another user owns it, it is damaged, its key is another\'s, or it is a FIFO; a folder that cannot be written costs only the reuse', async () => {
+    const folder = await mkdtemp(join(tmpdir(), 'portcullis-kept-'));
+    onTestFinished(() => rm(folder, { recursive: true, force: true }));
+    const kept = join(folder, 'tls');
+    const { origin: { keptIn: file } } = await keptSelfSigned(names, kept);
+    const current = async () => fingerprint((await readFile(file!, 'utf8')).replace(/^[\s\S]*?(?=-----BEGIN CERTIFICATE)/, ''));
+    const expectMadeAnew = async (before: string) => {
+      const next = await keptSelfSigned(names, kept);
+      expect(next.origin).toEqual({ keptIn: file });
+      expect(fingerprint(next.material.cert)).not.toBe(before);
+      expect(await current()).toBe(fingerprint(next.material.cert));
+      expect((await stat(file!)).mode & 0o777).toBe(0o600);
+    };
+    await chmod(file!, 0o640);
+    await expectMadeAnew(await current());
+    if (process.getuid?.() === 0) {
+      await chown(file!, 4242, 4242);
+      await expectMadeAnew(await current());
+    }
+    let before = await current();
+    await writeFile(file!, 'not PEM at all', { mode: 0o600 });
+    await expectMadeAnew(before);
+    // The certificate with another certificate's key.
+    const stranger = await selfSigned(names);
+    before = await current();
+    await writeFile(file!, `${stranger.key}${(await readFile(file!, 'utf8')).replace(/^[\s\S]*?(?=-----BEGIN CERTIFICATE)/, '')}`, { mode: 0o600 });
+    await expectMadeAnew(before);
+    // A FIFO is not waited on.
+    await rm(file!);
+    execFileSync('mkfifo', ['-m', '600', file!]);
+    const fromFifo = await keptSelfSigned(names, kept);
+    expect(fromFifo.origin).toEqual({ keptIn: file });
+    expect((await stat(file!)).isFile()).toBe(true);
+    // The folder is a file: nothing kept, a certificate all the same.
+    await writeFile(join(folder, 'plain'), '');
+    const unkept = await keptSelfSigned(names, join(folder, 'plain', 'tls'));
+    expect(unkept.origin).toEqual({});
+    expect(new X509Certificate(unkept.material.cert).checkHost('localhost')).toBe('localhost');
+  });
+
+  it('serve keeps it: a second start presents the same certificate and says where it was kept', async () => {
+    const yaml = `server: { tls: { mode: self-signed, hostnames: [127.0.0.1, localhost] } }\npolicies:\n${showAuth}`;
+    const one = await start(yaml);
+    const two = await start(yaml);
+    expect(fingerprint(two.server.tls!.cert)).toBe(fingerprint(one.server.tls!.cert));
+    const tlsLine = two.logs.map((l) => JSON.parse(l) as Record<string, unknown>).find((l) => l.msg === 'TLS');
+    expect(tlsLine?.source).toMatch(/^kept from an earlier start for 127\.0\.0\.1, localhost \(development only; delete \S+\/tls\/self-signed-[0-9a-f]{16}\.pem for a new one\)$/);
   });
 });
 

@@ -26,13 +26,17 @@ import { SlotList } from '../util/slot-list.ts';
 import { mib } from '../util/text.ts';
 import { Metrics } from './metrics.ts';
 import { listenMetrics, metricsUrl } from './metrics-listener.ts';
-import { checkServable, tlsMaterial, watchCertificates, type TlsMaterial } from './tls.ts';
+import { checkServable, tlsMaterial, watchCertificates, type TlsMaterial, type TlsOrigin } from './tls.ts';
 import { terminalHungUp } from '../util/terminal.ts';
 
-function certificateSource(config: Config): string {
+function certificateSource(config: Config, origin: TlsOrigin = {}): string {
   const tls = config.server.tls;
   if (tls.mode === 'files') return `files ${tls.certFile}, ${tls.keyFile}${tls.caFile ? `, CA ${tls.caFile}` : ''} (reloaded on change)`;
-  if (tls.mode === 'self-signed') return `generated at start for ${tls.hostnames.join(', ')} (development only)`;
+  if (tls.mode === 'self-signed') {
+    const names = tls.hostnames.join(', ');
+    if (origin.reusedFrom) return `kept from an earlier start for ${names} (development only; delete ${origin.reusedFrom} for a new one)`;
+    return `generated at start for ${names} (development only)${origin.keptIn ? `; kept in ${origin.keptIn} for the next start` : ''}`;
+  }
   return tls.mode;
 }
 
@@ -141,6 +145,7 @@ export class PortcullisServer {
   static async #identity(options: StartOptions, log: Logger): Promise<{ tls: TlsMaterial | undefined; requester: string | undefined }> {
     const { config } = options;
     let tls: TlsMaterial | undefined;
+    const origin: TlsOrigin = {};
     const mode = config.server.tls.mode;
     if (mode === 'insecure') {
       log.warn('serving plain HTTP (insecure): the apiserver only calls HTTPS webhooks; use this only behind a TLS proxy or for local tests');
@@ -150,7 +155,7 @@ export class PortcullisServer {
     } else if (options.tls) {
       tls = options.tls;
     } else {
-      tls = await tlsMaterial(config.server.tls);
+      tls = await tlsMaterial(config.server.tls, origin);
       const { tls: files } = config.server;
       // The same test a replacement passes (#watchCertificates): served as it is, the apiserver's
       // every call would fail with an x509 error while /readyz said ready.
@@ -162,7 +167,7 @@ export class PortcullisServer {
         }
       }
     }
-    log.info('TLS', { mode, source: options.certificateSource ?? certificateSource(config), clientCertificates: tls?.clientCA ? (tls.requireClientCert ? 'required' : 'optional') : 'off' });
+    log.info('TLS', { mode, source: options.certificateSource ?? certificateSource(config, origin), clientCertificates: tls?.clientCA ? (tls.requireClientCert ? 'required' : 'optional') : 'off' });
     // Imported only here: the Kubernetes client is a large load, and a host that writes nothing to the cluster never needs it.
     const requester = options.requester ?? (writesOwnObjects(config) ? (await import('../webhooks/kube.ts')).ownUsername() : undefined);
     return { tls, requester };

@@ -1,24 +1,33 @@
 // TLS material for the server: a development self-signed certificate (optionally written out
 // as a CA file, as Kopf's cadump), or certificate and key files that are re-read when they
 // change (the server swaps its secure context; open connections are not dropped).
-import { createPrivateKey, X509Certificate } from 'node:crypto';
-import { watchFile, unwatchFile } from 'node:fs';
-import { readFile, writeFile } from 'node:fs/promises';
+import { createHash, createPrivateKey, X509Certificate } from 'node:crypto';
+import { constants, watchFile, unwatchFile } from 'node:fs';
+import { mkdir, open, readFile, writeFile } from 'node:fs/promises';
 import { isIP } from 'node:net';
+import { dirname, join } from 'node:path';
 import type { TlsConfig } from '../config/types.ts';
 import { ConfigError, errorMessage } from '../errors.ts';
 import type { TlsMaterial } from '../certs/material.ts';
+import { atomicWrite, cacheDir } from '../util/files.ts';
 
 export type { TlsMaterial };
 
+/** Where the material came from, for the start-up log line; only self-signed material has one. */
+export interface TlsOrigin {
+  /** The kept development certificate this start reused, or undefined when it made one. */
+  reusedFrom?: string;
+  keptIn?: string;
+}
 
-export async function tlsMaterial(tls: Extract<TlsConfig, { mode: 'self-signed' | 'files' }>): Promise<TlsMaterial> {
+export async function tlsMaterial(tls: Extract<TlsConfig, { mode: 'self-signed' | 'files' }>, origin?: TlsOrigin): Promise<TlsMaterial> {
   const clientCA = tls.clientCA ? await readPem(tls.clientCA, 'client CA') : undefined;
   const client = { ...(clientCA ? { clientCA } : {}), requireClientCert: tls.requireClientCert };
   if (tls.mode === 'self-signed') {
-    const material = await selfSigned(tls.hostnames);
-    if (tls.cadump) await writeFile(tls.cadump, material.cert);
-    return { ...material, ...client };
+    const kept = await keptSelfSigned(tls.hostnames);
+    if (origin) Object.assign(origin, kept.origin);
+    if (tls.cadump) await writeFile(tls.cadump, kept.material.cert);
+    return { ...kept.material, ...client };
   }
   const cert = await readPem(tls.certFile, 'certificate');
   const key = await readPem(tls.keyFile, 'key');
@@ -42,6 +51,70 @@ export async function selfSigned(hostnames: string[]): Promise<{ key: string; ce
     ],
   });
   return { key: pems.private, cert: pems.cert, caBundle: pems.cert };
+}
+
+/** A kept development certificate is made again when it has less than this left. */
+export const KEPT_MIN_VALIDITY_MS = 30 * 24 * 3600 * 1000;
+
+/**
+ * The development certificate for these names, kept in the cache folder between starts. Making
+ * one loads selfsigned and @peculiar/x509, about a third of a second of the main thread at every
+ * start (bench cold start), and a new CA at every start also broke every caBundle a developer had
+ * registered with the previous one (the managed webhooks, or one pasted from cadump). As vite's
+ * basic-ssl plugin does, the kept one is reused while it serves these names and has a month
+ * left. Its key is in a file only this user may read: one that others may read, or that another
+ * user owns, is not trusted. Nothing here stops a start: what cannot be read, checked or written
+ * is made anew, and then only the speed-up is lost.
+ */
+export async function keptSelfSigned(hostnames: string[], folder = join(cacheDir(), 'tls'), now = new Date()): Promise<{ material: { key: string; cert: string; caBundle: string }; origin: TlsOrigin }> {
+  const file = join(folder, `self-signed-${createHash('sha256').update(JSON.stringify(hostnames)).digest('hex').slice(0, 16)}.pem`);
+  const reused = await readKept(file, hostnames, now);
+  if (reused) return { material: reused, origin: { reusedFrom: file } };
+  const material = await selfSigned(hostnames);
+  const kept = await writeKept(file, material);
+  return { material, origin: kept ? { keptIn: file } : {} };
+}
+
+/** Far more than a key and a certificate: a larger file is not one this host wrote. */
+const KEPT_MAX_BYTES = 16 * 1024;
+
+async function readKept(file: string, hostnames: string[], now: Date): Promise<{ key: string; cert: string; caBundle: string } | undefined> {
+  let text: string;
+  try {
+    // Without blocking, and judged through the handle it is read from: a FIFO is refused, not waited on.
+    const handle = await open(file, constants.O_RDONLY | constants.O_NONBLOCK | constants.O_NOFOLLOW);
+    try {
+      const info = await handle.stat();
+      if (!info.isFile() || info.size > KEPT_MAX_BYTES) return undefined;
+      if ((info.mode & 0o077) !== 0 || (process.getuid !== undefined && info.uid !== process.getuid())) return undefined;
+      text = await handle.readFile('utf8');
+    } finally {
+      await handle.close();
+    }
+  } catch {
+    return undefined;
+  }
+  const key = /-----BEGIN PRIVATE KEY-----[\s\S]*?-----END PRIVATE KEY-----/.exec(text)?.[0];
+  const cert = text.match(PEM_BLOCK)?.[0];
+  if (!key || !cert) return undefined;
+  const material = { key: `${key}\n`, cert: `${cert}\n`, caBundle: `${cert}\n` };
+  try {
+    checkServable(material, hostnames, now);
+    if (new Date(new X509Certificate(cert).validTo).getTime() - now.getTime() < KEPT_MIN_VALIDITY_MS) return undefined;
+  } catch {
+    return undefined;
+  }
+  return material;
+}
+
+async function writeKept(file: string, material: { key: string; cert: string }): Promise<boolean> {
+  try {
+    await mkdir(dirname(file), { recursive: true, mode: 0o700 });
+    await atomicWrite(file, `${material.key.trimEnd()}\n${material.cert.trimEnd()}\n`, 0o600);
+    return true;
+  } catch {
+    return false;
+  }
 }
 
 const PEM_BLOCK = /-----BEGIN CERTIFICATE-----[\s\S]*?-----END CERTIFICATE-----/g;

@@ -40,12 +40,15 @@ export function sha256(bytes: Uint8Array): string {
   return createHash('sha256').update(bytes).digest('hex');
 }
 
-/** Readers (other processes included) see the old file or the new one, never half of one. */
-export async function atomicWrite(path: string, bytes: Uint8Array | string): Promise<void> {
+/**
+ * Readers (other processes included) see the old file or the new one, never half of one. `mode`
+ * is the file's from its creation (a key is never readable by others, not even for a moment).
+ */
+export async function atomicWrite(path: string, bytes: Uint8Array | string, mode?: number): Promise<void> {
   await mkdir(dirname(path), { recursive: true });
   const temp = `${path}.${randomUUID()}.tmp`;
   try {
-    await writeFile(temp, bytes);
+    await writeFile(temp, bytes, mode === undefined ? {} : { mode, flag: 'wx' });
     await rename(temp, path);
     touched.set(resolve(path), Date.now());
   } catch (error) {
