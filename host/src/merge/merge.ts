@@ -55,7 +55,7 @@ export function patchesToCombine(evaluated: Evaluated[], operation: Operation, o
       if (outcome.patch.length > 0) {
         const patch: PolicyPatch = { policy: policy.name, operations: outcome.patch };
         if (policy.enforcement === 'warn') patch.trial = true;
-        if (yields(policy)) patch.yields = true;
+        if (policy.failurePolicy === 'Ignore') patch.yields = true;
         patches.push(patch);
       }
     } else if (policy.enforcement !== 'warn' && (outcome.status === 'denied' || policy.failurePolicy !== 'Ignore')) {
@@ -88,14 +88,6 @@ function objectOf(source: ObjectSource): JsonValue | null | undefined {
 export function unmerged(patches: PolicyPatch[], reason: string, temporary = false): CombinedPatch {
   const kind = temporary ? 'unmerged' as const : 'invalid' as const;
   return { patch: [], rejected: patches.map(({ policy }) => ({ policy, reason: kind, message: `the host could not merge its patch: ${reason}` })) };
-}
-
-/**
- * A patch left out, rather than its rival's, when the two conflict: its policy's failure is
- * ignored, or the policy is on trial (enforcement warn), so leaving it out stops nothing.
- */
-function yields(policy: Evaluated['policy']): boolean {
-  return policy.failurePolicy === 'Ignore' || policy.enforcement === 'warn';
 }
 
 /**

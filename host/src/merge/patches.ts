@@ -33,12 +33,11 @@ export interface PolicyPatch {
   policy: string;
   operations: PatchOperation[];
   /**
-   * Its policy's failure is ignored (failurePolicy Ignore) or its policy is on trial (enforcement
-   * warn): in a conflict with a policy that is neither, this patch is the one left out, whichever
-   * comes first.
+   * Its policy's failure is ignored (failurePolicy Ignore): in a conflict with a policy whose is
+   * not, this patch is the one left out, whichever comes first.
    */
   yields?: boolean;
-  /** Its policy is on trial (enforcement warn): it yields even to a patch whose failure is ignored. */
+  /** Its policy is on trial (enforcement warn): it yields to any patch not on trial, Ignore or not. */
   trial?: boolean;
 }
 
