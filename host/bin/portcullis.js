@@ -29,7 +29,7 @@ if (process.argv[2] === 'serve' && process.platform === 'linux' && typeof proces
 // written only costs the speed-up.
 if (process.env.NODE_COMPILE_CACHE === undefined && typeof module.enableCompileCache === 'function') {
   try {
-    const folder = join(process.env.PORTCULLIS_CACHE ?? join(homedir(), '.cache', 'portcullis'), 'node-compile-cache');
+    const folder = join(process.env.PORTCULLIS_CACHE || join(homedir(), '.cache', 'portcullis'), 'node-compile-cache');
     const { directory } = module.enableCompileCache(folder);
     if (directory !== undefined) process.env.NODE_COMPILE_CACHE = directory;
   } catch {

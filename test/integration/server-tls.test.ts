@@ -2,7 +2,7 @@
 // request, and client-certificate verification that reaches policies as `sslpeer`.
 import { execFileSync } from 'node:child_process';
 import { createPrivateKey, X509Certificate } from 'node:crypto';
-import { chmod, chown, mkdtemp, readFile, rm, stat, writeFile } from 'node:fs/promises';
+import { chmod, chown, lstat, mkdtemp, readdir, readFile, rename, rm, stat, symlink, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { generate } from 'selfsigned';
@@ -60,6 +60,8 @@ describe('the kept development certificate', () => {
     expect(fingerprint(again.material.cert)).toBe(fingerprint(first.material.cert));
     expect(new X509Certificate(again.material.cert).checkPrivateKey(createPrivateKey(again.material.key))).toBe(true);
     expect(again.material.caBundle).toBe(again.material.cert);
+    // The same names in another order, or case: the same file.
+    expect((await keptSelfSigned(['LOCALHOST', '127.0.0.1'], join(folder, 'tls'))).origin).toEqual({ reusedFrom: file });
     // Other names: a certificate of their own, in a file of their own.
     const other = await keptSelfSigned(['10.1.2.3'], join(folder, 'tls'));
     expect(other.origin.keptIn).not.toBe(file);
@@ -100,12 +102,30 @@ describe('the kept development certificate', () => {
     before = await current();
     await writeFile(file!, `${stranger.key}${(await readFile(file!, 'utf8')).replace(/^[\s\S]*?(?=-----BEGIN CERTIFICATE)/, '')}`, { mode: 0o600 });
     await expectMadeAnew(before);
+    // A link to a kept file is not followed, and is replaced by a file.
+    before = await current();
+    await rename(file!, join(kept, 'elsewhere.pem'));
+    await symlink(join(kept, 'elsewhere.pem'), file!);
+    await expectMadeAnew(before);
+    expect((await lstat(file!)).isFile()).toBe(true);
+    // Larger than a key and a certificate could be.
+    before = await current();
+    await writeFile(file!, `${await readFile(file!, 'utf8')}${'#'.repeat(17 * 1024)}\n`, { mode: 0o600 });
+    await expectMadeAnew(before);
     // A FIFO is not waited on.
     await rm(file!);
     execFileSync('mkfifo', ['-m', '600', file!]);
     const fromFifo = await keptSelfSigned(names, kept);
     expect(fromFifo.origin).toEqual({ keptIn: file });
     expect((await stat(file!)).isFile()).toBe(true);
+    // A folder others may change: its file is not trusted, and nothing is written there.
+    before = await current();
+    await chmod(kept, 0o777);
+    const shared = await keptSelfSigned(names, kept);
+    expect(shared.origin).toEqual({});
+    expect(fingerprint(shared.material.cert)).not.toBe(before);
+    expect(await current()).toBe(before);
+    await chmod(kept, 0o700);
     // The folder is a file: nothing kept, a certificate all the same.
     await writeFile(join(folder, 'plain'), '');
     const unkept = await keptSelfSigned(names, join(folder, 'plain', 'tls'));
@@ -113,9 +133,30 @@ describe('the kept development certificate', () => {
     expect(new X509Certificate(unkept.material.cert).checkHost('localhost')).toBe('localhost');
   });
 
+  it('two starts at once agree on the one kept', async () => {
+    const folder = await mkdtemp(join(tmpdir(), 'portcullis-kept-'));
+    onTestFinished(() => rm(folder, { recursive: true, force: true }));
+    const [a, b] = await Promise.all([keptSelfSigned(names, folder), keptSelfSigned(names, folder)]);
+    expect(fingerprint(a.material.cert)).toBe(fingerprint(b.material.cert));
+    const file = a.origin.keptIn ?? a.origin.reusedFrom!;
+    expect([a.origin, b.origin]).toEqual(expect.arrayContaining([{ keptIn: file }, { reusedFrom: file }]));
+    expect(fingerprint((await readFile(file, 'utf8')).replace(/^[\s\S]*?(?=-----BEGIN CERTIFICATE)/, ''))).toBe(fingerprint(a.material.cert));
+  });
+
   it('serve keeps it: a second start presents the same certificate and says where it was kept', async () => {
-    const yaml = `server: { tls: { mode: self-signed, hostnames: [127.0.0.1, localhost] } }\npolicies:\n${showAuth}`;
+    // A cache of its own (the real one is the developer's): an AssemblyScript policy needs no transpiling there.
+    const cache = await mkdtemp(join(tmpdir(), 'portcullis-kept-cache-'));
+    const saved = process.env.PORTCULLIS_CACHE;
+    process.env.PORTCULLIS_CACHE = cache;
+    onTestFinished(async () => {
+      if (saved === undefined) delete process.env.PORTCULLIS_CACHE;
+      else process.env.PORTCULLIS_CACHE = saved;
+      await rm(cache, { recursive: true, force: true });
+    });
+    const yaml = `server: { tls: { mode: self-signed, hostnames: [127.0.0.1, localhost] } }\npolicies:\n${policyYaml('no-delete')}`;
     const one = await start(yaml);
+    const oneLine = one.logs.map((l) => JSON.parse(l) as Record<string, unknown>).find((l) => l.msg === 'TLS');
+    expect(oneLine?.source).toBe(`generated at start for 127.0.0.1, localhost (development only); kept in ${cache}/tls/${(await readdir(join(cache, 'tls')))[0]} for the next start`);
     const two = await start(yaml);
     expect(fingerprint(two.server.tls!.cert)).toBe(fingerprint(one.server.tls!.cert));
     const tlsLine = two.logs.map((l) => JSON.parse(l) as Record<string, unknown>).find((l) => l.msg === 'TLS');

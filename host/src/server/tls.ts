@@ -1,15 +1,15 @@
 // TLS material for the server: a development self-signed certificate (optionally written out
 // as a CA file, as Kopf's cadump), or certificate and key files that are re-read when they
 // change (the server swaps its secure context; open connections are not dropped).
-import { createHash, createPrivateKey, X509Certificate } from 'node:crypto';
+import { createHash, createPrivateKey, randomUUID, X509Certificate } from 'node:crypto';
 import { constants, watchFile, unwatchFile } from 'node:fs';
-import { mkdir, open, readFile, writeFile } from 'node:fs/promises';
+import { link, lstat, mkdir, open, readFile, rename, rm, writeFile } from 'node:fs/promises';
 import { isIP } from 'node:net';
 import { dirname, join } from 'node:path';
 import type { TlsConfig } from '../config/types.ts';
 import { ConfigError, errorMessage } from '../errors.ts';
 import type { TlsMaterial } from '../certs/material.ts';
-import { atomicWrite, cacheDir } from '../util/files.ts';
+import { cacheDir } from '../util/files.ts';
 
 export type { TlsMaterial };
 
@@ -56,32 +56,67 @@ export async function selfSigned(hostnames: string[]): Promise<{ key: string; ce
 /** A kept development certificate is made again when it has less than this left. */
 export const KEPT_MIN_VALIDITY_MS = 30 * 24 * 3600 * 1000;
 
+type Pems = { key: string; cert: string; caBundle: string };
+
 /**
  * The development certificate for these names, kept in the cache folder between starts. Making
  * one loads selfsigned and @peculiar/x509, about a third of a second of the main thread at every
  * start (bench cold start), and a new CA at every start also broke every caBundle a developer had
  * registered with the previous one (the managed webhooks, or one pasted from cadump). As vite's
- * basic-ssl plugin does, the kept one is reused while it serves these names and has a month
- * left. Its key is in a file only this user may read: one that others may read, or that another
- * user owns, is not trusted. Nothing here stops a start: what cannot be read, checked or written
- * is made anew, and then only the speed-up is lost.
+ * basic-ssl plugin does, the kept one is reused while it covers these names and has a month
+ * left. Its key is in a file only this user may read, in a folder only this user may change:
+ * a file or folder that others may read or change, or that another user owns, is neither
+ * trusted nor written. Nothing here stops a start (no home folder, a read-only cache): what
+ * cannot be read, checked or written is made anew, and then only the reuse is lost.
  */
-export async function keptSelfSigned(hostnames: string[], folder = join(cacheDir(), 'tls'), now = new Date()): Promise<{ material: { key: string; cert: string; caBundle: string }; origin: TlsOrigin }> {
-  const file = join(folder, `self-signed-${createHash('sha256').update(JSON.stringify(hostnames)).digest('hex').slice(0, 16)}.pem`);
-  const reused = await readKept(file, hostnames, now);
+export async function keptSelfSigned(hostnames: string[], folder?: string, now = new Date()): Promise<{ material: Pems; origin: TlsOrigin }> {
+  let file: string;
+  try {
+    // Not in the parameter list: cacheDir() throws without a home folder (an arbitrary uid in a container).
+    const names = [...new Set(hostnames.map((name) => name.toLowerCase()))].sort();
+    file = join(folder ?? join(cacheDir(), 'tls'), `self-signed-${createHash('sha256').update(JSON.stringify(names)).digest('hex').slice(0, 16)}.pem`);
+  } catch {
+    return { material: await selfSigned(hostnames), origin: {} };
+  }
+  const usable = await ownFolder(dirname(file));
+  const reused = usable ? await readKept(file, hostnames, now) : undefined;
   if (reused) return { material: reused, origin: { reusedFrom: file } };
-  const material = await selfSigned(hostnames);
-  const kept = await writeKept(file, material);
-  return { material, origin: kept ? { keptIn: file } : {} };
+  const made = await selfSigned(hostnames);
+  if (!usable && !await makeOwnFolder(dirname(file))) return { material: made, origin: {} };
+  // Starts at once (two processes, or two servers in one) each made one: they agree on the one kept.
+  const kept = await writeKept(file, made, hostnames, now);
+  if (!kept) return { material: made, origin: {} };
+  return kept.cert === made.cert ? { material: made, origin: { keptIn: file } } : { material: kept, origin: { reusedFrom: file } };
+}
+
+/** Whether `folder` is a real folder of this user's that no one else may change. */
+async function ownFolder(folder: string): Promise<boolean> {
+  try {
+    const info = await lstat(folder);
+    return info.isDirectory() && (info.mode & 0o022) === 0 && (process.getuid === undefined || info.uid === process.getuid());
+  } catch {
+    return false;
+  }
+}
+
+/** Creates the folder (0700) if it is missing; true if it is then one of ownFolder's. */
+async function makeOwnFolder(folder: string): Promise<boolean> {
+  try {
+    await mkdir(folder, { recursive: true, mode: 0o700 });
+  } catch {
+    return false;
+  }
+  return ownFolder(folder);
 }
 
 /** Far more than a key and a certificate: a larger file is not one this host wrote. */
 const KEPT_MAX_BYTES = 16 * 1024;
 
-async function readKept(file: string, hostnames: string[], now: Date): Promise<{ key: string; cert: string; caBundle: string } | undefined> {
+async function readKept(file: string, hostnames: string[], now: Date): Promise<Pems | undefined> {
   let text: string;
   try {
-    // Without blocking, and judged through the handle it is read from: a FIFO is refused, not waited on.
+    // Without blocking or following a link, and judged through the handle it is read from: a
+    // FIFO is refused, not waited on.
     const handle = await open(file, constants.O_RDONLY | constants.O_NONBLOCK | constants.O_NOFOLLOW);
     try {
       const info = await handle.stat();
@@ -107,13 +142,30 @@ async function readKept(file: string, hostnames: string[], now: Date): Promise<{
   return material;
 }
 
-async function writeKept(file: string, material: { key: string; cert: string }): Promise<boolean> {
+/**
+ * Keeps `made` unless another start kept a usable one first: created with link(), which fails
+ * on an existing file, so of two starts at once one keeps its own and the other reads it. A
+ * file that is not usable is replaced. Returns what the file holds now, or undefined if nothing
+ * could be kept.
+ */
+async function writeKept(file: string, made: Pems, hostnames: string[], now: Date): Promise<Pems | undefined> {
+  const temporary = `${file}.${randomUUID()}.tmp`;
   try {
-    await mkdir(dirname(file), { recursive: true, mode: 0o700 });
-    await atomicWrite(file, `${material.key.trimEnd()}\n${material.cert.trimEnd()}\n`, 0o600);
-    return true;
+    await writeFile(temporary, `${made.key.trimEnd()}\n${made.cert.trimEnd()}\n`, { mode: 0o600, flag: 'wx' });
+    try {
+      await link(temporary, file);
+      return made;
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code !== 'EEXIST') return undefined;
+    }
+    const other = await readKept(file, hostnames, now);
+    if (other) return other;
+    await rename(temporary, file);
+    return made;
   } catch {
-    return false;
+    return undefined;
+  } finally {
+    await rm(temporary, { force: true }).catch(() => undefined);
   }
 }
 

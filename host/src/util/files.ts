@@ -8,7 +8,8 @@ import { dirname, join, resolve } from 'node:path';
 
 /** The root of every on-disk cache (pulled modules, transpiled components). */
 export function cacheDir(): string {
-  return process.env.PORTCULLIS_CACHE ?? join(homedir(), '.cache', 'portcullis');
+  // Empty counts as unset: it meant the current folder, which then received the cache (and keys).
+  return process.env.PORTCULLIS_CACHE || join(homedir(), '.cache', 'portcullis');
 }
 
 /**
@@ -40,15 +41,12 @@ export function sha256(bytes: Uint8Array): string {
   return createHash('sha256').update(bytes).digest('hex');
 }
 
-/**
- * Readers (other processes included) see the old file or the new one, never half of one. `mode`
- * is the file's from its creation (a key is never readable by others, not even for a moment).
- */
-export async function atomicWrite(path: string, bytes: Uint8Array | string, mode?: number): Promise<void> {
+/** Readers (other processes included) see the old file or the new one, never half of one. */
+export async function atomicWrite(path: string, bytes: Uint8Array | string): Promise<void> {
   await mkdir(dirname(path), { recursive: true });
   const temp = `${path}.${randomUUID()}.tmp`;
   try {
-    await writeFile(temp, bytes, mode === undefined ? {} : { mode, flag: 'wx' });
+    await writeFile(temp, bytes);
     await rename(temp, path);
     touched.set(resolve(path), Date.now());
   } catch (error) {
