@@ -11,6 +11,12 @@
 import { PortcullisError } from '../errors.ts';
 import { readLeb } from './memory-cap.ts';
 
+/**
+ * Raised whenever the walk refuses more than before: a pass recorded on disk under an older
+ * revision is not trusted (prepare.ts walkRecord).
+ */
+export const CODE_WALK_REVISION = 1;
+
 /** Toolchains nest a few hundred levels at most; this leaves room and caps the compiler's memory. */
 export const MAX_NESTING = 10_000;
 
