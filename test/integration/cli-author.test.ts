@@ -200,6 +200,12 @@ describe('build, inspect, test on the generated project', () => {
     expect(result.stderr).toBe('portcullis inspect: junk.wasm is not a WebAssembly module or component (bad header)\n');
   });
 
+  it('inspect of a device or a FIFO is refused at once (red team 5: /dev/zero grew it past 2.4 GB)', async () => {
+    const result = await inProject(['inspect', '/dev/zero']);
+    expect(result.code).toBe(1);
+    expect(result.stderr).toBe('portcullis inspect: cannot read /dev/zero: it is not a regular file (a FIFO or a device?)\n');
+  });
+
   it('inspect of a core module the host would refuse says why at once, without compiling it', async () => {
     // Red team: 2.5 million nested blocks in one function took inspect 5.9 s and 870 MB to validate.
     const depth = 2_500_000;

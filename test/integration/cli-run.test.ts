@@ -103,6 +103,8 @@ describe('portcullis run', () => {
         return ['--policy', wasm('numbers'), '--request', join(dir, 'review-bad.json')];
       }, /^portcullis run: .*review-bad\.json: unsupported apiVersion "admission.k8s.io\/v2"/],
       ['a missing review file', async () => ['--policy', wasm('numbers'), '--request', join(dir, 'absent.json')], /^portcullis run: cannot read the request .*absent\.json: no such file$/],
+      // Red team 5: /dev/zero grew the CLI to 690 MB before "Invalid string length".
+      ['a device as the review', async () => ['--policy', wasm('numbers'), '--request', '/dev/zero'], /^portcullis run: cannot read the request \/dev\/zero: it is not a regular file \(a FIFO or a device\?\)$/],
       ['settings that are not JSON', async () => ['--policy', wasm('numbers'), '--request', review, '--settings', '{value: 1}'], /^portcullis run: --settings is not valid JSON/],
       ['a policy that traps', async () => ['--policy', wasm('trap'), '--request', review], /^portcullis run: policy "trap" \(.*trap\.wasm\) failed on request 705ab4f5-6393-11e8-b7cc-42010a800002: crashed: wasm trap.*boom: the policy gave up/],
       ['a policy that returns garbage', async () => ['--policy', wasm('garbage'), '--request', review], /^portcullis run: policy "garbage" .* failed on request .*: returned output that is not JSON/],

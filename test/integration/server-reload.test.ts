@@ -1,7 +1,7 @@
 // Hot reload under a stream of requests (zero failures), broken files keep the old set
 // serving, SIGHUP reloads; SIGTERM finishes in-flight reviews and exits 0.
-import { spawn } from 'node:child_process';
-import { mkdtemp, readFile, rename, rm, writeFile } from 'node:fs/promises';
+import { execFileSync, spawn } from 'node:child_process';
+import { mkdtemp, readFile, rename, rm, symlink, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Agent, request } from 'undici';
@@ -79,6 +79,39 @@ describe('hot reload', () => {
     expect(logged).toContainEqual(expect.stringMatching(/require-labels.*settings\.labels\["team"\] must be a string/));
     const { body } = await t.post('/validate', pod());
     expect(body.response.status.message).toBe('policy "require-labels": missing required label: tier');
+  });
+
+  it('a FIFO, or /dev/zero, in the configuration\'s place is refused at once, and the next good edit reloads (red team 5)', async () => {
+    // A FIFO was opened and waited on for good: every later reload queued behind it, and the
+    // host logged "stopped" on SIGTERM and never exited. /dev/zero took 700 MB.
+    await rm(t.configPath);
+    execFileSync('mkfifo', [t.configPath]);
+    const started = performance.now();
+    expect(await t.server.reload()).toBe(false);
+    await rm(t.configPath);
+    await symlink('/dev/zero', t.configPath);
+    expect(await t.server.reload()).toBe(false);
+    expect(performance.now() - started).toBeLessThan(10_000);
+    const logged = t.logs.filter((l) => l.includes('configuration reload refused')).map((l) => JSON.parse(l).message as string);
+    expect(logged).toContain(`cannot read the configuration ${t.configPath}: it is not a regular file (a FIFO or a device?)`);
+    expect(logged.filter((m) => m.endsWith('it is not a regular file (a FIFO or a device?)')).length).toBeGreaterThanOrEqual(2);
+    await rm(t.configPath);
+    await writeFile(t.configPath, config('team: x, tier: dev'));
+    expect(await t.server.reload()).toBe(true);
+  });
+
+  it('a reload applies a changed logLevel, and says that a changed workers waits for the restart (red team 5)', async () => {
+    await replaceConfig(t.configPath, `logLevel: warn\nworkers: 3\n${config('team: x, tier: dev')}`);
+    expect(await t.server.reload()).toBe(true);
+    expect(t.server.log.level).toBe('warn');
+    const warned = t.logs.map((l) => JSON.parse(l) as Record<string, unknown>).find((l) => l.msg === 'workers changed in the configuration; it takes effect on restart');
+    expect(warned).toMatchObject({ level: 'warn', workers: t.server.pool.size });
+    expect(t.server.pool.size).not.toBe(3);
+    // Back as it was: the logger the test gave the server logs debug lines again only if asked to.
+    await replaceConfig(t.configPath, config('team: x, tier: dev'));
+    expect(await t.server.reload()).toBe(true);
+    expect(t.server.log.level).toBe('info');
+    t.server.log.level = 'debug';
   });
 
   it('a reload asked for while another runs reads the file again after it: the newest edit is never lost', async () => {

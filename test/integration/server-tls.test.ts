@@ -264,7 +264,44 @@ describe('certificate files', () => {
   });
 
   it('refuses to start with an unreadable or non-PEM certificate, naming the file', async () => {
-    await expect(startServer('server: { tls: { certFile: /nonexistent.crt, keyFile: /nonexistent.key } }\npolicies: []')).rejects.toThrow('cannot use the TLS certificate file /nonexistent.crt');
+    await expect(startServer('server: { tls: { certFile: /nonexistent.crt, keyFile: /nonexistent.key } }\npolicies: []')).rejects.toThrow('cannot use the TLS certificate file /nonexistent.crt: no such file');
+  });
+
+  it('a FIFO or a device as a certificate file is refused at once, at start and when it replaces the served one (red team 5)', async () => {
+    // Each change read the files again and a FIFO was waited on: four of them held every libuv
+    // thread, after which no file in the host could be read, and the host did not exit.
+    const certDir = await mkdtemp(join(tmpdir(), 'portcullis-certs-'));
+    onTestFinished(() => rm(certDir, { recursive: true, force: true }));
+    execFileSync('mkfifo', [join(certDir, 'fifo.crt')]);
+    await expect(startServer(`server: { tls: { certFile: ${certDir}/fifo.crt, keyFile: /dev/zero } }\npolicies: []`))
+      .rejects.toThrow(`cannot use the TLS certificate file ${certDir}/fifo.crt: it is not a regular file (a FIFO or a device?)`);
+    const first = await selfSigned(['127.0.0.1']);
+    await writeFile(join(certDir, 'tls.crt'), first.cert);
+    await writeFile(join(certDir, 'tls.key'), first.key);
+    const t = await start(`server: { tls: { certFile: ${certDir}/tls.crt, keyFile: ${certDir}/tls.key } }\npolicies:\n${showAuth}`);
+    for (let i = 0; i < 5; i++) {
+      await rm(join(certDir, 'tls.crt'));
+      execFileSync('mkfifo', [join(certDir, 'tls.crt')]);
+      await new Promise((r) => setTimeout(r, 1300));
+    }
+    const failures = t.logs.filter((l) => l.includes('TLS certificate reload failed; keeping the current one'));
+    expect(failures.length).toBeGreaterThan(0);
+    expect(failures.at(-1)).toContain(`cannot use the TLS certificate file ${certDir}/tls.crt: it is not a regular file (a FIFO or a device?)`);
+    expect(t.server.tls?.cert).toBe(first.cert);
+    // Files are still read: a good pair written back is taken.
+    const next = await selfSigned(['127.0.0.1']);
+    await rm(join(certDir, 'tls.crt'));
+    await writeFile(join(certDir, 'tls.key'), next.key);
+    await writeFile(join(certDir, 'tls.crt'), next.cert);
+    for (let i = 0; i < 100 && t.server.tls?.cert !== next.cert; i++) await new Promise((r) => setTimeout(r, 100));
+    expect(t.server.tls?.cert).toBe(next.cert);
+  }, 30_000);
+
+  it('says which setting failed when the self-signed CA cannot be written to cadump', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'portcullis-cadump-'));
+    onTestFinished(() => rm(dir, { recursive: true, force: true }));
+    await expect(startServer(`server: { tls: { mode: self-signed, hostnames: [127.0.0.1], cadump: ${dir} } }\npolicies: []`))
+      .rejects.toThrow(new RegExp(`^cannot write the self-signed CA to server\\.tls\\.cadump ${dir}: EISDIR`));
   });
 });
 

@@ -1,5 +1,9 @@
-import { describe, expect, it } from 'vitest';
-import { parseConfig } from '../../host/src/config/load.ts';
+import { execFileSync } from 'node:child_process';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { describe, expect, it, onTestFinished } from 'vitest';
+import { loadConfigFile, MAX_CONFIG_BYTES, parseConfig } from '../../host/src/config/load.ts';
 import { labelSelectorProblem, ruleProblem, webhookUrlProblem } from '../../host/src/config/apiserver.ts';
 import { buildConfigurations, excludedNamespaces } from '../../host/src/webhooks/build.ts';
 import { policyMatches, ruleMatches, resourceSelectorMatches, fieldSelectorMatches, labelSelectorMatches } from '../../host/src/select/match.ts';
@@ -36,6 +40,51 @@ describe('configuration', () => {
     ['policies: [{ name: a, module: a.wasm, rules: [{ operations: [CREATE], apiGroups: [""], apiVersions: [v1], resources: ["*/*", pods/status] }] }]', /rules\/0\/resources: "\*\/\*" stands alone/],
   ])('refuses %s', (yaml, message) => {
     expect(() => parseConfig(yaml, 'c.yaml')).toThrow(message);
+  });
+});
+
+// Red team 5: values YAML can say and JSON cannot reached policies as {} or null (a require-labels
+// given `labels: !!set {team}` required nothing); files that are not files held the host.
+describe('what the configuration cannot be', () => {
+  const withSettings = (settings: string) => `policies:\n  - name: a\n    module: a.wasm\n    settings:\n      labels: ${settings}\n`;
+
+  it.each([
+    ['!!set { team }', /^c\.yaml: \/policies\/0\/settings\/labels is a YAML !!set, which JSON has no form for: write it as a plain map, list, string or number$/],
+    ['!!omap [ { team: unowned } ]', /\/policies\/0\/settings\/labels is a YAML map with a tag such as !!omap or !!pairs, which JSON/],
+    ['!!binary aGVsbG8=', /\/policies\/0\/settings\/labels is YAML !!binary data, which JSON/],
+    ['{ team: .nan }', /^c\.yaml: \/policies\/0\/settings\/labels\/team is NaN, which JSON cannot hold$/],
+    ['[ -.inf ]', /\/policies\/0\/settings\/labels\/0 is -Infinity, which JSON cannot hold$/],
+  ])('refuses settings holding %s, naming where', (value, message) => {
+    expect(() => parseConfig(withSettings(value), 'c.yaml')).toThrow(message);
+  });
+
+  it('takes plain maps, lists, strings, numbers, booleans and nulls in settings', () => {
+    const config = parseConfig(withSettings('{ team: unowned, n: [1, 2.5, -0, true, null, "x"] }'), 'c.yaml');
+    expect(config.policies[0]!.settings).toEqual({ labels: { team: 'unowned', n: [1, 2.5, -0, true, null, 'x'] } });
+  });
+
+  it.each([
+    ['exa mple'], ['ünïcode.example'], ['a..b'], ['-a.example'], ['x'.repeat(64)], [''],
+  ])('refuses the TLS hostname %j, which no certificate could serve', (name) => {
+    expect(() => parseConfig(`server: { tls: { hostnames: [localhost, ${JSON.stringify(name)}] } }\npolicies: []`, 'c.yaml'))
+      .toThrow(name === '' ? /\/server\/tls\/hostnames\/1 must NOT have fewer than 1 characters/ : `/server/tls/hostnames/1: ${JSON.stringify(name)} is neither an IP address nor a DNS name`);
+  });
+
+  it('takes IP addresses, DNS names, a leading wildcard and xn-- names as TLS hostnames', () => {
+    const names = ['localhost', '127.0.0.1', '::1', 'portcullis.portcullis.svc', '*.example.com', 'xn--nicode-example-dlb.org', 'UPPER.Example'];
+    const config = parseConfig(`server: { tls: { hostnames: ${JSON.stringify(names)} } }\npolicies: []`, 'c.yaml');
+    expect(config.server.tls).toMatchObject({ mode: 'self-signed', hostnames: names });
+  });
+
+  it('refuses a configuration file that is a FIFO, a device or larger than 8 MiB, at once', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'portcullis-config-'));
+    onTestFinished(() => rm(dir, { recursive: true, force: true }));
+    execFileSync('mkfifo', [join(dir, 'fifo.yaml')]);
+    await expect(loadConfigFile(join(dir, 'fifo.yaml'))).rejects.toThrow(`cannot read the configuration ${dir}/fifo.yaml: it is not a regular file (a FIFO or a device?)`);
+    await expect(loadConfigFile('/dev/zero')).rejects.toThrow('cannot read the configuration /dev/zero: it is not a regular file (a FIFO or a device?)');
+    await writeFile(join(dir, 'big.yaml'), `policies: []\n${'#'.repeat(MAX_CONFIG_BYTES)}\n`);
+    await expect(loadConfigFile(join(dir, 'big.yaml'))).rejects.toThrow(`cannot read the configuration ${dir}/big.yaml: it is ${MAX_CONFIG_BYTES + 14} bytes, more than the ${MAX_CONFIG_BYTES} expected`);
+    await expect(loadConfigFile(join(dir, 'none.yaml'))).rejects.toThrow(`cannot read the configuration ${dir}/none.yaml: no such file`);
   });
 });
 

@@ -1,14 +1,14 @@
 // `portcullis inspect FILE.wasm | oci://REG/REPO:TAG [--json]`: what a policy module is before
 // anyone runs it: kind, size, digest, what it imports and exports, and the metadata that
 // `portcullis build` embedded. Nothing of the module runs; components are read by wasm-tools.
-import { readFile } from 'node:fs/promises';
 import { parseArgs } from 'node:util';
 import { errorMessage } from '../errors.ts';
 import { readPolicyInfo, type PolicyInfo } from '../policy/metadata.ts';
 import { checkCodeSection } from '../sandbox/code-walk.ts';
 import { readLayout } from '../sandbox/memory-cap.ts';
 import { moduleKind } from '../sandbox/module-kind.ts';
-import { sha256 } from '../util/files.ts';
+import { readPointedFile, sha256 } from '../util/files.ts';
+import { MAX_MODULE_FILE_BYTES } from '../config/limits.ts';
 import { INSPECT_HELP } from './help.ts';
 import { UsageError } from './usage.ts';
 
@@ -47,10 +47,9 @@ async function readBytes(source: string, insecure: boolean, dockerConfig: string
     return (await fetchOci(source, { insecure: insecure ? [registry] : [], ...(dockerConfig ? { dockerConfig } : {}) })).bytes;
   }
   try {
-    return new Uint8Array(await readFile(source));
+    return new Uint8Array(await readPointedFile(source, MAX_MODULE_FILE_BYTES));
   } catch (error) {
-    const code = (error as NodeJS.ErrnoException).code;
-    throw new Error(`cannot read ${source}: ${code === 'ENOENT' ? 'no such file' : errorMessage(error)}`);
+    throw new Error(`cannot read ${source}: ${errorMessage(error)}`);
   }
 }
 

@@ -1,10 +1,12 @@
 // `portcullis push POLICY.wasm oci://REG/REPO:TAG` and `portcullis pull oci://REG/REPO:TAG -o FILE.wasm`.
 // Push prints the pushed artifact pinned by digest, the reference to put in a configuration;
 // pull prints the same for what it fetched. Failures throw: main.ts makes them one stderr line.
-import { readFile, writeFile } from 'node:fs/promises';
+import { writeFile } from 'node:fs/promises';
 import { basename } from 'node:path';
 import { parseArgs } from 'node:util';
 import { errorMessage } from '../errors.ts';
+import { MAX_MODULE_FILE_BYTES } from '../config/limits.ts';
+import { readPointedFile } from '../util/files.ts';
 import { isWasm } from '../oci/artifact.ts';
 import { RegistryError } from '../oci/errors.ts';
 import { fetchOci } from '../oci/fetcher.ts';
@@ -24,10 +26,9 @@ export async function push(args: string[]): Promise<number> {
   if (!ref.tag || ref.digest) throw new UsageError(`push needs a tag (oci://REGISTRY/REPO:TAG), not a digest: ${reference}`);
   let wasm: Uint8Array;
   try {
-    wasm = new Uint8Array(await readFile(file));
+    wasm = new Uint8Array(await readPointedFile(file, MAX_MODULE_FILE_BYTES));
   } catch (error) {
-    const code = (error as NodeJS.ErrnoException).code;
-    throw new Error(`cannot read ${file}: ${code === 'ENOENT' ? 'no such file' : errorMessage(error)}`);
+    throw new Error(`cannot read ${file}: ${errorMessage(error)}`);
   }
   if (!isWasm(wasm)) throw new Error(`${file} is not a WebAssembly module (it does not start with \\0asm)`);
   const settings = await resolveOptions(registryOptions(values, ref));

@@ -3,7 +3,6 @@
 // plain manifest (JSON or YAML) that flags turn into a request. Exit 0 whatever the decision; 1
 // when the command could not produce a decision (unreadable input, a policy that failed to load,
 // crashed, timed out, returned garbage or a patch that does not apply), with one line on stderr saying why.
-import { readFile } from 'node:fs/promises';
 import { basename, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import type { JsonValue, Mode, PatchOperation } from '@portcullis/sdk';
@@ -24,6 +23,7 @@ import { policyMatches } from '../select/match.ts';
 import { isAdmissionRequest, isObject, requestFor, wholeRequest } from './request.ts';
 import { SandboxPool } from '../sandbox/pool.ts';
 import { DEFAULT_LIMITS } from '../config/limits.ts';
+import { readPointedFile } from '../util/files.ts';
 import { settingsFrom, UsageError } from './usage.ts';
 
 export const RUN_USAGE = 'usage: portcullis run (--policy FILE.wasm | --config portcullis.yaml) --request REVIEW|REQUEST|MANIFEST [--settings JSON|FILE]\n' +
@@ -217,18 +217,26 @@ async function runConfig(
   }
 }
 
+/** As the server's default server.maxBodyBytes: a review larger than this is never sent to a webhook. */
+const MAX_INPUT_BYTES = 8 * 2 ** 20;
+
 async function readInput(path: string, what: string): Promise<string> {
   try {
-    return path === '-' ? await readStdin() : await readFile(path, 'utf8');
+    return path === '-' ? await readStdin() : (await readPointedFile(path, MAX_INPUT_BYTES)).toString('utf8');
   } catch (error) {
-    const code = (error as NodeJS.ErrnoException).code;
-    throw new ConfigError(`cannot read the ${what} ${path}: ${code === 'ENOENT' ? 'no such file' : errorMessage(error)}`);
+    throw new ConfigError(`cannot read the ${what} ${path}: ${errorMessage(error)}`);
   }
 }
 
 async function readStdin(): Promise<string> {
   const chunks: Buffer[] = [];
-  for await (const chunk of process.stdin) chunks.push(chunk as Buffer);
+  let total = 0;
+  for await (const chunk of process.stdin) {
+    total += (chunk as Buffer).length;
+    // `< /dev/zero` grew the CLI until it failed on a string too long (red team 5).
+    if (total > MAX_INPUT_BYTES) throw new Error(`more than ${MAX_INPUT_BYTES} bytes arrived on standard input`);
+    chunks.push(chunk as Buffer);
+  }
   return Buffer.concat(chunks).toString('utf8');
 }
 

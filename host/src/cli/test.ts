@@ -4,7 +4,7 @@
 // AdmissionRequest) and what the merged answer must be. Every case runs in the real sandbox
 // with the server's merge, prints one line, and the run ends with `N passed, N failed`.
 // Exit 1 when any case fails or a suite file cannot be used (one clear line for each).
-import { readdir, readFile, stat } from 'node:fs/promises';
+import { readdir, stat } from 'node:fs/promises';
 import { dirname, isAbsolute, join, relative, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import type { AdmissionRequest, JsonObject, JsonValue, Mode, PatchOperation, PeerCertificate } from '@portcullis/sdk';
@@ -21,6 +21,10 @@ import type { RuleWithOperations } from '../config/types.ts';
 import { ruleMatches } from '../select/match.ts';
 import { SandboxPool } from '../sandbox/pool.ts';
 import { DEFAULT_LIMITS } from '../config/limits.ts';
+import { readPointedFile } from '../util/files.ts';
+
+/** A test suite is a few reviews and expectations: far less than this. */
+const MAX_SUITE_BYTES = 64 * 2 ** 20;
 import { yamlProblem } from '../config/load.ts';
 import { grantedKinds, kindKey, type Grant } from '../context/grants.ts';
 import { ContextHub } from '../context/hub.ts';
@@ -76,7 +80,7 @@ export default async function test(args: string[]): Promise<number> {
     const shown = relative(process.cwd(), file) || file;
     let suite: Suite;
     try {
-      suite = parseSuite(file, await readFile(file, 'utf8'));
+      suite = parseSuite(file, (await readPointedFile(file, MAX_SUITE_BYTES)).toString('utf8'));
     } catch (error) {
       process.stdout.write(`ERROR ${shown}: ${errorMessage(error)}\n`);
       failed++;

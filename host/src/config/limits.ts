@@ -13,6 +13,9 @@ export interface SandboxLimits {
 
 const limits = schema.definitions.limits.properties;
 
+/** The largest policy file any configuration may allow (limits.maxModuleMiB's maximum): what the CLI reads at most. */
+export const MAX_MODULE_FILE_BYTES: number = limits.maxModuleMiB.maximum * 2 ** 20;
+
 export const DEFAULT_LIMITS: SandboxLimits = Object.freeze({
   timeoutMs: limits.timeoutMs.default,
   memoryMiB: limits.memoryMiB.default,

@@ -1,6 +1,6 @@
 // Reads and validates the YAML configuration: JSON Schema first (an error names the path of
 // the bad field), then the rules a schema cannot say, then defaults and resolved paths.
-import { readFile } from 'node:fs/promises';
+import { isIP } from 'node:net';
 import { dirname, isAbsolute, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { ErrorObject } from 'ajv';
@@ -8,6 +8,7 @@ import { parse as parseYaml } from 'yaml';
 import { defaultOf, defaultsAt } from './schema.ts';
 import { validateConfig as validate } from './validators.generated.ts';
 import { ConfigError, errorMessage } from '../errors.ts';
+import { readPointedFile } from '../util/files.ts';
 import { DEFAULT_LIMITS } from './limits.ts';
 import { labelKeyProblem, labelSelectorProblem, labelValueProblem, ruleProblem, webhookUrlProblem } from './apiserver.ts';
 import type {
@@ -17,10 +18,13 @@ import type {
 
 export const DEFAULT_PORT: number = defaultOf('server', 'port');
 
+/** Far more than any configuration: a ConfigMap holds at most 1 MiB. */
+export const MAX_CONFIG_BYTES = 8 * 2 ** 20;
+
 export async function loadConfigFile(path: string): Promise<Config> {
   let text: string;
   try {
-    text = await readFile(path, 'utf8');
+    text = (await readPointedFile(path, MAX_CONFIG_BYTES)).toString('utf8');
   } catch (error) {
     throw new ConfigError(`cannot read the configuration ${path}: ${errorMessage(error)}`);
   }
@@ -34,8 +38,36 @@ export function parseConfig(text: string, source: string): Config {
   } catch (error) {
     throw new ConfigError(`${source}: not valid YAML: ${yamlProblem(error)}`);
   }
+  const notJson = nonJsonValue(raw);
+  if (notJson) throw new ConfigError(`${source}: ${notJson}`);
   if (!validate(raw)) throw new ConfigError(`${source}: ${describeSchemaError(validate.errors?.[0])}`);
   return normalize(raw as RawConfig, source);
+}
+
+/**
+ * The first value YAML can say and JSON cannot, with its path: settings reach policies as JSON,
+ * and JSON.stringify wrote a !!set or !!omap as {} and .nan as null, so a require-labels policy
+ * given `labels: !!set {team}` required nothing and allowed everything (red team 5).
+ */
+export function nonJsonValue(root: unknown): string | undefined {
+  const stack: [unknown, string][] = [[root, '']];
+  for (let next = stack.pop(); next; next = stack.pop()) {
+    const [value, path] = next;
+    if (typeof value === 'number' && !Number.isFinite(value)) return `${path || '/'} is ${String(value)}, which JSON cannot hold`;
+    if (typeof value !== 'object' || value === null) continue;
+    if (Array.isArray(value)) {
+      value.forEach((item, i) => stack.push([item, `${path}/${i}`]));
+      continue;
+    }
+    const proto = Object.getPrototypeOf(value) as unknown;
+    if (proto !== Object.prototype && proto !== null) {
+      const kind = value instanceof Map ? 'a YAML map with a tag such as !!omap or !!pairs' : value instanceof Set ? 'a YAML !!set'
+        : value instanceof Uint8Array ? 'YAML !!binary data' : value instanceof Date ? 'a YAML !!timestamp' : 'a tagged YAML value';
+      return `${path || '/'} is ${kind}, which JSON has no form for: write it as a plain map, list, string or number`;
+    }
+    for (const [key, item] of Object.entries(value)) stack.push([item, `${path}/${key}`]);
+  }
+  return undefined;
 }
 
 /**
@@ -190,11 +222,21 @@ function checkWebhooks(webhooks: RawWebhooks, where: string): void {
   }
 }
 
+/** A DNS name a certificate can cover: labels of letters, digits and inner hyphens, an optional leading wildcard, at most 253 characters. */
+const DNS_NAME = /^(?=.{1,253}$)(\*\.)?[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?(\.[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)*$/i;
+
 function normalizeTls(tls: RawTls, base: string): TlsConfig {
   const defaults = defaultsAt<RawTls>('server', 'tls');
   const mode = tls.mode ?? (tls.certFile ? 'files' : 'self-signed');
   const client = { ...(tls.clientCA ? { clientCA: resolve(base, tls.clientCA) } : {}), requireClientCert: tls.requireClientCert ?? Boolean(tls.clientCA) };
   if (mode === 'insecure') return { mode };
+  for (const [i, name] of (tls.hostnames ?? []).entries()) {
+    // A certificate for such a name covers nothing a client can ask for: made at every start, and
+    // never matching (red team 5: "ünïcode.example", "exa mple", "1.2.3.4.5").
+    if (!isIP(name) && !DNS_NAME.test(name)) {
+      throw new ConfigError(`/server/tls/hostnames/${i}: ${JSON.stringify(name)} is neither an IP address nor a DNS name (letters, digits and hyphens in dot-separated labels, \`*.\` at most in front; write an internationalised name in its xn-- form)`);
+    }
+  }
   if (mode === 'secret') {
     return {
       mode, secretName: tls.secretName ?? defaults.secretName!, ...(tls.hostnames ? { hostnames: tls.hostnames } : {}),

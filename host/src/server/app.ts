@@ -393,7 +393,15 @@ export class PortcullisServer {
           ? 'server settings and the webhooks\' url or service changed in the configuration; both take effect on restart'
           : 'server settings changed in the configuration; they take effect on restart', { file: source });
       }
-      this.config = { ...config, server: this.config.server, webhooks };
+      // Both were taken silently and neither applied (red team 5: logLevel: error, and info lines went on).
+      if (config.logLevel !== this.config.logLevel) {
+        this.log.level = config.logLevel;
+        this.log.info('log level changed by the configuration', { file: source, logLevel: config.logLevel });
+      }
+      if (config.workers !== this.config.workers) {
+        this.log.warn('workers changed in the configuration; it takes effect on restart', { file: source, workers: this.pool.size });
+      }
+      this.config = { ...config, server: this.config.server, webhooks, workers: this.config.workers };
       this.registry.swap(set);
     } finally {
       doneLoading();

@@ -3,13 +3,13 @@
 // change (the server swaps its secure context; open connections are not dropped).
 import { createHash, createPrivateKey, randomUUID, X509Certificate } from 'node:crypto';
 import { constants, watchFile, unwatchFile } from 'node:fs';
-import { link, lstat, mkdir, open, readFile, rename, rm, writeFile } from 'node:fs/promises';
+import { link, lstat, mkdir, open, rename, rm, writeFile } from 'node:fs/promises';
 import { isIP } from 'node:net';
 import { dirname, join } from 'node:path';
 import type { TlsConfig } from '../config/types.ts';
 import { ConfigError, errorMessage } from '../errors.ts';
 import type { TlsMaterial } from '../certs/material.ts';
-import { cacheDir } from '../util/files.ts';
+import { cacheDir, readPointedFile } from '../util/files.ts';
 
 export type { TlsMaterial };
 
@@ -26,7 +26,11 @@ export async function tlsMaterial(tls: Extract<TlsConfig, { mode: 'self-signed' 
   if (tls.mode === 'self-signed') {
     const kept = await keptSelfSigned(tls.hostnames);
     if (origin) Object.assign(origin, kept.origin);
-    if (tls.cadump) await writeFile(tls.cadump, kept.material.cert);
+    if (tls.cadump) {
+      await writeFile(tls.cadump, kept.material.cert).catch((error: unknown) => {
+        throw new ConfigError(`cannot write the self-signed CA to server.tls.cadump ${tls.cadump!}: ${errorMessage(error)}`);
+      });
+    }
     return { ...kept.material, ...client };
   }
   const cert = await readPem(tls.certFile, 'certificate');
@@ -82,6 +86,12 @@ export async function keptSelfSigned(hostnames: string[], folder?: string, now =
   const reused = usable ? await readKept(file, hostnames, now) : undefined;
   if (reused) return { material: reused, origin: { reusedFrom: file } };
   const made = await selfSigned(hostnames);
+  // One the next start would not reuse (it does not cover these names) is not said to be kept.
+  try {
+    checkServable(made, hostnames, now);
+  } catch {
+    return { material: made, origin: {} };
+  }
   if (!usable && !await makeOwnFolder(dirname(file))) return { material: made, origin: {} };
   // Starts at once (two processes, or two servers in one) each made one: they agree on the one kept.
   const kept = await writeKept(file, made, hostnames, now);
@@ -210,14 +220,20 @@ export function checkServable(material: Pick<TlsMaterial, 'cert' | 'key' | 'caBu
   throw new Error('the CA bundle the apiserver is given does not verify the certificate (files written one after the other are tried again at the next change)');
 }
 
+/** Far more than a certificate chain or a CA bundle. */
+const MAX_PEM_BYTES = 4 * 2 ** 20;
+
 async function readPem(path: string, what: string): Promise<string> {
+  let text: string;
   try {
-    const text = await readFile(path, 'utf8');
-    if (!text.includes('-----BEGIN')) throw new Error('it is not PEM');
-    return text;
+    // Not waited on when a FIFO: each certificate change read the files again, and four FIFOs held
+    // every libuv thread, so no file anywhere in the host could be read any more (red team 5).
+    text = (await readPointedFile(path, MAX_PEM_BYTES)).toString('utf8');
   } catch (error) {
     throw new ConfigError(`cannot use the TLS ${what} file ${path}: ${errorMessage(error)}`);
   }
+  if (!text.includes('-----BEGIN')) throw new ConfigError(`cannot use the TLS ${what} file ${path}: it is not PEM`);
+  return text;
 }
 
 /**

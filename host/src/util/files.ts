@@ -102,6 +102,25 @@ async function readHandleAtMost(file: FileHandle, size: number, maxBytes: number
 }
 
 /**
+ * A file someone pointed the host or the CLI at, whole: refused as readRegularFile refuses it (a
+ * FIFO, a device such as /dev/zero, more than `maxBytes`). A FIFO as the configuration held
+ * every reload, and the exit, forever; /dev/zero took 700 MB before "Invalid string length" (red
+ * team 5). The error's message says only why, for the caller to say what the file was for.
+ */
+export async function readPointedFile(path: string, maxBytes: number): Promise<Buffer> {
+  try {
+    const bytes = await readRegularFile(path, maxBytes);
+    return Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  } catch (error) {
+    const code = (error as NodeJS.ErrnoException).code;
+    const why = code === 'ENOENT' ? 'no such file'
+      : code === 'EREFUSED_FILE' ? (error as Error).message.slice(path.length + 1).replace(/^is not a regular file$/, 'it is not a regular file (a FIFO or a device?)').replace(/^is /, 'it is ')
+      : (error as Error).message;
+    throw Object.assign(new Error(why), { code });
+  }
+}
+
+/**
  * A file the host keeps or is pointed at (the OCI cache, a docker config), read only if it is a
  * regular file of at most `maxBytes`: a FIFO there held a pull forever, and one linked to
  * /dev/zero grew the host to 7.7 GB (red team). Opened without blocking, so a FIFO is seen, not
