@@ -310,3 +310,42 @@ it('stops when the terminal it was started from closes, instead of serving on or
     if (host !== undefined && !/gone|Z/.test(await state(host))) process.kill(host, 'SIGKILL');
   }
 }, 60_000);
+
+it('the command line\'s flags win over the file at every reload, not only at start', async () => {
+  // Review 8: a reload compared the file's values with the flags' and took them as changes:
+  // --log-level debug fell back to info at the first reload, and --workers was said to wait for
+  // a restart at every one.
+  const { spawn } = await import('node:child_process');
+  const { writeFile, mkdtemp } = await import('node:fs/promises');
+  const { join } = await import('node:path'); // eslint-disable-line @typescript-eslint/unbound-method -- path.join does not use this
+  const { tmpdir } = await import('node:os');
+  const { Agent, request } = await import('undici');
+  const { root } = await import('../helpers/policies.ts');
+  const { admissionReview } = await import('../helpers/server.ts');
+  const dir = await mkdtemp(join(tmpdir(), 'portcullis-flags-'));
+  await writeFile(join(dir, 'c.yaml'), 'server: { shutdownDelayMs: 0, tls: { mode: self-signed, hostnames: [127.0.0.1] } }\npolicies: []\n');
+  const port = await freePort();
+  const child = spawn(process.execPath, [`${root}host/bin/portcullis.js`, 'serve', '--config', join(dir, 'c.yaml'), '--host', '127.0.0.1', '--port', String(port), '--log-level', 'debug', '--workers', '3'], { cwd: root });
+  onTestFinished(() => { if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL'); });
+  let stderr = '';
+  child.stderr.on('data', (d) => { stderr += d; });
+  const until = async (text: string, ms: number) => {
+    for (const end = Date.now() + ms; !stderr.includes(text) && Date.now() < end && child.exitCode === null;) await new Promise((r) => setTimeout(r, 50));
+    return stderr.includes(text);
+  };
+  expect(await until('"msg":"ready"', 30_000)).toBe(true);
+  child.kill('SIGHUP');
+  expect(await until('"msg":"configuration reloaded"', 30_000)).toBe(true);
+  const agent = new Agent({ connect: { rejectUnauthorized: false } });
+  const res = await request(`https://127.0.0.1:${port}/validate`, { method: 'POST', dispatcher: agent, headers: { 'content-type': 'application/json' }, body: JSON.stringify(admissionReview({ kind: 'ConfigMap', metadata: { name: 'x' } })) });
+  expect(res.statusCode).toBe(200);
+  await res.body.text();
+  await agent.close();
+  // Still at debug: an allowed review is logged.
+  expect(await until('"msg":"reviewed"', 10_000)).toBe(true);
+  expect(stderr).not.toContain('log level changed');
+  expect(stderr).not.toContain('workers changed');
+  expect(stderr).not.toContain('server settings changed');
+  child.kill('SIGTERM');
+  expect(await until('"msg":"stopped"', 20_000)).toBe(true);
+}, 90_000);

@@ -1,7 +1,7 @@
 // The code walk's pass is recorded in the cache (prepare.ts walkRecord), so that a restart does
 // not walk QuickJS again; a record of another revision is not trusted. A file of its own: vitest
 // runs each file in a process of its own, so no walk done by another file is remembered here.
-import { mkdtemp, readdir, rm, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, readdir, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, expect, it } from 'vitest';
@@ -64,6 +64,7 @@ it('a module that passes the walk leaves a record of the current revision; one r
 
 it('a record of the current revision is trusted and a record of another is not', async () => {
   const deep = nested(20_001);
+  await mkdir(join(cache, 'compile-trials'), { recursive: true });
   await writeFile(join(cache, 'compile-trials', `${hashOf(deep)}-walk-${CODE_WALK_REVISION + 1}`), '');
   await expect(loadBytes('older', deep)).rejects.toThrow(/nests blocks more than 10000 deep/);
   await writeFile(join(cache, 'compile-trials', `${hashOf(deep)}-walk-${CODE_WALK_REVISION}`), '');

@@ -101,17 +101,24 @@ describe('hot reload', () => {
   });
 
   it('a reload applies a changed logLevel, and says that a changed workers waits for the restart (red team 5)', async () => {
+    // The logger the test gave the server logs debug lines: given back whatever happens here.
+    onTestFinished(() => { t.server.log.level = 'debug'; });
+    await replaceConfig(t.configPath, `logLevel: error\nworkers: 3\n${config('team: x, tier: dev')}`);
+    expect(await t.server.reload()).toBe(true);
+    expect(t.server.log.level).toBe('error');
+    const lines = () => t.logs.map((l) => JSON.parse(l) as Record<string, unknown>);
+    // Said before the level hid it.
+    expect(lines().find((l) => l.msg === 'log level changed by the configuration')).toMatchObject({ level: 'warn', from: 'info', to: 'error' });
+    expect(lines().some((l) => l.msg === 'workers changed in the configuration; it takes effect on restart')).toBe(false);
+    expect(t.server.pool.size).not.toBe(3);
     await replaceConfig(t.configPath, `logLevel: warn\nworkers: 3\n${config('team: x, tier: dev')}`);
     expect(await t.server.reload()).toBe(true);
-    expect(t.server.log.level).toBe('warn');
-    const warned = t.logs.map((l) => JSON.parse(l) as Record<string, unknown>).find((l) => l.msg === 'workers changed in the configuration; it takes effect on restart');
-    expect(warned).toMatchObject({ level: 'warn', workers: t.server.pool.size });
-    expect(t.server.pool.size).not.toBe(3);
-    // Back as it was: the logger the test gave the server logs debug lines again only if asked to.
+    // Said once the level shows it again.
+    expect(lines().filter((l) => l.msg === 'log level changed by the configuration').at(-1)).toMatchObject({ level: 'warn', from: 'error', to: 'warn' });
+    expect(lines().find((l) => l.msg === 'workers changed in the configuration; it takes effect on restart')).toMatchObject({ level: 'warn', workers: t.server.pool.size });
     await replaceConfig(t.configPath, config('team: x, tier: dev'));
     expect(await t.server.reload()).toBe(true);
     expect(t.server.log.level).toBe('info');
-    t.server.log.level = 'debug';
   });
 
   it('a reload asked for while another runs reads the file again after it: the newest edit is never lost', async () => {

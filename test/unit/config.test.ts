@@ -58,16 +58,30 @@ describe('what the configuration cannot be', () => {
     expect(() => parseConfig(withSettings(value), 'c.yaml')).toThrow(message);
   });
 
+  it('refuses settings that contain themselves (an alias inside its own anchor), and takes an anchor used twice', () => {
+    // Review 8: the walk followed the cycle until the heap ran out, on every reload of such a file.
+    expect(() => parseConfig('policies:\n  - name: a\n    module: a.wasm\n    settings: &s { self: *s }\n', 'c.yaml'))
+      .toThrow(/^c\.yaml: \/policies\/0\/settings\/self contains itself \(a YAML alias inside its own anchor\), which JSON cannot hold$/);
+    const shared = parseConfig('policies:\n  - { name: a, module: a.wasm, settings: { labels: &l { team: a }, again: *l } }\n  - { name: b, module: b.wasm, settings: { labels: *l } }\n', 'c.yaml');
+    expect(shared.policies.map((p) => p.settings)).toEqual([{ labels: { team: 'a' }, again: { team: 'a' } }, { labels: { team: 'a' } }]);
+  });
+
   it('takes plain maps, lists, strings, numbers, booleans and nulls in settings', () => {
     const config = parseConfig(withSettings('{ team: unowned, n: [1, 2.5, -0, true, null, "x"] }'), 'c.yaml');
     expect(config.policies[0]!.settings).toEqual({ labels: { team: 'unowned', n: [1, 2.5, -0, true, null, 'x'] } });
   });
 
   it.each([
-    ['exa mple'], ['ünïcode.example'], ['a..b'], ['-a.example'], ['x'.repeat(64)], [''],
+    ['exa mple'], ['ünïcode.example'], ['a..b'], ['-a.example'], ['x'.repeat(64)], [''], ['fe80::1%eth0'], ['portcullis.svc.cluster.local.'],
   ])('refuses the TLS hostname %j, which no certificate could serve', (name) => {
     expect(() => parseConfig(`server: { tls: { hostnames: [localhost, ${JSON.stringify(name)}] } }\npolicies: []`, 'c.yaml'))
       .toThrow(name === '' ? /\/server\/tls\/hostnames\/1 must NOT have fewer than 1 characters/ : `/server/tls/hostnames/1: ${JSON.stringify(name)} is neither an IP address nor a DNS name`);
+  });
+
+  it('says what to do about a trailing dot or an IPv6 zone, and leaves files mode\'s unused hostnames alone', () => {
+    expect(() => parseConfig('server: { tls: { hostnames: [portcullis.svc.cluster.local.] } }\npolicies: []', 'c.yaml')).toThrow(/\(write it without the trailing dot\)$/);
+    expect(() => parseConfig('server: { tls: { hostnames: ["fe80::1%eth0"] } }\npolicies: []', 'c.yaml')).toThrow(/\(a certificate cannot name an IPv6 zone\)$/);
+    expect(parseConfig('server: { tls: { certFile: c.crt, keyFile: c.key, hostnames: ["exa mple"] } }\npolicies: []', 'c.yaml').server.tls.mode).toBe('files');
   });
 
   it('takes IP addresses, DNS names, a leading wildcard and xn-- names as TLS hostnames', () => {
@@ -85,6 +99,7 @@ describe('what the configuration cannot be', () => {
     await writeFile(join(dir, 'big.yaml'), `policies: []\n${'#'.repeat(MAX_CONFIG_BYTES)}\n`);
     await expect(loadConfigFile(join(dir, 'big.yaml'))).rejects.toThrow(`cannot read the configuration ${dir}/big.yaml: it is ${MAX_CONFIG_BYTES + 14} bytes, more than the ${MAX_CONFIG_BYTES} expected`);
     await expect(loadConfigFile(join(dir, 'none.yaml'))).rejects.toThrow(`cannot read the configuration ${dir}/none.yaml: no such file`);
+    await expect(loadConfigFile(dir)).rejects.toThrow(`cannot read the configuration ${dir}: it is a directory`);
   });
 });
 

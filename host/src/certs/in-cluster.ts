@@ -2,6 +2,8 @@
 // listens, then follow the Secret with the webhook manager's leader check and CA publication.
 import type { Config } from '../config/types.ts';
 import type { Logger } from '../util/log.ts';
+import { ConfigError, errorMessage } from '../errors.ts';
+import { readPointedFile } from '../util/files.ts';
 import type { TlsMaterial } from './material.ts';
 import { hostNamespace } from '../webhooks/build.ts';
 import type { WebhookManager } from '../webhooks/manager.ts';
@@ -63,7 +65,11 @@ export async function openInClusterCertificate(config: Config, log: Logger, opti
   };
 }
 
+/** Read as the other TLS files are (server/tls.ts readPem): a FIFO there is refused, not waited on. */
 async function readClientCa(path: string): Promise<string> {
-  const { readFile } = await import('node:fs/promises');
-  return readFile(path, 'utf8');
+  try {
+    return (await readPointedFile(path, 4 * 2 ** 20)).toString('utf8');
+  } catch (error) {
+    throw new ConfigError(`cannot use the TLS client CA file ${path}: ${errorMessage(error)}`);
+  }
 }

@@ -45,7 +45,11 @@ export default async function serve(args: string[]): Promise<number> {
   const certificate = config.server.tls.mode === 'secret'
     ? await (await import('../certs/in-cluster.ts')).openInClusterCertificate(config, log)
     : undefined;
-  const server = await PortcullisServer.start({ config, log, ...(certificate ? { tls: certificate.material, certificateSource: certificate.source } : {}) });
+  const server = await PortcullisServer.start({
+    config, log, ...(certificate ? { tls: certificate.material, certificateSource: certificate.source } : {}),
+    // The flags win over the file at every reload too.
+    adjust: (reloaded) => applyFlags(reloaded, values),
+  });
   // Signals are taken from here on, before anything else is awaited: the server says "ready"
   // from start(), and a SIGTERM in the second it took to load the Kubernetes client got Node's
   // default, an exit with no cleanup (seen as a flaky test on a loaded machine).

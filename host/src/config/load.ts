@@ -50,22 +50,32 @@ export function parseConfig(text: string, source: string): Config {
  * given `labels: !!set {team}` required nothing and allowed everything (red team 5).
  */
 export function nonJsonValue(root: unknown): string | undefined {
-  const stack: [unknown, string][] = [[root, '']];
+  // An alias gives the same object twice, and an alias inside its own anchor a cycle (review 8:
+  // the walk grew until the heap ran out). Each object is walked once (done); one met again
+  // while it is being walked (open) holds itself.
+  const open = new Set<object>();
+  const done = new WeakSet<object>();
+  const stack: { value: unknown; path: string; leaving?: true }[] = [{ value: root, path: '' }];
   for (let next = stack.pop(); next; next = stack.pop()) {
-    const [value, path] = next;
-    if (typeof value === 'number' && !Number.isFinite(value)) return `${path || '/'} is ${String(value)}, which JSON cannot hold`;
-    if (typeof value !== 'object' || value === null) continue;
-    if (Array.isArray(value)) {
-      value.forEach((item, i) => stack.push([item, `${path}/${i}`]));
+    const { value, path } = next;
+    if (next.leaving) {
+      open.delete(value as object);
+      done.add(value as object);
       continue;
     }
+    if (typeof value === 'number' && !Number.isFinite(value)) return `${path || '/'} is ${String(value)}, which JSON cannot hold`;
+    if (typeof value !== 'object' || value === null || done.has(value)) continue;
+    if (open.has(value)) return `${path || '/'} contains itself (a YAML alias inside its own anchor), which JSON cannot hold`;
     const proto = Object.getPrototypeOf(value) as unknown;
-    if (proto !== Object.prototype && proto !== null) {
+    if (!Array.isArray(value) && proto !== Object.prototype && proto !== null) {
       const kind = value instanceof Map ? 'a YAML map with a tag such as !!omap or !!pairs' : value instanceof Set ? 'a YAML !!set'
         : value instanceof Uint8Array ? 'YAML !!binary data' : value instanceof Date ? 'a YAML !!timestamp' : 'a tagged YAML value';
       return `${path || '/'} is ${kind}, which JSON has no form for: write it as a plain map, list, string or number`;
     }
-    for (const [key, item] of Object.entries(value)) stack.push([item, `${path}/${key}`]);
+    open.add(value);
+    stack.push({ value, path, leaving: true });
+    const entries = Array.isArray(value) ? value.map((item, i) => [String(i), item] as const) : Object.entries(value);
+    for (const [key, item] of entries) stack.push({ value: item, path: `${path}/${key.replaceAll('~', '~0').replaceAll('/', '~1')}` });
   }
   return undefined;
 }
@@ -225,18 +235,28 @@ function checkWebhooks(webhooks: RawWebhooks, where: string): void {
 /** A DNS name a certificate can cover: labels of letters, digits and inner hyphens, an optional leading wildcard, at most 253 characters. */
 const DNS_NAME = /^(?=.{1,253}$)(\*\.)?[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?(\.[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)*$/i;
 
+/**
+ * A certificate for a name that is neither covers nothing a client can ask for: it was made at
+ * every start, and never matched (red team 5: "ünïcode.example", "exa mple"; review 8: a zoned
+ * IPv6 address).
+ */
+function checkHostnames(names: string[]): void {
+  for (const [i, name] of names.entries()) {
+    if ((isIP(name) && !name.includes('%')) || DNS_NAME.test(name)) continue;
+    const hint = name.endsWith('.') && DNS_NAME.test(name.slice(0, -1)) ? 'write it without the trailing dot'
+      : name.includes('%') ? 'a certificate cannot name an IPv6 zone'
+      : 'letters, digits and hyphens in dot-separated labels, `*.` at most in front; write an internationalised name in its xn-- form';
+    throw new ConfigError(`/server/tls/hostnames/${i}: ${JSON.stringify(name)} is neither an IP address nor a DNS name (${hint})`);
+  }
+}
+
 function normalizeTls(tls: RawTls, base: string): TlsConfig {
   const defaults = defaultsAt<RawTls>('server', 'tls');
   const mode = tls.mode ?? (tls.certFile ? 'files' : 'self-signed');
   const client = { ...(tls.clientCA ? { clientCA: resolve(base, tls.clientCA) } : {}), requireClientCert: tls.requireClientCert ?? Boolean(tls.clientCA) };
   if (mode === 'insecure') return { mode };
-  for (const [i, name] of (tls.hostnames ?? []).entries()) {
-    // A certificate for such a name covers nothing a client can ask for: made at every start, and
-    // never matching (red team 5: "ünïcode.example", "exa mple", "1.2.3.4.5").
-    if (!isIP(name) && !DNS_NAME.test(name)) {
-      throw new ConfigError(`/server/tls/hostnames/${i}: ${JSON.stringify(name)} is neither an IP address nor a DNS name (letters, digits and hyphens in dot-separated labels, \`*.\` at most in front; write an internationalised name in its xn-- form)`);
-    }
-  }
+  // Files mode ignores them: a leftover entry there is no reason to refuse the file.
+  if (mode !== 'files') checkHostnames(tls.hostnames ?? []);
   if (mode === 'secret') {
     return {
       mode, secretName: tls.secretName ?? defaults.secretName!, ...(tls.hostnames ? { hostnames: tls.hostnames } : {}),

@@ -11,7 +11,7 @@ import { extname, join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { Worker } from 'node:worker_threads';
 import type { SandboxLimits } from '../config/limits.ts';
-import { atomicWrite, cacheDir, sha256, touch } from '../util/files.ts';
+import { atomicWrite, cacheDir, sha256, touch, touchedAt } from '../util/files.ts';
 import { moduleKind, type ModuleKind } from './module-kind.ts';
 import { applyPlan, capMemory, planBudget, readLayout, type ModuleLayout } from './memory-cap.ts';
 import { checkCodeSection, CODE_WALK_REVISION } from './code-walk.ts';
@@ -299,6 +299,12 @@ function walkRecord(hash: string): string | undefined {
   }
 }
 
+/** A walk record counts as used (cache/prune.ts) while its module is: marked at most once a minute. */
+function markWalkUsed(hash: string): void {
+  const record = walkRecord(hash);
+  if (record !== undefined && (touchedAt(record) ?? 0) < Date.now() - 60_000) void touch(record);
+}
+
 /** Contents code-walk.ts passed, by hash (the walk depends on nothing else). */
 const walkedContent = new Set<string>();
 const MAX_WALKED = 10_000;
@@ -349,8 +355,9 @@ async function compile(bytes: Uint8Array<ArrayBuffer>, eager = false, walked = f
   const hash = hashOf(bytes);
   const known = compiled.get(hash)?.deref();
   if (known) {
-    // Its compile trial is not read again; its record is still what a restart needs.
+    // Its compile trial and walk are not read again; their records are still what a restart needs.
     markTrialUsed(hash);
+    markWalkUsed(hash);
     return known;
   }
   let pending = compiling.get(hash);

@@ -54,6 +54,12 @@ export interface StartOptions {
   retireGraceMs?: number;
   /** The username of the host's own requests to the apiserver (select/host-objects.ts). Default: what its credentials say (webhooks/kube.ts ownUsername). */
   requester?: string;
+  /**
+   * What the command line sets over the file (serve's flags), for every configuration reloaded
+   * too: without it a reload compared the file's values with the flags' and found them changed
+   * (--log-level undone, --workers and --port said to wait for a restart at every reload).
+   */
+  adjust?: (config: Config) => Config;
 }
 
 type Listener = (set: PolicySet) => void;
@@ -101,6 +107,7 @@ export class PortcullisServer {
   /** Requests not yet answered (not a Set: see SlotList). */
   readonly #open = new SlotList<ServerResponse>();
   #retireGraceMs = RETIRE_GRACE_MS;
+  #adjust: (config: Config) => Config = (config) => config;
   #stopping: Promise<void> | undefined;
   #cleanups: (() => void)[] = [];
   #reloading: Promise<boolean> | undefined;
@@ -196,6 +203,7 @@ export class PortcullisServer {
       throw error;
     }
     if (options.retireGraceMs !== undefined) server.#retireGraceMs = options.retireGraceMs;
+    if (options.adjust) server.#adjust = options.adjust;
     try {
       await server.#listen();
     } catch (error) {
@@ -348,7 +356,7 @@ export class PortcullisServer {
     if (!source) return false;
     let config: Config;
     try {
-      config = await loadConfigFile(source);
+      config = this.#adjust(await loadConfigFile(source));
     } catch (error) {
       this.metrics.reloads.inc({ result: 'invalid' });
       this.log.error('configuration reload refused; the current policies keep serving', { file: source, message: errorMessage(error) });
@@ -395,8 +403,12 @@ export class PortcullisServer {
       }
       // Both were taken silently and neither applied (red team 5: logLevel: error, and info lines went on).
       if (config.logLevel !== this.config.logLevel) {
+        // Said under whichever of the two levels shows warnings, so that it is seen both ways.
+        const say = () => this.log.warn('log level changed by the configuration', { file: source, from: this.config.logLevel, to: config.logLevel });
+        const shownBefore = this.log.enabled('warn');
+        if (shownBefore) say();
         this.log.level = config.logLevel;
-        this.log.info('log level changed by the configuration', { file: source, logLevel: config.logLevel });
+        if (!shownBefore) say();
       }
       if (config.workers !== this.config.workers) {
         this.log.warn('workers changed in the configuration; it takes effect on restart', { file: source, workers: this.pool.size });

@@ -114,7 +114,7 @@ export async function readPointedFile(path: string, maxBytes: number): Promise<B
   } catch (error) {
     const code = (error as NodeJS.ErrnoException).code;
     const why = code === 'ENOENT' ? 'no such file'
-      : code === 'EREFUSED_FILE' ? (error as Error).message.slice(path.length + 1).replace(/^is not a regular file$/, 'it is not a regular file (a FIFO or a device?)').replace(/^is /, 'it is ')
+      : code === 'EREFUSED_FILE' ? (error as Error).message.slice(path.length + 1).replace(/^is not a regular file$/, 'is not a regular file (a FIFO or a device?)').replace(/^is /, 'it is ')
       : (error as Error).message;
     throw Object.assign(new Error(why), { code });
   }
@@ -131,6 +131,7 @@ export async function readRegularFile(path: string, maxBytes: number): Promise<U
   try {
     const info = await file.stat();
     const refused = (why: string) => Object.assign(new Error(`${path} ${why}`), { code: 'EREFUSED_FILE' });
+    if (info.isDirectory()) throw refused('is a directory');
     if (!info.isFile()) throw refused('is not a regular file');
     if (info.size > maxBytes) throw refused(`is ${info.size} bytes, more than the ${maxBytes} expected`);
     return await readHandleAtMost(file, info.size, maxBytes, () => refused(`is more than the ${maxBytes} bytes expected`));
