@@ -122,6 +122,12 @@ describe('portcullis run', () => {
       }, /^portcullis run: .*two\.yaml: holds several YAML documents; give one object per file$/],
       ['a mode the policy lacks', async () => ['--policy', wasm('no-delete'), '--request', review, '--mode', 'mutate'], /^portcullis run: policy "no-delete" .* does not mutate; it supports: validate$/],
     ];
+    it('stops reading standard input past 8 MiB (red team 5: `< /dev/zero` grew it until a string was too long)', async () => {
+      const { code, stderr } = await cli(['run', '--policy', wasm('numbers'), '--request', '-'], { input: ' '.repeat(9 * 2 ** 20) });
+      expect(code).toBe(1);
+      expect(stderr).toBe(`portcullis run: cannot read the request -: more than ${8 * 2 ** 20} bytes arrived on standard input\n`);
+    });
+
     it.each(cases)('%s', async (_, args, pattern) => {
       const { code, stderr } = await cli(['run', ...(await args())]);
       expect(code).not.toBe(0);
