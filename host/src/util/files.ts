@@ -113,8 +113,10 @@ export async function readPointedFile(path: string, maxBytes: number): Promise<B
     return Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
   } catch (error) {
     const code = (error as NodeJS.ErrnoException).code;
+    const refused = (error as { why?: string }).why;
     const why = code === 'ENOENT' ? 'no such file'
-      : code === 'EREFUSED_FILE' ? (error as Error).message.slice(path.length + 1).replace(/^is not a regular file$/, 'is not a regular file (a FIFO or a device?)').replace(/^is /, 'it is ')
+      : refused === 'is not a regular file' ? 'it is not a regular file (a FIFO or a device?)'
+      : refused !== undefined ? `it ${refused}`
       : (error as Error).message;
     throw Object.assign(new Error(why), { code });
   }
@@ -130,7 +132,7 @@ export async function readRegularFile(path: string, maxBytes: number): Promise<U
   const file = await open(path, constants.O_RDONLY | constants.O_NONBLOCK);
   try {
     const info = await file.stat();
-    const refused = (why: string) => Object.assign(new Error(`${path} ${why}`), { code: 'EREFUSED_FILE' });
+    const refused = (why: string) => Object.assign(new Error(`${path} ${why}`), { code: 'EREFUSED_FILE', why });
     if (info.isDirectory()) throw refused('is a directory');
     if (!info.isFile()) throw refused('is not a regular file');
     if (info.size > maxBytes) throw refused(`is ${info.size} bytes, more than the ${maxBytes} expected`);
