@@ -2,9 +2,9 @@
 // request, and client-certificate verification that reaches policies as `sslpeer`.
 import { execFileSync } from 'node:child_process';
 import { createPrivateKey, X509Certificate } from 'node:crypto';
-import { chmod, chown, lstat, mkdtemp, readdir, readFile, rename, rm, stat, symlink, writeFile } from 'node:fs/promises';
+import { chmod, chown, lstat, mkdtemp, readdir, readFile, rename, rm, stat, symlink, utimes, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { basename, join } from 'node:path';
 import { generate } from 'selfsigned';
 import { Agent, request } from 'undici';
 import { afterEach, describe, expect, it, onTestFinished } from 'vitest';
@@ -141,6 +141,25 @@ describe('the kept development certificate', () => {
     const file = a.origin.keptIn ?? a.origin.reusedFrom!;
     expect([a.origin, b.origin]).toEqual(expect.arrayContaining([{ keptIn: file }, { reusedFrom: file }]));
     expect(fingerprint((await readFile(file, 'utf8')).replace(/^[\s\S]*?(?=-----BEGIN CERTIFICATE)/, ''))).toBe(fingerprint(a.material.cert));
+  });
+
+  it('a temporary key file left by a start that crashed is removed by the next start once it is a minute old', async () => {
+    const folder = await mkdtemp(join(tmpdir(), 'portcullis-kept-'));
+    onTestFinished(() => rm(folder, { recursive: true, force: true }));
+    await chmod(folder, 0o700);
+    const stale = join(folder, 'self-signed-0123456789abcdef.pem.8d3c0c4e-58f5-4f5e-9a0e-3f1f6b2d1c11.tmp');
+    const fresh = join(folder, 'self-signed-0123456789abcdef.pem.0f1e2d3c-4b5a-4968-8776-655443322110.tmp');
+    const unrelated = join(folder, 'notes.tmp');
+    for (const path of [stale, fresh, unrelated]) await writeFile(path, 'a key', { mode: 0o600 });
+    const twoMinutesAgo = new Date(Date.now() - 120_000);
+    for (const path of [stale, unrelated]) await utimes(path, twoMinutesAgo, twoMinutesAgo);
+    const kept = await keptSelfSigned(names, folder);
+    // One start in the folder, with or without a certificate to reuse: the stale one is gone.
+    expect((await readdir(folder)).sort()).toEqual([basename(kept.origin.keptIn!), basename(fresh), 'notes.tmp'].sort());
+    await writeFile(stale, 'a key', { mode: 0o600 });
+    await utimes(stale, twoMinutesAgo, twoMinutesAgo);
+    expect((await keptSelfSigned(names, folder)).origin).toEqual({ reusedFrom: kept.origin.keptIn });
+    expect(await readdir(folder)).not.toContain(basename(stale));
   });
 
   it('serve keeps it: a second start presents the same certificate and says where it was kept', async () => {

@@ -3,7 +3,7 @@
 // change (the server swaps its secure context; open connections are not dropped).
 import { createHash, createPrivateKey, randomUUID, X509Certificate } from 'node:crypto';
 import { constants, watchFile, unwatchFile } from 'node:fs';
-import { link, lstat, mkdir, open, rename, rm, writeFile } from 'node:fs/promises';
+import { link, lstat, mkdir, open, readdir, rename, rm, writeFile } from 'node:fs/promises';
 import { isIP } from 'node:net';
 import { dirname, join } from 'node:path';
 import type { TlsConfig } from '../config/types.ts';
@@ -83,6 +83,7 @@ export async function keptSelfSigned(hostnames: string[], folder?: string, now =
     return { material: await selfSigned(hostnames), origin: {} };
   }
   const usable = await ownFolder(dirname(file));
+  if (usable) await sweepStale(dirname(file));
   const reused = usable ? await readKept(file, hostnames, now) : undefined;
   if (reused) return { material: reused, origin: { reusedFrom: file } };
   const made = await selfSigned(hostnames);
@@ -108,6 +109,30 @@ async function ownFolder(folder: string): Promise<boolean> {
     return info.isDirectory() && (info.mode & 0o022) === 0 && (process.getuid === undefined || info.uid === process.getuid());
   } catch {
     return false;
+  }
+}
+
+/** A temporary file older than this is one a start left behind (it crashed while keeping its key). */
+const STALE_TEMPORARY_MS = 60_000;
+/** writeKept's temporary files, whatever names their certificates were for. */
+const TEMPORARY_NAME = /^self-signed-[0-9a-f]{16}\.pem\.[0-9a-f-]{36}\.tmp$/;
+
+/**
+ * Removes the temporary files a start that crashed between writing and linking left behind
+ * (writeKept): each holds a CA key, and nothing else would ever remove it. Only this user's
+ * regular files, named as writeKept names them, old enough that no start is still using one.
+ */
+async function sweepStale(folder: string): Promise<void> {
+  try {
+    for (const name of await readdir(folder)) {
+      if (!TEMPORARY_NAME.test(name)) continue;
+      const path = join(folder, name);
+      const info = await lstat(path);
+      if (!info.isFile() || (process.getuid !== undefined && info.uid !== process.getuid())) continue;
+      if (Date.now() - info.mtimeMs > STALE_TEMPORARY_MS) await rm(path, { force: true });
+    }
+  } catch {
+    // Left for the next start: a sweep never stops this one.
   }
 }
 
