@@ -85,6 +85,28 @@ describe('validation', () => {
     expect(flood).toHaveLength(16);
   });
 
+  it('shares the 4096 characters when they do not all fit: the host\'s notices first, then every policy\'s first warning, then every second one', () => {
+    const chatty = Array.from({ length: 40 }, (_, i) => `chatter ${i} ${'c'.repeat(200)}`);
+    const result = merge([
+      ev(allowed('chatty', [], chatty)),
+      ev(allowed('quiet', [], ['one thing', 'and another'])),
+      ev(failed('flaky', 'temporary', 'exceeded its 2s CPU deadline'), { failurePolicy: 'Ignore' }),
+      ev(denied('trial', 'would be bad', 403, ['first of the trial']), { enforcement: 'warn' }),
+    ], 'CREATE', object);
+    const { warnings } = result.decision;
+    expect(warnings.join('').length).toBeLessThanOrEqual(MAX_WARNINGS_TOTAL);
+    // Every other policy's words are kept; only the chatty one's are cut, from its end, and the order is theirs.
+    expect(warnings.filter((w) => !w.startsWith('policy "chatty"'))).toEqual([
+      'policy "quiet": one thing', 'policy "quiet": and another',
+      'policy "flaky": failed and was ignored (failurePolicy Ignore): exceeded its 2s CPU deadline',
+      'policy "trial": first of the trial', 'policy "trial": would deny (enforcement: warn): would be bad',
+    ]);
+    const kept = warnings.filter((w) => w.startsWith('policy "chatty"'));
+    expect(kept.length).toBeGreaterThan(10);
+    expect(kept).toEqual(chatty.slice(0, kept.length).map((w) => `policy "chatty": ${w}`));
+    expect(warnings.indexOf('policy "quiet": one thing')).toBeGreaterThan(warnings.indexOf(kept.at(-1)));
+  });
+
   it('failurePolicy Ignore skips a failing policy with a warning', () => {
     const result = merge([ev(failed('flaky', 'temporary', 'exceeded its 2s CPU deadline'), { failurePolicy: 'Ignore' })], 'CREATE', object);
     expect(result.decision).toEqual({ allowed: true, patch: [], warnings: ['policy "flaky": failed and was ignored (failurePolicy Ignore): exceeded its 2s CPU deadline'] });

@@ -106,10 +106,10 @@ export function merge(evaluated: Evaluated[], operation: Operation, object: Obje
     candidates.push({ rank, order, outcome, code, message: `policy "${outcome.policy}": ${message}` });
   };
   const failOrIgnore = (entry: Evaluated & { order: number }, rank: number, message: string) => {
-    if (entry.policy.failurePolicy === 'Ignore') warnings.add(entry.policy.name, `failed and was ignored (failurePolicy Ignore): ${message}`);
+    if (entry.policy.failurePolicy === 'Ignore') warnings.add(entry.policy.name, `failed and was ignored (failurePolicy Ignore): ${message}`, true);
     // A trial never stops a request (red team 4: a warn policy's crash, or its patch's conflict
     // with an enforced one, denied the request).
-    else if (entry.policy.enforcement === 'warn') warnings.add(entry.policy.name, `failed, not enforced (enforcement: warn): ${message}`);
+    else if (entry.policy.enforcement === 'warn') warnings.add(entry.policy.name, `failed, not enforced (enforcement: warn): ${message}`, true);
     else fail(entry.order, entry.outcome, rank, FAILURE_CODE, message);
   };
 
@@ -124,7 +124,7 @@ export function merge(evaluated: Evaluated[], operation: Operation, object: Obje
       case 'allowed':
         break;
       case 'denied':
-        if (policy.enforcement === 'warn') warnings.add(policy.name, `would deny (enforcement: warn): ${outcome.message}`);
+        if (policy.enforcement === 'warn') warnings.add(policy.name, `would deny (enforcement: warn): ${outcome.message}`, true);
         else fail(order, outcome, PRIORITY.denied, outcome.code, outcome.message);
         break;
       case 'failed':
