@@ -33,6 +33,8 @@ describe('self-signed', () => {
     const t = await start(`server: { tls: { mode: self-signed, hostnames: [127.0.0.1, localhost], cadump: ca.pem } }\npolicies:\n${showAuth}`);
     const ca = await readFile(join(t.dir, 'ca.pem'), 'utf8');
     expect(ca).toBe(t.server.tls!.caBundle);
+    // Its own trust anchor, and no CA: its key cannot sign a certificate for anything else.
+    expect(new X509Certificate(ca).ca).toBe(false);
     const trusting = new Agent({ connect: { ca } });
     expect((await request(`${t.server.url}/healthz`, { dispatcher: trusting })).statusCode).toBe(200);
     await trusting.close();
@@ -112,6 +114,15 @@ describe('the kept development certificate', () => {
     before = await current();
     await writeFile(file!, `${await readFile(file!, 'utf8')}${'#'.repeat(17 * 1024)}\n`, { mode: 0o600 });
     await expectMadeAnew(before);
+    // A CA, as an earlier build kept: replaced by one that cannot sign other certificates.
+    const authority = await generate([{ name: 'commonName', value: '127.0.0.1' }], {
+      keyType: 'ec', curve: 'P-256', algorithm: 'sha256', notAfterDate: new Date(Date.now() + 300 * 24 * 3600 * 1000),
+      extensions: [{ name: 'basicConstraints', cA: true, critical: true }, { name: 'keyUsage', keyCertSign: true, digitalSignature: true },
+        { name: 'subjectAltName', altNames: [{ type: 7, ip: '127.0.0.1' }, { type: 2, value: 'localhost' }] }],
+    });
+    await writeFile(file!, `${authority.private.trimEnd()}\n${authority.cert.trimEnd()}\n`, { mode: 0o600 });
+    await expectMadeAnew(fingerprint(authority.cert));
+    expect(new X509Certificate((await keptSelfSigned(names, kept)).material.cert).ca).toBe(false);
     // A FIFO is not waited on.
     await rm(file!);
     execFileSync('mkfifo', ['-m', '600', file!]);
@@ -316,11 +327,11 @@ describe('certificate files', () => {
     expect(t.server.tls?.cert).toBe(next.cert);
   }, 30_000);
 
-  it('says which setting failed when the self-signed CA cannot be written to cadump', async () => {
+  it('says which setting failed when the self-signed certificate cannot be written to cadump', async () => {
     const dir = await mkdtemp(join(tmpdir(), 'portcullis-cadump-'));
     onTestFinished(() => rm(dir, { recursive: true, force: true }));
     await expect(startServer(`server: { tls: { mode: self-signed, hostnames: [127.0.0.1], cadump: ${dir} } }\npolicies: []`))
-      .rejects.toThrow(new RegExp(`^cannot write the self-signed CA to server\\.tls\\.cadump ${dir}: EISDIR`));
+      .rejects.toThrow(new RegExp(`^cannot write the self-signed certificate to server\\.tls\\.cadump ${dir}: EISDIR`));
   });
 });
 

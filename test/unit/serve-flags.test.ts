@@ -21,7 +21,7 @@ it('refuses contradictory or malformed flags', () => {
   expect(() => applyFlags(base(), { insecure: true, 'tls-self-signed': true })).toThrow('choose one of --tls-self-signed, --cert/--key and --insecure');
   expect(() => applyFlags(base(), { cert: 'c.pem' })).toThrow('--cert and --key go together');
   expect(() => applyFlags(base(), { port: 'http' })).toThrow('--port must be 0..65535, not "http"');
-  expect(() => applyFlags(base(), { insecure: true, cadump: 'x' })).toThrow('--cadump writes the self-signed CA');
+  expect(() => applyFlags(base(), { insecure: true, cadump: 'x' })).toThrow('--cadump writes the self-signed certificate');
 });
 
 it('defaults to the built-in example policies on 0.0.0.0:8443', async () => {

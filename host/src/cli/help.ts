@@ -130,7 +130,7 @@ watched and reloaded. Without --config, in the repository checkout, serves the e
 options:
   -c, --config FILE        the configuration (docs/configuration.md)
   --host H, --port P       listen address (default 0.0.0.0:8443)
-  --tls-self-signed        a self-signed certificate (default), --cadump FILE writes its CA
+  --tls-self-signed        a self-signed certificate (default), --cadump FILE writes it (the caBundle)
   --cert FILE --key FILE   serve this certificate (re-read on change)
   --client-ca FILE         require and verify client certificates
   --insecure               plain HTTP (testing only)

@@ -197,8 +197,8 @@ spec:
 `;
 
 const SERVE_CONFIG = (name: string, image: string, insecure: string | undefined, port: number) => `# npm run serve: the admission webhook for the cluster in $KUBECONFIG, on this machine.
-# It registers its own ValidatingWebhookConfiguration (webhooks.managed) with a self-signed CA,
-# and removes it again when stopped. Rules and the settings schema come from the module.
+# It registers its own ValidatingWebhookConfiguration (webhooks.managed) with its self-signed
+# certificate as the caBundle, and removes it again when stopped. Rules and the settings schema come from the module.
 server:
   host: 127.0.0.1
   port: ${port}

@@ -171,7 +171,7 @@ export function applyFlags(config: Config, flags: Flags): Config {
     tls = { mode: 'self-signed', hostnames: current.mode === 'self-signed' ? current.hostnames : ['localhost', '127.0.0.1'], ...keep, ...client };
   } else if (client && tls.mode !== 'insecure') tls = { ...tls, ...client };
   if (flags.cadump) {
-    if (tls.mode !== 'self-signed') throw new UsageError('--cadump writes the self-signed CA; it goes with --tls-self-signed');
+    if (tls.mode !== 'self-signed') throw new UsageError('--cadump writes the self-signed certificate (the caBundle); it goes with --tls-self-signed');
     tls = { ...tls, cadump: flags.cadump };
   }
   server.tls = tls;

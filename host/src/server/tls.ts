@@ -28,7 +28,7 @@ export async function tlsMaterial(tls: Extract<TlsConfig, { mode: 'self-signed' 
     if (origin) Object.assign(origin, kept.origin);
     if (tls.cadump) {
       await writeFile(tls.cadump, kept.material.cert).catch((error: unknown) => {
-        throw new ConfigError(`cannot write the self-signed CA to server.tls.cadump ${tls.cadump!}: ${errorMessage(error)}`);
+        throw new ConfigError(`cannot write the self-signed certificate to server.tls.cadump ${tls.cadump!}: ${errorMessage(error)}`);
       });
     }
     return { ...kept.material, ...client };
@@ -48,8 +48,11 @@ export async function selfSigned(hostnames: string[]): Promise<{ key: string; ce
   const pems = await generate([{ name: 'commonName', value: hostnames[0] ?? 'portcullis' }, { name: 'organizationName', value: 'Portcullis (development, self-signed)' }], {
     keyType: 'ec', curve: 'P-256', algorithm: 'sha256', notAfterDate: notAfter,
     extensions: [
-      { name: 'basicConstraints', cA: true, critical: true },
-      { name: 'keyUsage', digitalSignature: true, keyCertSign: true, keyEncipherment: true, critical: true },
+      // Not a CA: the apiserver (Go), Node and curl accept a self-signed leaf as its own trust
+      // anchor, and a key that can sign certificates is worth more to whoever reads it (it is
+      // kept on disk, and a developer may trust the dumped certificate in a browser or store).
+      { name: 'basicConstraints', cA: false, critical: true },
+      { name: 'keyUsage', digitalSignature: true, critical: true },
       { name: 'extKeyUsage', serverAuth: true },
       { name: 'subjectAltName', altNames },
     ],
@@ -172,7 +175,10 @@ async function readKept(file: string, hostnames: string[], now: Date): Promise<P
   const material = { key: `${key}\n`, cert: `${cert}\n`, caBundle: `${cert}\n` };
   try {
     checkServable(material, hostnames, now);
-    if (new Date(new X509Certificate(cert).validTo).getTime() - now.getTime() < KEPT_MIN_VALIDITY_MS) return undefined;
+    const parsed = new X509Certificate(cert);
+    if (new Date(parsed.validTo).getTime() - now.getTime() < KEPT_MIN_VALIDITY_MS) return undefined;
+    // One an earlier build kept was a CA: replaced once by one that cannot sign others.
+    if (parsed.ca) return undefined;
   } catch {
     return undefined;
   }
