@@ -8,6 +8,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { evaluatePolicy } from '../../host/src/evaluate/evaluate.ts';
 import { loadPolicy } from '../../host/src/policy/load.ts';
 import { SandboxPool } from '../../host/src/sandbox/pool.ts';
+import { checkComponentBuiltins, ComponentBuiltinError } from '../../host/src/sandbox/component-builtins.ts';
 import { applyPlan, MAX_MEMORIES, planBudget, readLayout, writeLeb } from '../../host/src/sandbox/memory-cap.ts';
 import { DEFAULT_LIMITS } from '../../host/src/config/limits.ts';
 import { input, load, wasm } from '../helpers/policies.ts';
@@ -669,5 +670,96 @@ describe('what went wrong is said in words (red-team findings)', () => {
     const outcome = await evaluatePolicy(pool, policy, 'validate', input());
     expect(outcome).toMatchObject({ status: 'failed', failure: 'crash', message: 'crashed: threw a WebAssembly exception that it did not catch' });
     await stillServes();
+  });
+});
+
+describe('the component model\'s built-ins keep state in the worker, outside the memory cap (red team 6)', () => {
+  /**
+   * A policy component whose validate runs `body` with `$call` bound to a core function made by
+   * `canon` (a canonical built-in of the component model), then allows.
+   */
+  const policyWith = (canon: string, callType: string, body: string) => parse(`(component
+    (core module $mem (memory (export "memory") 40))
+    (core instance $mi (instantiate $mem))
+    (alias core export $mi "memory" (core memory $memory))
+    ${canon}
+    (core module $m
+      (import "x" "call" (func $call ${callType}))
+      (import "x" "memory" (memory 1))
+      (global $bump (mut i32) (i32.const 4096))
+      (data (i32.const 0) "{\\"outcome\\":\\"allow\\"}")
+      (data (i32.const 32) "{\\"modes\\":[\\"validate\\"],\\"settings\\":false}")
+      (data (i32.const 128) "{\\"valid\\":true}")
+      (func (export "realloc") (param i32 i32 i32 i32) (result i32) (local $p i32)
+        (local.set $p (global.get $bump)) (global.set $bump (i32.add (global.get $bump) (local.get 3))) (local.get $p))
+      (func $ret (param $ptr i32) (param $len i32) (result i32)
+        (i32.store (i32.const 256) (local.get $ptr)) (i32.store (i32.const 260) (local.get $len)) (global.set $bump (i32.const 4096)) (i32.const 256))
+      (func (export "metadata") (result i32) (call $ret (i32.const 32) (i32.const 39)))
+      (func (export "validate-settings") (param i32 i32) (result i32) (call $ret (i32.const 128) (i32.const 14)))
+      (func (export "validate") (param i32 i32) (result i32) (local $i i32) ${body} (call $ret (i32.const 0) (i32.const 19)))
+      (func (export "mutate") (param i32 i32) (result i32) (call $ret (i32.const 0) (i32.const 19))))
+    (core instance $x (export "call" (func $made)) (export "memory" (memory $memory)))
+    (core instance $i (instantiate $m (with "x" (instance $x))))
+    (alias core export $i "realloc" (core func $realloc))
+    (func $metadata (result string) (canon lift (core func $i "metadata") (memory $memory) (realloc $realloc)))
+    (func $vs (param "input" string) (result string) (canon lift (core func $i "validate-settings") (memory $memory) (realloc $realloc)))
+    (func $validate (param "input" string) (result string) (canon lift (core func $i "validate") (memory $memory) (realloc $realloc)))
+    (func $mutate (param "input" string) (result string) (canon lift (core func $i "mutate") (memory $memory) (realloc $realloc)))
+    (instance $pol (export "metadata" (func $metadata)) (export "validate-settings" (func $vs)) (export "validate" (func $validate)) (export "mutate" (func $mutate)))
+    (export "portcullis:policy/policy@0.1.0" (instance $pol)))`);
+
+  it('refuses error-context.new at load: each message was kept as a string for the life of the instance, 40 MiB of host a review', async () => {
+    const bytes = await policyWith('(core func $made (canon error-context.new (memory $memory)))', '(param i32 i32) (result i32)',
+      '(local.set $i (i32.const 20)) (loop $l (drop (call $call (i32.const 65536) (i32.const 2097152))) (br_if $l (local.tee $i (i32.sub (local.get $i) (i32.const 1)))))');
+    await expect(loadBytes('error-contexts', bytes)).rejects.toThrow(/policy "error-contexts" could not be loaded: it uses the component model's built-in 0x[0-9a-f]+ at byte \d+ \(an async, stream, future, error-context or thread built-in\)/);
+    await stillServes();
+  });
+
+  it('refuses a function lifted async with a callback, which ran in the worker after its call had answered', async () => {
+    // The red team's shape: an inner component exports an async function whose callback loops;
+    // the policy calls it through a plain lower.
+    const bytes = await parse(`(component
+      (component $inner
+        (core module $m (func (export "run") (result i32) (i32.const 1)) (func (export "cb") (param i32 i32 i32) (result i32) (loop $forever (br $forever)) (i32.const 0)))
+        (core instance $i (instantiate $m))
+        (func $run async (canon lift (core func $i "run") async (callback (core func $i "cb"))))
+        (export "run" (func $run)))
+      (instance $in (instantiate $inner))
+      (alias export $in "run" (func $run))
+      (core func $low (canon lower (func $run)))
+      (core module $p (import "x" "run" (func)) (memory (export "memory") 1))
+      (core instance $x (export "run" (func $low)))
+      (core instance $pi (instantiate $p (with "x" (instance $x)))))`);
+    await expect(loadBytes('async-callback', bytes)).rejects.toThrow(/policy "async-callback" could not be loaded: it lifts a function with the `async` option \(byte \d+\): async functions run callbacks after their call has answered/);
+    await stillServes();
+  });
+
+  it('lets a component make resources of its own (the toolchain\'s plumbing does), but a call holding more than 4096 of one type fails instead of growing the worker', async () => {
+    const makeMany = (count: number) => policyWith('(type $r (resource (rep i32))) (core func $made (canon resource.new $r))', '(param i32) (result i32)',
+      `(local.set $i (i32.const ${count})) (loop $l (drop (call $call (local.get $i))) (br_if $l (local.tee $i (i32.sub (local.get $i) (i32.const 1)))))`);
+    const few = await loadBytes('few-resources', await makeMany(100));
+    expect(await evaluatePolicy(pool, few, 'validate', input({ object: { metadata: { name: 'x' } } }))).toMatchObject({ status: 'allowed' });
+    const many = await loadBytes('many-resources', await makeMany(1_000_000));
+    const started = performance.now();
+    const outcome = await evaluatePolicy(pool, many, 'validate', input({ object: { metadata: { name: 'x' } } }));
+    expect(outcome).toMatchObject({ status: 'failed', failure: 'crash' });
+    expect(outcome.status === 'failed' && outcome.message).toMatch(/the component holds more than 4096 resource handles of one type|made more than 4096 resources of one type/);
+    // It stopped at the cap, long before a million handles (which took seconds and 900 MiB).
+    expect(performance.now() - started).toBeLessThan(1500);
+    await stillServes();
+  });
+
+  it('refuses a component cut short anywhere with a reason, never a crash', async () => {
+    const bytes = await readFile(wasm('numbers'));
+    expect(checkComponentBuiltins(bytes)).toEqual({ makesResources: true });
+    for (let cut = 9; cut < bytes.length; cut += Math.floor(bytes.length / 97)) {
+      // Any prefix is refused with a ComponentBuiltinError (or passes if it holds whole sections only), never a crash.
+      try {
+        checkComponentBuiltins(bytes.subarray(0, cut));
+      } catch (error) {
+        expect(error).toBeInstanceOf(ComponentBuiltinError);
+        expect((error as Error).message).toMatch(/^not a well-formed component: /);
+      }
+    }
   });
 });

@@ -85,10 +85,14 @@ it('refuses a component whose glue would be enormous, and remembers the refusal'
   expect(performance.now() - again).toBeLessThan(200);
 }, 60_000);
 
-it('refuses a component that is not well formed, with jco\'s reason', async () => {
+it('refuses a component that is not well formed, with a reason', async () => {
   const bytes = new Uint8Array(await readFile(wasm('require-labels')));
   bytes.fill(0x41, 100, 2000);
-  await expect(prepareSandbox('broken', bytes, DEFAULT_LIMITS, false)).rejects.toThrow(/^not a usable component: failed to extract interface information/);
+  await expect(prepareSandbox('broken', bytes, DEFAULT_LIMITS, false)).rejects.toThrow(/^not a well-formed component: the nested component at byte \d+ is too short$/);
+  // Sections intact, contents not: jco's own reason.
+  const inside = new Uint8Array(await readFile(wasm('require-labels')));
+  inside.fill(0x41, 30, 40);
+  await expect(prepareSandbox('broken-inside', inside, DEFAULT_LIMITS, false)).rejects.toThrow(/^not a (usable|well-formed) component: /);
 });
 
 it('still transpiles real policies within the default bounds', async () => {

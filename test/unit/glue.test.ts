@@ -25,7 +25,10 @@ function encoderOf(text: string): Encode {
 
 it('applies every rewrite to the glue of the jco in use', () => {
   const { text, applied } = tuneGlue(glue);
-  expect(applied).toEqual(['utf8-length', 'debug-log', 'context-read']);
+  expect(applied).toEqual(['utf8-length', 'debug-log', 'context-read', 'resource-cap']);
+  // Resource handle tables are capped where handles are made, owned or borrowed.
+  expect(text.match(/if \(free === 0 && table\.length >= 8194\) throw new WebAssembly\.RuntimeError\('the component holds more than 4096 resource handles of one type'\);/g)).toHaveLength(2);
+  expect(text).toContain("if (table._createdReps.size >= 4096 && !table._createdReps.has(rep)) throw new WebAssembly.RuntimeError('the component made more than 4096 resources of one type');");
   expect(text).not.toContain('process?.env?.JCO_DEBUG) { return; }');
   expect(text).toContain("Buffer.byteLength(s, 'utf8')");
   // The context import is bound to the direct function; jco's own stays defined, unused.
@@ -41,7 +44,7 @@ it('applies every rewrite to the glue of the jco in use', () => {
 it('skips the context rewrite when jco binds the import some other way', () => {
   const renamed = glue.replace(/let (trampoline\d+) = (_trampoline\d+)\.manuallyAsync/g, 'let $1 = $2.isManuallyAsync');
   const { applied } = tuneGlue(renamed);
-  expect(applied).toEqual(['utf8-length', 'debug-log']);
+  expect(applied).toEqual(['utf8-length', 'debug-log', 'resource-cap']);
 });
 
 it.each([

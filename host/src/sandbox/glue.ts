@@ -18,7 +18,10 @@
 import { MAX_REQUEST_DECODE_BYTES } from '../context/read.ts';
 
 /** Part of the transpile cache's key: cached glue from an older revision is transpiled again. */
-export const GLUE_REVISION = 5;
+export const GLUE_REVISION = 7;
+
+/** Live handles of one resource type a component instance may hold, and reps of one type it may make. */
+export const MAX_RESOURCE_HANDLES = 4096;
 
 const UTF8_LENGTH = /(function _utf8AllocateAndEncode\(s, realloc, memory\) \{[^]*?)let len = 0;\s*let codepoints = 0;\s*for \(let i = 0; i < s\.length; i\+\+\) \{[^]*?\n(\s*)const ptr = realloc\(0, 0, 1, len\);/;
 // jco's trampoline for the context import (its name, memory, host function and realloc), and the
@@ -37,12 +40,18 @@ const bindingOf = (trampoline: string) => new RegExp(
   String.raw`(?:(?!\blet trampoline)[^])*?importFn: ${trampoline},\s*\},\s*\);`,
 );
 
+// jco's handle tables for resources a component defines itself (canon resource.new): one slot
+// pair per live handle, and a Set of every rep ever made, on the worker's heap and for the life
+// of the instance.
+const CREATE_OWN = /(function rscTableCreateOwn\(table, rep\) \{\s*const free = table\[0\] & ~T_FLAG;)(\s*table\._createdReps\.add\(rep\);)/;
+const CREATE_BORROW = /(function rscTableCreateBorrow\(table, rep, scopeId\) \{\s*if \(scopeId === undefined\) \{ throw new Error\("missing scopeId"\); \}\s*const free = table\[0\] & ~T_FLAG;)/;
+
 const DEBUG_LOG = /const _debugLog = \(\.\.\.args\) => \{\s*if \(!globalThis\?\.process\?\.env\?\.JCO_DEBUG\) \{ return; \}\s*console\.debug\(\.\.\.args\);\s*\};/;
 
 export interface TunedGlue {
   text: string;
   /** Which rewrites applied. */
-  applied: ('utf8-length' | 'debug-log' | 'context-read')[];
+  applied: ('utf8-length' | 'debug-log' | 'context-read' | 'resource-cap')[];
 }
 
 export function tuneGlue(glue: string): TunedGlue {
@@ -62,7 +71,28 @@ export function tuneGlue(glue: string): TunedGlue {
     return 'const _debugLog = globalThis?.process?.env?.JCO_DEBUG ? (...args) => { console.debug(...args); } : () => {};';
   });
   text = fastContextRead(text, applied);
+  text = capResourceTables(text, applied);
   return { text, applied };
+}
+
+/**
+ * Red team 6: a component that made a million handles a call held 900 MiB of worker heap, past a
+ * 64 MiB memory cap, until its worker was replaced. Past MAX_RESOURCE_HANDLES live handles of one
+ * type, or as many reps made, the call traps. A policy's contract has no resources: only its
+ * toolchain's WASI plumbing declares any, and 2,000 calls of the example policies (logging and
+ * context reads included) made none. test/unit/glue.test.ts holds the rewrites to the glue of
+ * the jco in package-lock.json.
+ */
+function capResourceTables(text: string, applied: TunedGlue['applied']): string {
+  // jco writes the borrow helper only for components that lend handles.
+  if (!CREATE_OWN.test(text)) return text;
+  applied.push('resource-cap');
+  const full = `throw new WebAssembly.RuntimeError('the component holds more than ${MAX_RESOURCE_HANDLES} resource handles of one type')`;
+  return text
+    .replace(CREATE_OWN, (_match, head: string, add: string) =>
+      `${head}\n    if (free === 0 && table.length >= ${2 * MAX_RESOURCE_HANDLES + 2}) ${full};` +
+      `\n    if (table._createdReps.size >= ${MAX_RESOURCE_HANDLES} && !table._createdReps.has(rep)) throw new WebAssembly.RuntimeError('the component made more than ${MAX_RESOURCE_HANDLES} resources of one type');${add}`)
+    .replace(CREATE_BORROW, (_match, head: string) => `${head}\n    if (free === 0 && table.length >= ${2 * MAX_RESOURCE_HANDLES + 2}) ${full};`);
 }
 
 function fastContextRead(text: string, applied: TunedGlue['applied']): string {

@@ -98,7 +98,8 @@ export const INLINE_WALL_MS = 10;
  * then add its hash here.
  */
 export const REVIEWED_GLUE: ReadonlySet<string> = new Set([
-  '66a6664248d76b61e341426818e10e90845ba424b8ec23e6a520a7ab8395fd6a',
+  // GLUE_REVISION 7: as 66a66642… (revision 5) with the resource handle caps (3 lines, read).
+  '76868984c68800886511b33208afea2a7e7d51f707aff6eaf545244c0b232c03',
 ]);
 
 /** Inline instances the main thread holds at most. */

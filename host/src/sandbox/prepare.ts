@@ -23,6 +23,7 @@ import { transpileIsolated } from './transpile.ts';
 import { markTrialUsed, trialCompile, trialCompileAll } from './compile-trial.ts';
 import { cutMessage, foreignText, mib } from '../util/text.ts';
 import { KERNEL_NAMESPACES, kernelImportProblem } from './kernel-imports.ts';
+import { checkComponentBuiltins, ComponentBuiltinError } from './component-builtins.ts';
 import type { SandboxSpec } from './protocol.ts';
 import { PortcullisError } from '../errors.ts';
 
@@ -55,6 +56,12 @@ export async function prepareSandbox(
     if (problems.length > 0) throw new PrepareError(problems.join('; '));
     cappedBytes.set(module, capped);
     return { ...base, modules: { 'policy.wasm': module } };
+  }
+  try {
+    checkComponentBuiltins(bytes);
+  } catch (error) {
+    if (error instanceof ComponentBuiltinError) throw new PrepareError(error.message);
+    throw error;
   }
   const transpiled = await transpileCached(bytes, digest);
   // One budget for the whole component: its core modules' memories and tables together.
