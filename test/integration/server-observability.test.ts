@@ -1,15 +1,16 @@
 // What an operator sees: the metrics port (plain HTTP), /readyz failing while a policy failed
 // to load (server.readyWhenAllPoliciesLoaded), Prometheus default and Portcullis metrics, the
 // start-up TLS and ready lines, and info lines for allowed and mutated reviews with the user.
-import { mkdtemp, readFile } from 'node:fs/promises';
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { afterEach, describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it, onTestFinished } from 'vitest';
+import { embedPolicyInfo } from '../../host/src/policy/metadata.ts';
 import { openClient, resolveOptions } from '../../host/src/oci/options.ts';
 import { pushPolicy } from '../../host/src/oci/push.ts';
 import { parseReference } from '../../host/src/oci/reference.ts';
 import { startRegistry } from '../helpers/registry.ts';
-import { POLICIES, policyYaml, startServer, type TestServer } from '../helpers/server.ts';
+import { admissionReview, POLICIES, policyYaml, startServer, type TestServer } from '../helpers/server.ts';
 
 let current: TestServer | undefined;
 afterEach(async () => {
@@ -84,6 +85,30 @@ policies:
     // No rules in the file, and none from the module it could not read: it fails every request.
     const line = current.logs.map((l) => JSON.parse(l) as Record<string, unknown>).find((l) => l.policy === 'broken' && l.level === 'error');
     expect(line).toMatchObject({ failurePolicy: 'Fail', msg: expect.stringMatching(/^policy not loaded, and it has no rules in the configuration: every request on \/validate and \/mutate fails/) });
+  });
+
+  it('a policy whose settings are refused fails only the requests its module\'s rules and modes cover (outsider: a typo in settings denied every write in the cluster)', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'portcullis-refused-'));
+    onTestFinished(() => rm(dir, { recursive: true, force: true }));
+    const settingsSchema = { type: 'object', required: ['label'], properties: { label: { type: 'string' } } };
+    const rules = [{ operations: ['CREATE' as const], apiGroups: [''], apiVersions: ['v1'], resources: ['pods'] }];
+    await writeFile(join(dir, 'pods-only.wasm'), embedPolicyInfo(await readFile(`${POLICIES}/numbers/numbers.wasm`), { name: 'pods-only', modes: ['validate'], rules, settingsSchema }));
+    current = await startServer(`server: { tls: { mode: self-signed, hostnames: [127.0.0.1] } }
+policies:
+  - name: pods-only
+    module: ${dir}/pods-only.wasm
+    settings: { lable: team }
+`);
+    const line = current.logs.map((l) => JSON.parse(l) as Record<string, unknown>).find((l) => l.policy === 'pods-only' && l.level === 'error');
+    expect(line).toMatchObject({ msg: 'policy not loaded; requests it matches fail per its failurePolicy', code: 'POLICY_SETTINGS_INVALID' });
+    // A ConfigMap is not the module's: allowed. Nor is anything on /mutate: it only validates.
+    const configMap = await current.post('/validate', admissionReview({ kind: 'ConfigMap', metadata: { name: 'cm' } }));
+    expect(configMap.body.response).toMatchObject({ allowed: true });
+    const mutate = await current.post('/mutate', admissionReview({ kind: 'Pod', metadata: { name: 'p' } }));
+    expect(mutate.body.response).toMatchObject({ allowed: true });
+    // A Pod it covers fails per its failurePolicy (Fail), saying why.
+    const pod = await current.post('/validate', admissionReview({ kind: 'Pod', metadata: { name: 'p' } }));
+    expect(pod.body.response).toMatchObject({ allowed: false, status: { code: 500, message: expect.stringMatching(/^policy "pods-only": .*settings/) } });
   });
 
   it('logAllowedReviews logs allowed and mutated reviews at info with the requesting user', async () => {

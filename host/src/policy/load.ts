@@ -2,6 +2,7 @@
 // can do, and let it check its settings. Any problem is a PolicyLoadError or
 // PolicySettingsError naming the policy; other policies are not affected.
 import type { JsonValue, Mode, PolicyMetadata } from '@portcullis/sdk';
+import type { RuleWithOperations } from '../config/types.ts';
 import { errorMessage, PolicyLoadError, PolicySettingsError } from '../errors.ts';
 import type { SandboxPool } from '../sandbox/pool.ts';
 import { prepareSandbox } from '../sandbox/prepare.ts';
@@ -42,7 +43,7 @@ export async function loadPolicy(pool: SandboxPool, options: PolicyOptions, byte
   // with the field's path even from a policy that checks nothing itself.
   if (info?.settingsSchema) {
     const problem = schemaProblem(info.settingsSchema, options.settings);
-    if (problem) throw new PolicySettingsError(options.name, problem);
+    if (problem) throw remember(new PolicySettingsError(options.name, problem), info.modes, info.rules);
   }
   const created = await step(() => pool.load(spec));
   const loaded: LoadedPolicy = { ...options, key: spec.key, digest: spec.digest, kind: spec.kind, modes: [], ...(info ? { info } : {}) };
@@ -54,7 +55,7 @@ export async function loadPolicy(pool: SandboxPool, options: PolicyOptions, byte
     if (metadata.nestedApart) loaded.nestedApart = true;
     if (metadata.settings) {
       const verdict = parseVerdict(await setupCall(pool, loaded, 'validate-settings', JSON.stringify({ settings: options.settings })));
-      if (!verdict.valid) throw new PolicySettingsError(options.name, verdict.message);
+      if (!verdict.valid) throw remember(new PolicySettingsError(options.name, verdict.message), metadata.modes, info?.rules);
     }
   } catch (error) {
     unloadIfCreated(pool, loaded);
@@ -65,6 +66,29 @@ export async function loadPolicy(pool: SandboxPool, options: PolicyOptions, byte
 }
 
 const createdHere = new WeakSet<LoadedPolicy>();
+
+/** What a policy whose settings were refused said of itself: its module was read and answered. */
+export interface RefusedPolicyFacts {
+  modes?: Mode[];
+  rules?: RuleWithOperations[];
+}
+const refusedFacts = new WeakMap<PolicySettingsError, RefusedPolicyFacts>();
+
+function remember(error: PolicySettingsError, modes: Mode[] | undefined, rules: RuleWithOperations[] | undefined): PolicySettingsError {
+  refusedFacts.set(error, { ...(modes ? { modes } : {}), ...(rules ? { rules } : {}) });
+  return error;
+}
+
+/**
+ * The modes and default rules of a policy whose module loaded but whose settings were refused.
+ * The policy then still fails every request it matches (per its failurePolicy), but "matches"
+ * keeps its meaning: without them the host took it for a policy of unknown rules, matching every
+ * request in both modes, and with the managed webhooks denied every write in the cluster, the
+ * apiserver's own included, for a typo in one policy's settings (outsider check).
+ */
+export function refusedPolicyFacts(error: unknown): RefusedPolicyFacts | undefined {
+  return error instanceof PolicySettingsError ? refusedFacts.get(error) : undefined;
+}
 
 /**
  * Gives up a policy that loaded but will not be used: its sandbox goes only if this load made it,

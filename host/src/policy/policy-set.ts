@@ -7,7 +7,7 @@ import type { Config, PolicyConfig } from '../config/types.ts';
 import { errorMessage, PolicyLoadError, PortcullisError } from '../errors.ts';
 import type { SandboxPool } from '../sandbox/pool.ts';
 import { sha256 } from '../util/files.ts';
-import { loadPolicy, unloadIfCreated } from './load.ts';
+import { loadPolicy, refusedPolicyFacts, unloadIfCreated } from './load.ts';
 import type { LoadedPolicy } from './loaded.ts';
 import { readModule, type RegistryOptions } from './source.ts';
 
@@ -88,7 +88,10 @@ async function loadEntry(pool: SandboxPool, config: PolicyConfig, registries: Re
     return { config: effective, modes, loaded };
   } catch (error) {
     const failure = error instanceof PortcullisError ? error : new PolicyLoadError(config.name, errorMessage(error), { cause: error });
-    return { config, modes: config.modes ?? ['validate', 'mutate'], error: failure };
+    // Refused settings: the module said what it does, so it fails only the requests it would see.
+    const facts = refusedPolicyFacts(error);
+    const effective = config.rulesGiven === false && facts?.rules ? { ...config, rules: facts.rules } : config;
+    return { config: effective, modes: config.modes ?? facts?.modes ?? ['validate', 'mutate'], error: failure };
   }
 }
 

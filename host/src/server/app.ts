@@ -580,9 +580,9 @@ export class PortcullisServer {
     this.metrics.policies.set({ state: 'failed' }, set.failed.length);
     this.metrics.recordPolicies(set);
     for (const entry of set.failed) {
-      // Its rules were to come from the module it could not read: it matches every request.
-      const { rulesGiven, match, objectSelector, namespaceSelector } = entry.config;
-      const everything = rulesGiven === false && match.length === 0 && !objectSelector && !namespaceSelector;
+      // Its rules were to come from a module it could not read: it matches every request.
+      const { rules, match, objectSelector, namespaceSelector } = entry.config;
+      const everything = rules.length === 0 && match.length === 0 && !objectSelector && !namespaceSelector;
       this.log.error(everything
         ? 'policy not loaded, and it has no rules in the configuration: every request on /validate and /mutate fails per its failurePolicy; give it rules or fix its module'
         : 'policy not loaded; requests it matches fail per its failurePolicy', { policy: entry.config.name, failurePolicy: entry.config.failurePolicy, code: entry.error?.code, message: entry.error?.message });
