@@ -763,3 +763,15 @@ describe('the component model\'s built-ins keep state in the worker, outside the
     }
   });
 });
+
+it('a core module whose memory is exported under another name is told so when it asks for its input (red team 6)', async () => {
+  const bytes = await parse(`(module
+    (import "extism:host/user" "portcullis_input_length" (func $length (result i32)))
+    (import "extism:host/user" "portcullis_input_read" (func $read (param i32)))
+    (memory (export "mem") 1)
+    (func (export "validate") (result i32) (drop (call $length)) (call $read (i32.const 1024)) (i32.const 0)))`);
+  const policy = await loadBytes('memory-elsewhere', bytes);
+  const outcome = await evaluatePolicy(pool, policy, 'validate', input({ object: { metadata: { name: 'x' } } }));
+  expect(outcome).toMatchObject({ status: 'failed', failure: 'crash', message: expect.stringContaining('gave room for its input, but it exports no memory named "memory", where the host reads and writes it') });
+  await stillServes();
+});

@@ -477,9 +477,11 @@ async function instantiateCore(spec: SandboxSpec, logs: LogBuffer, budget: FuelB
   const guestBytes = (offset: number | bigint, length: number | bigint, what: string): Uint8Array => {
     const at = u32(offset);
     const size = u32(length);
-    if (!guest.memory || !(at + size <= guest.memory.buffer.byteLength)) {
+    // Red team 6: a module exporting its memory under another name read "outside its 0-byte memory".
+    if (!guest.memory) throw kept(new GuestFault('trap', `gave ${what}, but it exports no memory named "memory", where the host reads and writes it (export the module's memory as "memory")`));
+    if (!(at + size <= guest.memory.buffer.byteLength)) {
       const shown = (n: number, given: number | bigint) => (Number.isNaN(n) ? String(given) : n);
-      throw kept(new GuestFault('trap', `gave ${what} at ${shown(at, offset)} (${shown(size, length)} bytes), outside its ${guest.memory?.buffer.byteLength ?? 0}-byte memory`));
+      throw kept(new GuestFault('trap', `gave ${what} at ${shown(at, offset)} (${shown(size, length)} bytes), outside its ${guest.memory.buffer.byteLength}-byte memory`));
     }
     return new Uint8Array(guest.memory.buffer, at, size);
   };
