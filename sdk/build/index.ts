@@ -60,6 +60,8 @@ export async function buildPolicy(options: BuildOptions): Promise<BuildResult> {
   return { bytes, language };
 }
 
+const NOT_A_POLICY = 'the default export is not a policy: write `export default definePolicy({ validate(request) { ... } })` (import { definePolicy } from \'@portcullis/sdk\'), not a plain object or function';
+
 async function buildTypeScript(source: string, stubWasi: boolean, timeoutMs: number): Promise<Uint8Array> {
   const { build } = await import('esbuild');
   // The entry connects the SDK's log to the host import and exports the policy under the
@@ -72,6 +74,9 @@ async function buildTypeScript(source: string, stubWasi: boolean, timeoutMs: num
     `import definition from ${JSON.stringify(source)};`,
     'bindHostLog((level, message) => log(level, message));',
     'bindContextReader((request) => read(request));',
+    // Outsider: a plain object as the default export built, then failed in the sandbox with a
+    // wasm trap. Said at the build's snapshot of the top level instead, in the author's words.
+    `if (typeof definition?.metadata !== 'function' || typeof definition.validate !== 'function') throw new Error(${JSON.stringify(NOT_A_POLICY)});`,
     'export const policy = definition;',
   ].join('\n');
   let bundled;
@@ -109,7 +114,7 @@ function componentizeWithDeadline(source: string, options: object, timeoutMs: nu
       clearTimeout(timer);
       void worker.terminate();
       if (message.ok) resolvePromise(message.component);
-      else reject(new BuildError(source, message.error));
+      else reject(new BuildError(source, message.error.includes(NOT_A_POLICY) ? NOT_A_POLICY : message.error));
     });
     worker.once('error', (error) => {
       clearTimeout(timer);

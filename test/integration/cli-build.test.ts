@@ -48,6 +48,17 @@ it('says what to write when a TypeScript policy has no default export, or an Ass
     expect(named.code).toBe(1);
     expect(named.stderr).toMatch(/named\.ts: it has no default export: a policy ends with `export default definePolicy\(\{ \.\.\. \}\)`/);
     expect(named.stderr).not.toMatch(/portcullis-entry/);
+    // A plain object as the default export, or a policy with no handler: said at build, nothing written.
+    await writeFile(join(dir, 'plain.ts'), 'export default { validate() { return { allowed: true }; } };\n');
+    const plain = await cli(['build', join(dir, 'plain.ts'), '-o', join(dir, 'plain.wasm'), '--no-typecheck']);
+    expect(plain.code).toBe(1);
+    expect(plain.stderr).toMatch(/plain\.ts: the default export is not a policy: write `export default definePolicy\(\{ validate\(request\) \{ \.\.\. \} \}\)`/);
+    expect(plain.stderr).not.toMatch(/componentize|Failed to evaluate|wasm trap/);
+    await writeFile(join(dir, 'empty.ts'), "import { definePolicy } from '@portcullis/sdk';\nexport default definePolicy({});\n");
+    const empty = await cli(['build', join(dir, 'empty.ts'), '-o', join(dir, 'empty.wasm')]);
+    expect(empty.code).toBe(1);
+    expect(empty.stderr).toMatch(/empty\.ts has neither a validate nor a mutate handler: give definePolicy `validate\(request\)` or `mutate\(request\)`; nothing was written/);
+    await expect(readFile(join(dir, 'empty.wasm'))).rejects.toThrow(/ENOENT/);
     await mkdir(join(dir, 'assembly'));
     await writeFile(join(dir, 'assembly/index.ts'), 'export function validate(): i32 {\n  return 0;\n}\n');
     const bare = await cli(['build', join(dir, 'assembly/index.ts'), '-o', join(dir, 'bare.wasm')]);
@@ -56,7 +67,7 @@ it('says what to write when a TypeScript policy has no default export, or an Ass
   } finally {
     await rm(dir, { recursive: true, force: true });
   }
-}, 60_000);
+}, 120_000);
 
 it('says the SDK is missing when an AssemblyScript policy\'s folder has none in reach, as a TypeScript build does', async () => {
   // Newcomer: the CLI installed elsewhere, a policy folder without node_modules: a Node stack

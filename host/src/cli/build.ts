@@ -41,6 +41,12 @@ export default async function build(args: string[]): Promise<number> {
       await pool.close();
     }
   }
+  // Outsider: one with no handler built, and `run` then said "does not mutate; it supports: ".
+  if (modes?.length === 0) {
+    throw new Error(`${source} has ${result.language === 'assemblyscript'
+      ? 'neither a validate nor a mutate export: export `function validate(): i32` (with handleValidate) or `mutate`'
+      : 'neither a validate nor a mutate handler: give definePolicy `validate(request)` or `mutate(request)`'}; nothing was written`);
+  }
   const bytes = embedPolicyInfo(result.bytes, { ...info, ...(modes ? { modes } : {}) });
   await mkdir(dirname(resolve(values.out)), { recursive: true });
   await writeFile(values.out, bytes);
