@@ -38,6 +38,9 @@ describe('configuration', () => {
     ['policies: [{ name: a, module: a.wasm, rules: [{ operations: ["*", DELETE], apiGroups: [""], apiVersions: [v1], resources: [pods] }] }]', /rules\/0\/operations: "\*" stands alone/],
     ['policies: [{ name: a, module: a.wasm, rules: [{ operations: [CREATE], apiGroups: [""], apiVersions: [v1], resources: ["*", pods] }] }]', /rules\/0\/resources: "\*" covers every resource/],
     ['policies: [{ name: a, module: a.wasm, rules: [{ operations: [CREATE], apiGroups: [""], apiVersions: [v1], resources: ["*/*", pods/status] }] }]', /rules\/0\/resources: "\*\/\*" stands alone/],
+    ['policies: [{ name: a, module: a.wasm, rules: [{ operations: [CREATE], apiGroups: [""], apiVersions: [v1], resources: [configmaps, Pods] }] }]',
+      'c.yaml: /policies/0/rules/0/resources/1: "Pods" would match nothing: resources are lowercase plural names, as `kubectl api-resources` lists them (pods, deployments, not Pod or Pods)'],
+    ['policies: [{ name: a, module: a.wasm, rules: [{ operations: [CREATE], apiGroups: [""], apiVersions: [v1], resources: [pods/Status] }] }]', /rules\/0\/resources\/0: "pods\/Status" would match nothing/],
   ])('refuses %s', (yaml, message) => {
     expect(() => parseConfig(yaml, 'c.yaml')).toThrow(message);
   });

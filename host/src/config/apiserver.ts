@@ -52,6 +52,11 @@ function resourcesProblem(resources: readonly string[]): ApiserverProblem | unde
   let plainResource = false;
   for (const [i, entry] of resources.entries()) {
     if (entry === '') return { path: `/resources/${i}`, message: 'must not be empty (the apiserver refuses "" as a resource)' };
+    // Outsider: `resources: [Pods]` was taken, and the policy never ran. Resource names (a CRD's
+    // plural included) and subresources are lowercase; the apiserver matches them exactly.
+    if (/[A-Z]/.test(entry)) {
+      return { path: `/resources/${i}`, message: `${JSON.stringify(entry)} would match nothing: resources are lowercase plural names, as \`kubectl api-resources\` lists them (pods, deployments, not Pod or Pods)` };
+    }
     const slash = entry.indexOf('/');
     if (slash === -1) {
       plainResource ||= entry !== '*';
