@@ -77,10 +77,17 @@ describe('portcullis run', () => {
     await writeFile(join(dir, 'settings.json'), JSON.stringify({ value: 'from-file' }));
     const inline = await cli(['run', '--policy', wasm('added-by'), '--request', join(dir, 'beta.json'), '--settings', '{"value":"inline"}']);
     const fromFile = await cli(['run', '--policy', wasm('added-by'), '--request', join(dir, 'beta.json'), '--settings', join(dir, 'settings.json')]);
+    // A YAML file too, as the configuration's settings are written (outsider).
+    await writeFile(join(dir, 'settings.yaml'), 'value: from-yaml # a comment\n');
+    const fromYaml = await cli(['run', '--policy', wasm('added-by'), '--request', join(dir, 'beta.json'), '--settings', join(dir, 'settings.yaml')]);
+    await writeFile(join(dir, 'set.yaml'), 'value: !!set { a }\n');
+    const notJson = await cli(['run', '--policy', wasm('added-by'), '--request', join(dir, 'beta.json'), '--settings', join(dir, 'set.yaml')]);
+    expect(notJson.stderr).toMatch(/^portcullis run: --settings file .*set\.yaml: \/value is a YAML !!set, which JSON has no form for/);
     const patchOf = (out: string) => JSON.parse(Buffer.from(JSON.parse(out).response.patch, 'base64').toString());
     expect(JSON.parse(inline.stdout).apiVersion).toBe('admission.k8s.io/v1beta1');
     expect(patchOf(inline.stdout)[0].value).toEqual({ 'portcullis.dev/added-by': 'inline' });
     expect(patchOf(fromFile.stdout)[0].value).toEqual({ 'portcullis.dev/added-by': 'from-file' });
+    expect(patchOf(fromYaml.stdout)[0].value).toEqual({ 'portcullis.dev/added-by': 'from-yaml' });
   });
 
   describe('bad input: one clear line on stderr and a non-zero exit', () => {

@@ -94,7 +94,7 @@ options:
   --policy FILE|oci://REF     the module (with --settings, --mode, --timeout-ms, --memory-mib)
   --config FILE               a serve configuration: every matching policy, mutate then validate
   --request FILE              AdmissionReview, AdmissionRequest or a manifest ("-" for stdin)
-  --settings JSON|FILE        the policy's settings (default {})
+  --settings JSON|FILE        the policy's settings (default {}): inline JSON, or a JSON or YAML file
   --mode validate|mutate      default: validate if the policy can
   --show response|patched     patched: print the object after the merged patch
   --timeout-ms N, --memory-mib N   sandbox limits for --policy

@@ -16,7 +16,7 @@ import { patchedObject } from '../merge/patches.ts';
 import { loadPolicy } from '../policy/load.ts';
 import { parseReview, type AdmissionReview } from '../review/parse.ts';
 import { respond, type Decision } from '../review/respond.ts';
-import { loadConfigFile } from '../config/load.ts';
+import { loadConfigFile, nonJsonValue } from '../config/load.ts';
 import { loadPolicySet } from '../policy/policy-set.ts';
 import type { RegistryOptions } from '../policy/source.ts';
 import { policyMatches } from '../select/match.ts';
@@ -240,7 +240,7 @@ async function readStdin(): Promise<string> {
   return Buffer.concat(chunks).toString('utf8');
 }
 
-/** --settings takes inline JSON or the path of a JSON file. */
+/** --settings takes inline JSON or the path of a JSON or YAML file (as the configuration's settings are YAML). */
 export async function parseSettings(value: string): Promise<JsonValue> {
   const trimmed = value.trim();
   if (/^[[{"]/.test(trimmed) || /^(true|false|null|-?\d)/.test(trimmed)) {
@@ -251,11 +251,16 @@ export async function parseSettings(value: string): Promise<JsonValue> {
     }
   }
   const text = await readInput(value, 'settings file');
+  let settings: unknown;
   try {
-    return JSON.parse(text) as JsonValue;
+    settings = parseDocument(text);
   } catch (error) {
-    throw new ConfigError(`--settings file ${value} is not valid JSON: ${errorMessage(error)}`);
+    throw new ConfigError(`--settings file ${value} is ${errorMessage(error)}`);
   }
+  // Outsider: YAML, which everything else here takes, was refused as "not valid JSON".
+  const problem = nonJsonValue(settings);
+  if (problem) throw new ConfigError(`--settings file ${value}: ${problem}`);
+  return settings as JsonValue;
 }
 
 export function positive(value: string, flag: string): number {
