@@ -83,9 +83,11 @@ export class HttpError extends PortcullisError {}
 /** A .wasm that cannot be used: unreadable, not WebAssembly, or asking for what the host will not give. */
 export class PolicyLoadError extends PortcullisError {
   readonly policy: string;
+  readonly reason: string;
   constructor(policy: string, reason: string, options?: { cause?: unknown }) {
     super('POLICY_LOAD_FAILED', `policy "${policy}" could not be loaded: ${reason}`, options);
     this.policy = policy;
+    this.reason = reason;
   }
 }
 

@@ -4,7 +4,7 @@
 // denied by the real kube-apiserver calling the webhook the tutorial's `serve` registered.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { readFile, readdir, rm } from 'node:fs/promises';
-import { join, resolve } from 'node:path';
+import { dirname, join, resolve } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startRegistry, type TestRegistry } from '../helpers/registry.ts';
 import { run, type Run } from '../helpers/process.ts';
@@ -107,10 +107,11 @@ describe.each([['tutorial-ts', 'my-policy'], ['tutorial-as', 'my-as-policy']])('
       expect(spec).toMatch(/^file:.*\.tgz$/);
       expect(resolve(cwd, spec.slice('file:'.length)), pkg).toBe(tarballs.find((t) => t.includes(pkg.replace('@portcullis/', 'portcullis-'))));
     }
-    // Without --config the installed CLI says what to do (the examples live in the repository).
-    const bare = await sh('npx --no -- portcullis serve', cwd);
+    // Without --config, and no portcullis.yaml where it runs (the folder the packages went into),
+    // the installed CLI says what to do (the examples live in the repository).
+    const bare = await sh('npx --no -- portcullis serve', dirname(cwd));
     expect(bare.code).toBe(2);
-    expect(bare.stderr).toMatch(/portcullis serve: give --config FILE: the installed package has no built-in example policies/);
+    expect(bare.stderr).toMatch(/portcullis serve: give --config FILE, or run it where a portcullis\.yaml is: the installed package has no built-in example policies/);
     // The packed CLI says which commit it was made from, so a stale tarball shows.
     const version = await sh('npx --no -- portcullis --version', cwd);
     expect(version.stdout).toMatch(/^portcullis \d+\.\d+\.\d+ \([0-9a-f]{40}(-dirty)?\) \(node \d+/);

@@ -114,6 +114,23 @@ it('refuses to start when policies have context grants or webhooks are managed a
   expect(managed.stderr).not.toContain('"msg":"ready"');
 }, 60_000);
 
+it('without --config, takes ./portcullis.yaml from the folder it runs in, and says so (outsider: it asked for --config beside one)', async () => {
+  const { writeFile, mkdtemp } = await import('node:fs/promises');
+  const { join } = await import('node:path'); // eslint-disable-line @typescript-eslint/unbound-method -- path.join does not use this
+  const { tmpdir } = await import('node:os');
+  const { fileURLToPath } = await import('node:url');
+  const { run } = await import('../helpers/process.ts');
+  const { wasm } = await import('../helpers/policies.ts');
+  const dir = await mkdtemp(join(tmpdir(), 'portcullis-here-'));
+  // A managed configuration and no cluster: refused before anything starts, naming the file it read.
+  await writeFile(join(dir, 'portcullis.yaml'), `webhooks:\n  managed: here.portcullis.dev\n  url: https://127.0.0.1:1/\npolicies:\n  - { name: numbers, module: ${wasm('numbers')} }\n`);
+  const bin = fileURLToPath(new URL('../../host/bin/portcullis.js', import.meta.url));
+  const here = await run(process.execPath, [bin, 'serve', '--host', '127.0.0.1', '--port', '0', '--tls-self-signed'], { cwd: dir, env: { KUBECONFIG: '', HOME: dir } });
+  expect(here.code).toBe(1);
+  expect(here.stderr).toContain('portcullis serve: using ./portcullis.yaml (no --config given)');
+  expect(here.stderr).toContain('webhooks.managed is set in portcullis.yaml, so the host registers its webhooks in a cluster');
+}, 60_000);
+
 it('refuses to start when managed webhooks would call a loopback port other than the one it listens on (serve --port moved only the listener)', async () => {
   // Red team: the webhooks were registered for 18443 while the host listened on 28443, /readyz
   // said ready, and the apiserver refused every Pod create (connection refused).
@@ -200,7 +217,7 @@ it('stops gracefully when run by npm and its parent goes (a SIGTERM to npx ends 
   }
 }, 60_000);
 
-it('a second stop signal during the shutdown is logged and ignored, so the cleanup runs to its end', async () => {
+it('a second stop signal during the shutdown is ignored (logged when it is not the same one twice), so the cleanup runs to its end', async () => {
   // Red team: Ctrl-C on `npm run serve` sends two SIGINTs; the second got Node's default (exit at
   // once), leaving the managed Fail webhooks behind on a dead port.
   const { spawn } = await import('node:child_process');
@@ -221,12 +238,15 @@ it('a second stop signal during the shutdown is logged and ignored, so the clean
   // "ready" was not enough and the test signalled anyway).
   for (let i = 0; i < 300 && !stderr.includes('"msg":"ready"'); i++) await new Promise((r) => setTimeout(r, 100));
   expect(stderr).toContain('"msg":"ready"');
-  child.kill('SIGTERM');
-  await new Promise((r) => setTimeout(r, 300));
+  // The same stop delivered twice at once (the terminal's Ctrl-C and npx's) is ignored quietly;
+  // one a second later is someone waiting, and is told (outsider: a warning at every Ctrl-C).
   child.kill('SIGTERM');
   child.kill('SIGINT');
+  await new Promise((r) => setTimeout(r, 1200));
+  child.kill('SIGTERM');
   expect(await exited).toEqual({ code: 0, signal: null });
-  expect(stderr).toContain('already shutting down');
+  expect(stderr.match(/already shutting down/g)).toHaveLength(1);
+  expect(stderr).toMatch(/"level":"warn","msg":"already shutting down[^\n]*"signal":"SIGTERM"/);
   expect(stderr).toContain('"msg":"stopped"');
 }, 60_000);
 

@@ -241,6 +241,13 @@ cases:
     expect(result.code).toBe(2);
     expect(result.stderr).toMatch(/^portcullis test: no test suites found in/);
   });
+
+  it('says to build first when a suite\'s policy was never built (outsider: "does not exist" alone)', async () => {
+    const path = await suite('unbuilt.test.yaml', `policies:\n  - module: ${join(dir, 'unbuilt.wasm')}\ncases:\n  - name: x\n    object: { apiVersion: v1, kind: ConfigMap, metadata: { name: a } }\n    expect: { allowed: true }\n`);
+    const result = await cli(['test', path]);
+    expect(result.code).not.toBe(0);
+    expect(`${result.stdout}${result.stderr}`).toMatch(/unbuilt\.wasm does not exist: build it first \(`npm run build` in a project `portcullis new` made, or `portcullis build SOURCE -o FILE\.wasm`\)/);
+  });
 });
 
 describe('suite files are checked field by field', () => {

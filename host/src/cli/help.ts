@@ -125,7 +125,8 @@ options:
 
 Runs the admission webhook: POST /validate, /mutate (all matching policies) and
 /validate/NAME, /mutate/NAME; GET /healthz, /readyz, /metrics. The configuration is
-watched and reloaded. Without --config, in the repository checkout, serves the example policies.
+watched and reloaded. Without --config: ./portcullis.yaml if there is one, else (in the
+repository checkout) the example policies.
 
 options:
   -c, --config FILE        the configuration (docs/configuration.md)

@@ -16,19 +16,25 @@ import { UsageError } from './usage.ts';
 
 /** The example policies shipped in the repository (and the image). */
 export const BUILTIN_CONFIG = fileURLToPath(new URL('../../../policies/portcullis.yaml', import.meta.url));
+/** Without --config, a portcullis.yaml in the working folder comes first. */
+const HERE_CONFIG = 'portcullis.yaml';
 
 export default async function serve(args: string[]): Promise<number> {
   const values = parseCli(args);
-  if (!values.config && !existsSync(BUILTIN_CONFIG)) {
+  // Outsider: in a project `portcullis new` made, `serve` alone asked for --config beside its portcullis.yaml.
+  const here = !values.config && existsSync(HERE_CONFIG) ? HERE_CONFIG : undefined;
+  if (!values.config && !here && !existsSync(BUILTIN_CONFIG)) {
     // Installed from the package: the example policies live only in the repository and image.
-    throw new UsageError('give --config FILE: the installed package has no built-in example policies (portcullis new DIR writes a portcullis.yaml)');
+    throw new UsageError('give --config FILE, or run it where a portcullis.yaml is: the installed package has no built-in example policies (portcullis new DIR writes a portcullis.yaml)');
   }
-  const config = applyFlags(await loadConfigFile(values.config ?? BUILTIN_CONFIG), values);
+  if (here) process.stderr.write(`portcullis serve: using ./${HERE_CONFIG} (no --config given)\n`);
+  const configFile = values.config ?? here ?? BUILTIN_CONFIG;
+  const config = applyFlags(await loadConfigFile(configFile), values);
   // Said before anything starts, naming the setting: found after "ready", the missing cluster
   // read as a crash of a host that had just said it was serving (newcomer, `npm run serve` in a
   // generated project, whose portcullis.yaml manages its webhooks).
   if (config.webhooks.managed && !defaultKubeConfigFound()) {
-    throw new ConfigError(`webhooks.managed is set in ${values.config ?? BUILTIN_CONFIG}, so the host registers its webhooks in a cluster, and no cluster is configured: ` +
+    throw new ConfigError(`webhooks.managed is set in ${configFile}, so the host registers its webhooks in a cluster, and no cluster is configured: ` +
       'set KUBECONFIG, or run in a Pod with a ServiceAccount; to try the policies without a cluster, remove webhooks.managed');
   }
   const log = createLogger(config.logLevel);
@@ -55,14 +61,21 @@ export default async function serve(args: string[]): Promise<number> {
   // default, an exit with no cleanup (seen as a flaky test on a loaded machine).
   let manager: WebhookManager | undefined;
   let stopping = false;
+  let stoppingSince = 0;
   let stopped!: () => void;
   const done = new Promise<void>((resolve) => { stopped = resolve; });
   const shutdown = (signal: string) => {
     // Handlers stay installed for the whole shutdown: a second signal (Ctrl-C on `npm run
     // serve` sends two, the terminal's and npm's) otherwise got Node's default, an immediate
     // exit before the webhooks were removed, leaving a Fail webhook on a dead port (red team).
-    if (stopping) return void server.log.warn('already shutting down (the webhook configurations go first; bounded to about 15 s); ignoring', { signal });
+    if (stopping) {
+      // The same Ctrl-C delivered twice (the terminal's and npm's or npx's) is no news: said
+      // quietly. A later one is someone waiting: they are told what the wait is for.
+      const level = performance.now() - stoppingSince < 1000 ? 'debug' : 'warn';
+      return void server.log[level]('already shutting down (the webhook configurations go first; bounded to about 15 s); ignoring', { signal });
+    }
     stopping = true;
+    stoppingSince = performance.now();
     // SIGTERM is the kubelet's: go on answering for server.shutdownDelayMs while the apiserver
     // and kube-proxy stop sending here (app.ts, drain). SIGINT is someone at a terminal.
     const delayMs = signal === 'SIGTERM' ? server.config.server.shutdownDelayMs : 0;
@@ -108,7 +121,7 @@ export default async function serve(args: string[]): Promise<number> {
     if (terminalHungUp()) shutdown('SIGHUP');
     else void server.reload();
   }
-  if (!values.config) server.log.info('serving the built-in example policies', { config: BUILTIN_CONFIG });
+  if (configFile === BUILTIN_CONFIG) server.log.info('serving the built-in example policies', { config: BUILTIN_CONFIG });
   // Node writes its compile cache (bin/portcullis.js) at exit, which a killed Pod never reaches.
   module.flushCompileCache?.(); // Node 22.10+
   if (config.webhooks.managed) {
