@@ -226,7 +226,7 @@ it('a second stop signal during the shutdown is ignored (logged when it is not t
   const { tmpdir } = await import('node:os');
   const { fileURLToPath } = await import('node:url');
   const dir = await mkdtemp(join(tmpdir(), 'portcullis-signals-'));
-  await writeFile(join(dir, 'c.yaml'), 'server: { host: 127.0.0.1, port: 0, shutdownDelayMs: 1500, tls: { mode: self-signed, hostnames: [127.0.0.1] } }\npolicies: []\n');
+  await writeFile(join(dir, 'c.yaml'), 'server: { host: 127.0.0.1, port: 0, shutdownDelayMs: 4000, tls: { mode: self-signed, hostnames: [127.0.0.1] } }\npolicies: []\n');
   const bin = fileURLToPath(new URL('../../host/bin/portcullis.js', import.meta.url));
   const child = spawn(process.execPath, [bin, 'serve', '--config', join(dir, 'c.yaml')], { stdio: ['ignore', 'ignore', 'pipe'] });
   let stderr = '';
@@ -240,7 +240,9 @@ it('a second stop signal during the shutdown is ignored (logged when it is not t
   expect(stderr).toContain('"msg":"ready"');
   // The same stop delivered twice at once (the terminal's Ctrl-C and npx's) is ignored quietly;
   // one a second later is someone waiting, and is told (outsider: a warning at every Ctrl-C).
+  // SIGTERM first, so the drain (4 s) keeps it shutting down while the later one arrives.
   child.kill('SIGTERM');
+  await new Promise((r) => setTimeout(r, 100));
   child.kill('SIGINT');
   await new Promise((r) => setTimeout(r, 1200));
   child.kill('SIGTERM');
