@@ -53,7 +53,8 @@ export async function buildPolicy(options: BuildOptions): Promise<BuildResult> {
     const { typeErrors } = await import('./typecheck.ts');
     const errors = await typeErrors(source);
     if (errors.length > 0) {
-      throw new BuildError(source, `${errors.length} type error(s) (--no-typecheck builds anyway):\n${errors.slice(0, 20).join('\n')}`);
+      // Syntax errors come this way too: "type error" misnamed them (outsider).
+      throw new BuildError(source, `${errors.length} error(s) from the TypeScript compiler (--no-typecheck builds anyway):\n${errors.slice(0, 20).join('\n')}`);
     }
   }
   const bytes = language === 'assemblyscript' ? await buildAssemblyScript(source) : await buildTypeScript(source, options.stubWasi ?? true, options.timeoutMs ?? 60_000);

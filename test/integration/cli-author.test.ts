@@ -151,7 +151,7 @@ describe('build, inspect, test on the generated project', () => {
     try {
       const refused = await inProject(['build', 'src/policy.ts', '-o', 'typed.wasm']);
       expect(refused.code).toBe(1);
-      expect(refused.stderr).toMatch(/1 type error\(s\) \(--no-typecheck builds anyway\):\n.*src\/policy\.ts:\d+:\d+: Type 'string' is not assignable to type 'number'\./);
+      expect(refused.stderr).toMatch(/1 error\(s\) from the TypeScript compiler \(--no-typecheck builds anyway\):\n.*src\/policy\.ts:\d+:\d+: Type 'string' is not assignable to type 'number'\./);
       await expect(access(join(project, 'typed.wasm'))).rejects.toThrow();
       const forced = await inProject(['build', 'src/policy.ts', '-o', 'typed.wasm', '--no-typecheck']);
       expect(forced.code, forced.stderr).toBe(0);

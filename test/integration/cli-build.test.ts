@@ -99,3 +99,17 @@ it('shows an AssemblyScript policy\'s compile errors without the compiler\'s not
     await rm(dir, { recursive: true, force: true });
   }
 }, 60_000);
+
+it('says what is missing or wrong on its command line, in its own words (outsider)', async () => {
+  const cases: [string[], RegExp][] = [
+    [['build', 'policies/numbers/policy.ts'], /^portcullis build: give -o FILE\.wasm, where to write the policy \(e\.g\. -o policy\.wasm\)\n/],
+    [['build', 'src/polcy.ts', '-o', 'x.wasm'], /^portcullis build: src\/polcy\.ts does not exist\n/],
+    [['build', 'policies/numbers/policy.ts', '-o'], /^portcullis build: --out needs a value\n/],
+    [['build', '--bogus', 'policies/numbers/policy.ts'], /^portcullis build: unknown option --bogus\n/],
+  ];
+  for (const [args, message] of cases) {
+    const result = await cli(args);
+    expect(result.code, args.join(' ')).toBe(2);
+    expect(result.stderr).toMatch(message);
+  }
+});

@@ -2,7 +2,8 @@
 // metadata, and load the result once in the real sandbox before writing it, so a module the
 // host would refuse is never written.
 import { mkdir, readFile, writeFile } from 'node:fs/promises';
-import { dirname, join, resolve } from 'node:path';
+import { existsSync } from 'node:fs';
+import { basename, dirname, extname, join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { errorMessage } from '../errors.ts';
 import { checkInfo, embedPolicyInfo, type PolicyInfo } from '../policy/metadata.ts';
@@ -14,7 +15,10 @@ import { UsageError } from './usage.ts';
 export default async function build(args: string[]): Promise<number> {
   const { values, positionals } = parseCli(args);
   const source = positionals[0];
-  if (!source || !values.out) throw new UsageError(BUILD_HELP);
+  if (!source) throw new UsageError(`give the policy's source file\n${BUILD_HELP}`);
+  // Outsider: the usage alone did not say what was missing.
+  if (!values.out) throw new UsageError(`give -o FILE.wasm, where to write the policy (e.g. -o ${basename(source, extname(source))}.wasm)\n${BUILD_HELP}`);
+  if (!existsSync(resolve(source))) throw new UsageError(`${source} does not exist`);
   const timeout = values.timeout === undefined ? undefined : Number(values.timeout);
   if (timeout !== undefined && !(timeout > 0)) throw new UsageError('--timeout must be a positive number of seconds');
   const language = values.lang === undefined ? undefined : normalizeLanguage(values.lang);
