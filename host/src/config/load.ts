@@ -3,9 +3,8 @@
 import { isIP } from 'node:net';
 import { dirname, isAbsolute, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import type { ErrorObject } from 'ajv';
 import { parse as parseYaml } from 'yaml';
-import { defaultOf, defaultsAt } from './schema.ts';
+import { defaultOf, defaultsAt, describeSchemaError } from './schema.ts';
 import { validateConfig as validate } from './validators.generated.ts';
 import { ConfigError, errorMessage } from '../errors.ts';
 import { readPointedFile } from '../util/files.ts';
@@ -91,14 +90,6 @@ export function yamlProblem(error: unknown): string {
   return first.replace(/:\s*$/, '') + (near ? ` (near "${near.length > 80 ? `${near.slice(0, 80)}…` : near}")` : '');
 }
 
-function describeSchemaError(error: ErrorObject | undefined): string {
-  if (!error) return 'invalid configuration';
-  const path = error.instancePath || '/';
-  if (error.keyword === 'additionalProperties') return `${path}: unknown field "${String(error.params.additionalProperty)}"`;
-  if (error.keyword === 'required') return `${path}: missing required field "${String(error.params.missingProperty)}"`;
-  if (error.keyword === 'enum') return `${path} must be one of ${(error.params.allowedValues as unknown[]).map((v) => JSON.stringify(v)).join(', ')}`;
-  return `${path} ${error.message ?? 'is invalid'}`;
-}
 
 /**
  * Fills in the schema's defaults and resolves paths; what is left here is what a schema cannot

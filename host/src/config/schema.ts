@@ -2,6 +2,7 @@
 // defaults. The host validates against it and reads every default from it here, and
 // test/unit/config-schema.test.ts checks that the TypeScript types in types.ts list the same
 // fields, so a new field is added in the schema and in types.ts, and nowhere else.
+import type { ErrorObject } from 'ajv';
 import schemaJson from '../../config.schema.json' with { type: 'json' };
 
 export const schema: JsonSchema = schemaJson;
@@ -73,4 +74,14 @@ export function defaultOf<T>(...path: string[]): T {
   const value = path.length === 1 && schema.definitions?.[path[0]!] ? schema.definitions[path[0]!]!.default : schemaAt(...path).default;
   if (value === undefined) throw new Error(`config.schema.json gives no default for ${path.join('.')}`);
   return structuredClone(value) as T;
+}
+
+/** Ajv's first error, in an operator's words: the field, and what it may be. */
+export function describeSchemaError(error: ErrorObject | undefined): string {
+  if (!error) return 'is invalid';
+  const path = error.instancePath || '/';
+  if (error.keyword === 'additionalProperties') return `${path}: unknown field "${String(error.params.additionalProperty)}"`;
+  if (error.keyword === 'required') return `${path}: missing required field "${String(error.params.missingProperty)}"`;
+  if (error.keyword === 'enum') return `${path} must be one of ${(error.params.allowedValues as unknown[]).map((v) => JSON.stringify(v)).join(', ')}`;
+  return `${path} ${error.message ?? 'is invalid'}`;
 }

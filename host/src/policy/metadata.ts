@@ -5,9 +5,10 @@
 // own validator runs. The section comes from whoever built the module, so it is untrusted
 // input: size-capped, schema-checked, and refused with a message that says which field is wrong.
 import { createRequire } from 'node:module';
-import type { Ajv, ErrorObject, ValidateFunction } from 'ajv';
+import type { Ajv, ValidateFunction } from 'ajv';
 import type { Mode } from '@portcullis/sdk';
 import { ruleProblem } from '../config/apiserver.ts';
+import { describeSchemaError } from '../config/schema.ts';
 import type { RuleWithOperations } from '../config/types.ts';
 import { validatePolicyInfo } from '../config/validators.generated.ts';
 import { PortcullisError } from '../errors.ts';
@@ -75,13 +76,9 @@ function ajv(): typeof Ajv {
 }
 let ajvClass: typeof Ajv | undefined;
 
-function describe(error: ErrorObject | undefined): string {
-  return error ? `${error.instancePath || '/'} ${error.message ?? 'is invalid'}` : 'is invalid';
-}
-
 /** Checks a metadata value (from a module, or from package.json at build time). */
 export function checkInfo(value: unknown, where: string): PolicyInfo {
-  if (!validateInfo(value)) throw new MetadataError(`${where}: ${describe(validateInfo.errors?.[0])}`);
+  if (!validateInfo(value)) throw new MetadataError(`${where}: ${describeSchemaError(validateInfo.errors?.[0])}`);
   // A module's rules become its webhook's when the configuration gives none: one the apiserver
   // refuses would fail every sync, as a configuration's would (config/apiserver.ts).
   const rules = value.rules ? ruleProblem(value.rules) : undefined;
