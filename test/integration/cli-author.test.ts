@@ -169,12 +169,20 @@ describe('build, inspect, test on the generated project', () => {
     const script = (name: string) => pkg.scripts[name]!.replace(/^portcullis /, '').split(' ');
     expect((await inAs(script('build'))).code).toBe(0);
     const built = await readFile(join(dir, 'as-label.wasm'));
+    // An author's mistake is reported alone: the template adds no compiler notes of its own
+    // (outsider: AS210 "Expression is never 'null'" came with every build error).
+    const template = await readFile(join(dir, 'assembly/index.ts'), 'utf8');
+    await writeFile(join(dir, 'assembly/broken.ts'), `${template}\nconst wrong: i32 = 'text';\n`);
+    const broken = await inAs(['build', 'assembly/broken.ts', '-o', 'broken.wasm']);
+    expect(broken.code).toBe(1);
+    expect(broken.stderr).toMatch(/TS2322/);
+    expect(broken.stderr).not.toMatch(/AS210/);
     const typecheck = await inAs(script('typecheck'));
     expect(typecheck.code, typecheck.stderr).toBe(0);
     expect(await readFile(join(dir, 'as-label.wasm'))).toEqual(built);
     const inspected = await inAs(['inspect', 'node_modules/.cache/typecheck.wasm', '--json']);
     expect(JSON.parse(inspected.stdout)).toMatchObject({ kind: 'core', metadata: { name: 'as-label', modes: ['validate'] } });
-  }, 60_000);
+  }, 120_000);
 
   it('refuses to build when the package.json "portcullis" field has a key it does not know (a misspelt "rules" would match every request)', async () => {
     const dir = join(scratch, 'as-typo');

@@ -163,7 +163,7 @@ import { Context, Result, handleValidate, stringAt } from '@portcullis/sdk/assem
 function check(ctx: Context): Result {
   if (ctx.object == null) return Result.allow(); // DELETE has no object
   const setting = stringAt(ctx.settings, 'label');
-  const label = setting != null ? setting! : 'team';
+  const label = setting != null ? setting : 'team';
   if (ctx.label(label) == null) return Result.deny('missing required label ' + label);
   return Result.allow();
 }
