@@ -112,6 +112,9 @@ const sdk = stagePackage('sdk', (pkg) => ({
 compile('host', ['src/**/*.ts']);
 cpSync(join(root, 'host', 'bin'), join(stage, 'host', 'bin'), { recursive: true });
 cpSync(join(root, 'host', 'README.md'), join(stage, 'host', 'README.md'));
+// The --help texts point at docs/ and deploy/ (outsider: not in the package, so nowhere to read them).
+cpSync(join(root, 'docs'), join(stage, 'host', 'docs'), { recursive: true });
+cpSync(join(root, 'deploy'), join(stage, 'host', 'deploy'), { recursive: true });
 const sdkVersion = readJson(join(root, 'sdk', 'package.json')).version as string;
 const host = stagePackage('host', (pkg) => ({
   dependencies: { ...(pkg.dependencies as Json), '@portcullis/sdk': sdkVersion },

@@ -112,6 +112,10 @@ describe.each([['tutorial-ts', 'my-policy'], ['tutorial-as', 'my-as-policy']])('
     const bare = await sh('npx --no -- portcullis serve', dirname(cwd));
     expect(bare.code).toBe(2);
     expect(bare.stderr).toMatch(/portcullis serve: give --config FILE, or run it where a portcullis\.yaml is: the installed package has no built-in example policies/);
+    // The docs and manifests the help texts name are in the package.
+    for (const file of ['docs/configuration.md', 'docs/tutorial.md', 'deploy/10-rbac.yaml']) {
+      await expect(readFile(join(dirname(cwd), 'node_modules/@portcullis/host', file), 'utf8')).resolves.toMatch(/\S/);
+    }
     // The packed CLI says which commit it was made from, so a stale tarball shows.
     const version = await sh('npx --no -- portcullis --version', cwd);
     expect(version.stdout).toMatch(/^portcullis \d+\.\d+\.\d+ \([0-9a-f]{40}(-dirty)?\) \(node \d+/);
