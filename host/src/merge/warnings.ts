@@ -29,7 +29,9 @@ export class WarningList {
     // More than could ever be kept of this policy: not even one character more would fit.
     // Checked first, since a guest may return a quarter of a million warnings (red team: ~50 ms
     // of main thread an answer, mostly the regex).
-    if (own.size + policy.length + 12 > MAX_WARNINGS_TOTAL) return;
+    // Not for the host's notices, one or two a policy: they come after its own warnings, which
+    // must not crowd them out (review 9: a chatty trial's "would deny" was dropped here).
+    if (!notice && own.size + policy.length + 12 > MAX_WARNINGS_TOTAL) return;
     // The apiserver drops, without a word, a warning holding any rune Go calls a control: C0, DEL
     // and C1 (net.NewWarningHeader; red team 4: mis-decoded UTF-8 yields C1 characters).
     let text = `policy "${policy}": ${message}`.replace(/[\u0000-\u001f\u007f-\u009f]+/g, ' ').trim();
@@ -38,7 +40,7 @@ export class WarningList {
       const end = MAX_WARNING_LENGTH - 1 - (isHighSurrogate(text.charCodeAt(MAX_WARNING_LENGTH - 2)) ? 1 : 0);
       text = `${text.slice(0, end)}…`;
     }
-    if (own.size + text.length > MAX_WARNINGS_TOTAL || own.texts.has(text)) return;
+    if ((!notice && own.size + text.length > MAX_WARNINGS_TOTAL) || own.texts.has(text)) return;
     own.texts.add(text);
     const warning = { text, notice };
     own.warnings.push(warning);
