@@ -678,15 +678,17 @@ describe('the component model\'s built-ins keep state in the worker, outside the
    * A policy component whose validate runs `body` with `$call` bound to a core function made by
    * `canon` (a canonical built-in of the component model), then allows.
    */
-  const policyWith = (canon: string, callType: string, body: string) => parse(`(component
+  const policyWith = (canon: string, callType: string, body: string, withDrop = false) => parse(`(component
     (core module $mem (memory (export "memory") 40))
     (core instance $mi (instantiate $mem))
     (alias core export $mi "memory" (core memory $memory))
     ${canon}
     (core module $m
       (import "x" "call" (func $call ${callType}))
+      ${withDrop ? '(import "x" "drop" (func $drop (param i32)))' : ''}
       (import "x" "memory" (memory 1))
       (global $bump (mut i32) (i32.const 4096))
+      (global $next (mut i32) (i32.const 0))
       (data (i32.const 0) "{\\"outcome\\":\\"allow\\"}")
       (data (i32.const 32) "{\\"modes\\":[\\"validate\\"],\\"settings\\":false}")
       (data (i32.const 128) "{\\"valid\\":true}")
@@ -698,7 +700,7 @@ describe('the component model\'s built-ins keep state in the worker, outside the
       (func (export "validate-settings") (param i32 i32) (result i32) (call $ret (i32.const 128) (i32.const 14)))
       (func (export "validate") (param i32 i32) (result i32) (local $i i32) ${body} (call $ret (i32.const 0) (i32.const 19)))
       (func (export "mutate") (param i32 i32) (result i32) (call $ret (i32.const 0) (i32.const 19))))
-    (core instance $x (export "call" (func $made)) (export "memory" (memory $memory)))
+    (core instance $x (export "call" (func $made)) ${withDrop ? '(export "drop" (func $dropped))' : ''} (export "memory" (memory $memory)))
     (core instance $i (instantiate $m (with "x" (instance $x))))
     (alias core export $i "realloc" (core func $realloc))
     (func $metadata (result string) (canon lift (core func $i "metadata") (memory $memory) (realloc $realloc)))
@@ -748,6 +750,45 @@ describe('the component model\'s built-ins keep state in the worker, outside the
     expect(performance.now() - started).toBeLessThan(1500);
     await stillServes();
   });
+
+  it('refuses a component whose instances of one resource type make more than 64 handle tables (review 9: 1,600 from one definition)', async () => {
+    // One inner component defines a resource and lifts its resource.new; a middle one
+    // instantiates it 9 times and the policy the middle one 9 times, and lowers every `make`:
+    // jco gives each instance a handle table of its own.
+    const [outer, inner] = [9, 9];
+    let middle = `(component $mid (component $inner (type $r (resource (rep i32))) (export $re "r" (type $r))
+      (core func $new (canon resource.new $r)) (func $make (param "rep" u32) (result (own $re)) (canon lift (core func $new))) (export "make" (func $make)))`;
+    for (let b = 0; b < inner; b++) {
+      middle += ` (instance $in${b} (instantiate $inner)) (alias export $in${b} "r" (type $r${b})) (export $er${b} "r${b}" (type $r${b}))
+        (alias export $in${b} "make" (func $make${b})) (export "make${b}" (func $make${b}) (func (param "rep" u32) (result (own $er${b}))))`;
+    }
+    middle += ')';
+    const lowered: string[] = [];
+    for (let a = 0; a < outer; a++) {
+      middle += ` (instance $m${a} (instantiate $mid))`;
+      for (let b = 0; b < inner; b++) {
+        middle += ` (alias export $m${a} "make${b}" (func $f${a}_${b})) (core func $l${a}_${b} (canon lower (func $f${a}_${b})))`;
+        lowered.push(`(export "m${a}_${b}" (func $l${a}_${b}))`);
+      }
+    }
+    // The policy's own core module reaches them all through one more instance it imports nothing from.
+    const bytes = await policyWith(`${middle} (core module $hold ${lowered.map((_, i) => `(import "y" "m${i}" (func (param i32) (result i32)))`).join(' ')})
+      (core instance $y ${lowered.map((e, i) => e.replace(/"m\d+_\d+"/, `"m${i}"`)).join(' ')}) (core instance $held (instantiate $hold (with "y" (instance $y))))
+      (core func $made (canon lower (func $f0_0)))`, '(param i32) (result i32)', '');
+    await expect(loadBytes('many-tables', bytes)).rejects.toThrow(/policy "many-tables" could not be loaded: it has \d+ resource handle tables \(a resource type in each instance of a component\); a policy may have at most 64/);
+    await stillServes();
+  });
+
+  it('a component that makes and drops a resource on every call keeps working past 4096 calls: a dropped resource is not counted', async () => {
+    // Each call makes one resource with a rep never used before, and drops it.
+    const bytes = await policyWith('(type $r (resource (rep i32))) (core func $made (canon resource.new $r)) (core func $dropped (canon resource.drop $r))',
+      '(param i32) (result i32)', '(global.set $next (i32.add (global.get $next) (i32.const 1))) (call $drop (call $call (global.get $next)))', true);
+    const policy = await loadBytes('make-and-drop', bytes);
+    for (let i = 0; i < 4200; i++) {
+      const outcome = await evaluatePolicy(pool, policy, 'validate', input({ object: { metadata: { name: 'x' } } }));
+      if (outcome.status !== 'allowed') expect.fail(`call ${i + 1}: ${JSON.stringify(outcome)}`);
+    }
+  }, 120_000);
 
   it('refuses a component cut short anywhere with a reason, never a crash', async () => {
     const bytes = await readFile(wasm('numbers'));

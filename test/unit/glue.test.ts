@@ -29,6 +29,8 @@ it('applies every rewrite to the glue of the jco in use', () => {
   // Resource handle tables are capped where handles are made, owned or borrowed.
   expect(text.match(/if \(free === 0 && table\.length >= 8194\) throw new WebAssembly\.RuntimeError\('the component holds more than 4096 resource handles of one type'\);/g)).toHaveLength(2);
   expect(text).toContain("if (table._createdReps.size >= 4096 && !table._createdReps.has(rep)) throw new WebAssembly.RuntimeError('the component made more than 4096 resources of one type');");
+  // A dropped owned handle's rep leaves the Set of reps made, which otherwise only grew.
+  expect(text).toMatch(/table\[0\] = handle \| T_FLAG;\n {4}if \(own\) table\._createdReps\?\.delete\(rep\);/);
   expect(text).not.toContain('process?.env?.JCO_DEBUG) { return; }');
   expect(text).toContain("Buffer.byteLength(s, 'utf8')");
   // The context import is bound to the direct function; jco's own stays defined, unused.
@@ -82,3 +84,13 @@ it('gives every example TypeScript policy the glue the inline lane has reviewed 
   }
   expect([...hashes].filter((hash) => !REVIEWED_GLUE.has(hash))).toEqual([]);
 }, 60_000);
+
+it('a glue whose handle tables the caps cannot reach is refused, not loaded without them (review 9)', async () => {
+  const { resourceProblem } = await import('../../host/src/sandbox/prepare.ts');
+  expect(() => resourceProblem(glue, tuneGlue(glue))).not.toThrow();
+  // A jco that writes the helper another way: the rewrite does not apply, and the component is refused.
+  const other = glue.replace('table._createdReps.add(rep);', 'table._createdReps.add(rep); /* another jco */');
+  const reworded = other.replace(/const free = table\[0\] & ~T_FLAG;\s*table\._createdReps/, 'let free = table[0] & ~T_FLAG; table._createdReps');
+  expect(tuneGlue(reworded).applied).not.toContain('resource-cap');
+  expect(() => resourceProblem(reworded, tuneGlue(reworded))).toThrow(/it makes resources, and the glue this jco wrote for it does not have the shape glue\.ts caps/);
+});

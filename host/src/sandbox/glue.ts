@@ -18,10 +18,14 @@
 import { MAX_REQUEST_DECODE_BYTES } from '../context/read.ts';
 
 /** Part of the transpile cache's key: cached glue from an older revision is transpiled again. */
-export const GLUE_REVISION = 7;
+export const GLUE_REVISION = 8;
 
 /** Live handles of one resource type a component instance may hold, and reps of one type it may make. */
 export const MAX_RESOURCE_HANDLES = 4096;
+/** Handle tables a component's glue may declare (the example TypeScript policies have 14). */
+export const MAX_RESOURCE_TABLES = 64;
+/** A glue's handle tables, as jco declares them. */
+export const HANDLE_TABLE = /\bconst handleTable\d+ = \[T_FLAG, 0\];/g;
 
 const UTF8_LENGTH = /(function _utf8AllocateAndEncode\(s, realloc, memory\) \{[^]*?)let len = 0;\s*let codepoints = 0;\s*for \(let i = 0; i < s\.length; i\+\+\) \{[^]*?\n(\s*)const ptr = realloc\(0, 0, 1, len\);/;
 // jco's trampoline for the context import (its name, memory, host function and realloc), and the
@@ -44,6 +48,9 @@ const bindingOf = (trampoline: string) => new RegExp(
 // pair per live handle, and a Set of every rep ever made, on the worker's heap and for the life
 // of the instance.
 const CREATE_OWN = /(function rscTableCreateOwn\(table, rep\) \{\s*const free = table\[0\] & ~T_FLAG;)(\s*table\._createdReps\.add\(rep\);)/;
+// Dropping an owned handle ends its resource: its rep leaves the Set of reps made (review 9: the
+// Set only grew, so a component that made and dropped one resource a call failed at call 4097).
+const REMOVE_OWN = /(function rscTableRemove\(table, handle\) \{[^]*?table\[0\] = handle \| T_FLAG;)/;
 const CREATE_BORROW = /(function rscTableCreateBorrow\(table, rep, scopeId\) \{\s*if \(scopeId === undefined\) \{ throw new Error\("missing scopeId"\); \}\s*const free = table\[0\] & ~T_FLAG;)/;
 
 const DEBUG_LOG = /const _debugLog = \(\.\.\.args\) => \{\s*if \(!globalThis\?\.process\?\.env\?\.JCO_DEBUG\) \{ return; \}\s*console\.debug\(\.\.\.args\);\s*\};/;
@@ -78,20 +85,23 @@ export function tuneGlue(glue: string): TunedGlue {
 /**
  * Red team 6: a component that made a million handles a call held 900 MiB of worker heap, past a
  * 64 MiB memory cap, until its worker was replaced. Past MAX_RESOURCE_HANDLES live handles of one
- * type, or as many reps made, the call traps. A policy's contract has no resources: only its
+ * type, or as many live reps made, the call traps; prepare.ts refuses a component with more than
+ * MAX_RESOURCE_TABLES tables (a resource type in each component instance: review 9 instantiated
+ * one type 1,600 times), and one that makes resources when these rewrites did not apply. A policy's contract has no resources: only its
  * toolchain's WASI plumbing declares any, and 2,000 calls of the example policies (logging and
  * context reads included) made none. test/unit/glue.test.ts holds the rewrites to the glue of
  * the jco in package-lock.json.
  */
 function capResourceTables(text: string, applied: TunedGlue['applied']): string {
   // jco writes the borrow helper only for components that lend handles.
-  if (!CREATE_OWN.test(text)) return text;
+  if (!CREATE_OWN.test(text) || !REMOVE_OWN.test(text)) return text;
   applied.push('resource-cap');
   const full = `throw new WebAssembly.RuntimeError('the component holds more than ${MAX_RESOURCE_HANDLES} resource handles of one type')`;
   return text
     .replace(CREATE_OWN, (_match, head: string, add: string) =>
       `${head}\n    if (free === 0 && table.length >= ${2 * MAX_RESOURCE_HANDLES + 2}) ${full};` +
       `\n    if (table._createdReps.size >= ${MAX_RESOURCE_HANDLES} && !table._createdReps.has(rep)) throw new WebAssembly.RuntimeError('the component made more than ${MAX_RESOURCE_HANDLES} resources of one type');${add}`)
+    .replace(REMOVE_OWN, (_match, head: string) => `${head}\n    if (own) table._createdReps?.delete(rep);`)
     .replace(CREATE_BORROW, (_match, head: string) => `${head}\n    if (free === 0 && table.length >= ${2 * MAX_RESOURCE_HANDLES + 2}) ${full};`);
 }
 

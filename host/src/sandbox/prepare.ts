@@ -18,7 +18,7 @@ import { checkCodeSection, CODE_WALK_REVISION } from './code-walk.ts';
 import { entryPointProblems } from './entry-points.ts';
 import { unsafeGlueName } from './glue-names.ts';
 import { FUEL_EXPORT, meterModule, REFILL_EXPORT, START_EXPORT, type Metering } from './metering.ts';
-import { GLUE_REVISION, tuneGlue } from './glue.ts';
+import { GLUE_REVISION, HANDLE_TABLE, MAX_RESOURCE_TABLES, tuneGlue, type TunedGlue } from './glue.ts';
 import { transpileIsolated } from './transpile.ts';
 import { markTrialUsed, trialCompile, trialCompileAll } from './compile-trial.ts';
 import { cutMessage, foreignText, mib } from '../util/text.ts';
@@ -541,7 +541,10 @@ async function transpileAndStore(bytes: Uint8Array, digest: string): Promise<Tra
   for (const [name, content] of Object.entries(out.files)) {
     if (name.includes('/') || name.endsWith('.d.ts')) continue;
     if (name.endsWith('.js')) {
-      const glue = Buffer.from(tuneGlue(Buffer.from(content).toString('utf8')).text);
+      const raw = Buffer.from(content).toString('utf8');
+      const tuned = tuneGlue(raw);
+      resourceProblem(raw, tuned);
+      const glue = Buffer.from(tuned.text);
       index.glue = sha256(glue);
       await writeOnce(join(root, 'glue', `${index.glue}.mjs`), glue);
     } else {
@@ -552,6 +555,18 @@ async function transpileAndStore(bytes: Uint8Array, digest: string): Promise<Tra
   }
   await writeOnce(join(root, `${digest}.json`), Buffer.from(JSON.stringify(index)));
   return readTranspiled(digest);
+}
+
+/** Refuses glue whose resource handle tables this host cannot bound (glue.ts capResourceTables). */
+export function resourceProblem(raw: string, tuned: TunedGlue): void {
+  if (raw.includes('function rscTableCreateOwn(') && !tuned.applied.includes('resource-cap')) {
+    throw new PrepareError('it makes resources, and the glue this jco wrote for it does not have the shape glue.ts caps (a jco upgrade?): ' +
+      'its handle tables would be unbounded, outside the memory cap');
+  }
+  const tables = tuned.text.match(HANDLE_TABLE)?.length ?? 0;
+  if (tables > MAX_RESOURCE_TABLES) {
+    throw new PrepareError(`it has ${tables} resource handle tables (a resource type in each instance of a component); a policy may have at most ${MAX_RESOURCE_TABLES}`);
+  }
 }
 
 /**
