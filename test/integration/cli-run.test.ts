@@ -77,13 +77,19 @@ describe('portcullis run', () => {
     await writeFile(join(dir, 'settings.json'), JSON.stringify({ value: 'from-file' }));
     const inline = await cli(['run', '--policy', wasm('added-by'), '--request', join(dir, 'beta.json'), '--settings', '{"value":"inline"}']);
     const fromFile = await cli(['run', '--policy', wasm('added-by'), '--request', join(dir, 'beta.json'), '--settings', join(dir, 'settings.json')]);
+    const patchOf = (out: string) => JSON.parse(Buffer.from(JSON.parse(out).response.patch, 'base64').toString());
     // A YAML file too, as the configuration's settings are written (outsider).
     await writeFile(join(dir, 'settings.yaml'), 'value: from-yaml # a comment\n');
     const fromYaml = await cli(['run', '--policy', wasm('added-by'), '--request', join(dir, 'beta.json'), '--settings', join(dir, 'settings.yaml')]);
     await writeFile(join(dir, 'set.yaml'), 'value: !!set { a }\n');
     const notJson = await cli(['run', '--policy', wasm('added-by'), '--request', join(dir, 'beta.json'), '--settings', join(dir, 'set.yaml')]);
     expect(notJson.stderr).toMatch(/^portcullis run: --settings file .*set\.yaml: \/value is a YAML !!set, which JSON has no form for/);
-    const patchOf = (out: string) => JSON.parse(Buffer.from(JSON.parse(out).response.patch, 'base64').toString());
+    await writeFile(join(dir, 'flow.yaml'), '{value: from-flow}\n');
+    const flow = await cli(['run', '--policy', wasm('added-by'), '--request', join(dir, 'beta.json'), '--settings', join(dir, 'flow.yaml')]);
+    expect(patchOf(flow.stdout)[0].value).toEqual({ 'portcullis.dev/added-by': 'from-flow' });
+    await writeFile(join(dir, 'empty.yaml'), '\n');
+    const empty = await cli(['run', '--policy', wasm('added-by'), '--request', join(dir, 'beta.json'), '--settings', join(dir, 'empty.yaml')]);
+    expect(empty.stderr).toMatch(/^portcullis run: --settings file .*empty\.yaml is empty: write \{\} for no settings/);
     expect(JSON.parse(inline.stdout).apiVersion).toBe('admission.k8s.io/v1beta1');
     expect(patchOf(inline.stdout)[0].value).toEqual({ 'portcullis.dev/added-by': 'inline' });
     expect(patchOf(fromFile.stdout)[0].value).toEqual({ 'portcullis.dev/added-by': 'from-file' });

@@ -16,7 +16,7 @@ import { patchedObject } from '../merge/patches.ts';
 import { loadPolicy } from '../policy/load.ts';
 import { parseReview, type AdmissionReview } from '../review/parse.ts';
 import { respond, type Decision } from '../review/respond.ts';
-import { loadConfigFile, nonJsonValue } from '../config/load.ts';
+import { loadConfigFile, nonJsonValue, yamlProblem } from '../config/load.ts';
 import { loadPolicySet } from '../policy/policy-set.ts';
 import type { RegistryOptions } from '../policy/source.ts';
 import { policyMatches } from '../select/match.ts';
@@ -251,11 +251,13 @@ export async function parseSettings(value: string): Promise<JsonValue> {
     }
   }
   const text = await readInput(value, 'settings file');
+  // Read as YAML whatever it looks like: JSON is YAML, and so is `{label: team}` (review 9: taken for JSON, refused).
+  if (text.trim() === '') throw new ConfigError(`--settings file ${value} is empty: write {} for no settings`);
   let settings: unknown;
   try {
-    settings = parseDocument(text);
+    settings = parseYaml(text);
   } catch (error) {
-    throw new ConfigError(`--settings file ${value} is ${errorMessage(error)}`);
+    throw new ConfigError(`--settings file ${value} is not valid YAML or JSON: ${yamlProblem(error)}`);
   }
   // Outsider: YAML, which everything else here takes, was refused as "not valid JSON".
   const problem = nonJsonValue(settings);
