@@ -72,7 +72,7 @@ describe('the kept development certificate', () => {
     const validTo = new Date(new X509Certificate(first.material.cert).validTo).getTime();
     expect((await keptSelfSigned(names, join(folder, 'tls'), new Date(validTo - 31 * DAY))).origin).toEqual({ reusedFrom: file });
     const renewed = await keptSelfSigned(names, join(folder, 'tls'), new Date(validTo - 29 * DAY));
-    expect(renewed.origin).toEqual({ keptIn: file });
+    expect(renewed.origin).toEqual({ keptIn: file, replaced: true });
     expect(fingerprint(renewed.material.cert)).not.toBe(fingerprint(first.material.cert));
     expect(fingerprint((await keptSelfSigned(names, join(folder, 'tls'))).material.cert)).toBe(fingerprint(renewed.material.cert));
   });
@@ -85,7 +85,7 @@ describe('the kept development certificate', () => {
     const current = async () => fingerprint((await readFile(file!, 'utf8')).replace(/^[\s\S]*?(?=-----BEGIN CERTIFICATE)/, ''));
     const expectMadeAnew = async (before: string) => {
       const next = await keptSelfSigned(names, kept);
-      expect(next.origin).toEqual({ keptIn: file });
+      expect(next.origin).toEqual({ keptIn: file, replaced: true });
       expect(fingerprint(next.material.cert)).not.toBe(before);
       expect(await current()).toBe(fingerprint(next.material.cert));
       expect((await stat(file!)).mode & 0o777).toBe(0o600);
@@ -127,7 +127,7 @@ describe('the kept development certificate', () => {
     await rm(file!);
     execFileSync('mkfifo', ['-m', '600', file!]);
     const fromFifo = await keptSelfSigned(names, kept);
-    expect(fromFifo.origin).toEqual({ keptIn: file });
+    expect(fromFifo.origin).toEqual({ keptIn: file, replaced: true });
     expect((await stat(file!)).isFile()).toBe(true);
     // A folder others may change: its file is not trusted, and nothing is written there.
     before = await current();

@@ -35,7 +35,8 @@ function certificateSource(config: Config, origin: TlsOrigin = {}): string {
   if (tls.mode === 'self-signed') {
     const names = tls.hostnames.join(', ');
     if (origin.reusedFrom) return `kept from an earlier start for ${names} (development only; delete ${origin.reusedFrom} for a new one)`;
-    return `generated at start for ${names} (development only)${origin.keptIn ? `; kept in ${origin.keptIn} for the next start` : ''}`;
+    const replaced = origin.replaced ? '. It replaced the one kept there (expiring, damaged, or a CA from an earlier build): register the new caBundle (--cadump) wherever the old one was' : '';
+    return `generated at start for ${names} (development only)${origin.keptIn ? `; kept in ${origin.keptIn} for the next start${replaced}` : ''}`;
   }
   return tls.mode;
 }

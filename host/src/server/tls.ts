@@ -18,6 +18,11 @@ export interface TlsOrigin {
   /** The kept development certificate this start reused, or undefined when it made one. */
   reusedFrom?: string;
   keptIn?: string;
+  /**
+   * A kept one was there and could not be reused (expiring, damaged, an earlier build's CA): a
+   * caBundle registered with it no longer verifies.
+   */
+  replaced?: true;
 }
 
 export async function tlsMaterial(tls: Extract<TlsConfig, { mode: 'self-signed' | 'files' }>, origin?: TlsOrigin): Promise<TlsMaterial> {
@@ -89,6 +94,8 @@ export async function keptSelfSigned(hostnames: string[], folder?: string, now =
   if (usable) await sweepStale(dirname(file));
   const reused = usable ? await readKept(file, hostnames, now) : undefined;
   if (reused) return { material: reused, origin: { reusedFrom: file } };
+  // Review 9: one that replaced a kept certificate said only "generated", and a caBundle pasted from the old one broke unannounced.
+  const replaced = usable && await lstat(file).then(() => true, () => false);
   const made = await selfSigned(hostnames);
   // One the next start would not reuse (it does not cover these names) is not said to be kept.
   // Judged now, not at `now`: it was made just now, valid from this second (review 8: one start
@@ -102,7 +109,8 @@ export async function keptSelfSigned(hostnames: string[], folder?: string, now =
   // Starts at once (two processes, or two servers in one) each made one: they agree on the one kept.
   const kept = await writeKept(file, made, hostnames, now);
   if (!kept) return { material: made, origin: {} };
-  return kept.cert === made.cert ? { material: made, origin: { keptIn: file } } : { material: kept, origin: { reusedFrom: file } };
+  if (kept.cert !== made.cert) return { material: kept, origin: { reusedFrom: file } };
+  return { material: made, origin: { keptIn: file, ...(replaced ? { replaced: true as const } : {}) } };
 }
 
 /** Whether `folder` is a real folder of this user's that no one else may change. */
@@ -122,7 +130,7 @@ const TEMPORARY_NAME = /^self-signed-[0-9a-f]{16}\.pem\.[0-9a-f-]{36}\.tmp$/;
 
 /**
  * Removes the temporary files a start that crashed between writing and linking left behind
- * (writeKept): each holds a CA key, and nothing else would ever remove it. Only this user's
+ * (writeKept): each holds a private key, and nothing else would ever remove it. Only this user's
  * regular files, named as writeKept names them, old enough that no start is still using one.
  */
 async function sweepStale(folder: string): Promise<void> {
