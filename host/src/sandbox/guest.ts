@@ -251,6 +251,23 @@ async function instantiateComponent(spec: SandboxSpec, logs: LogBuffer, budget: 
       if (ownCalls === before && ++glueCalls > MAX_GLUE_CALLS) halt(`made more than ${MAX_GLUE_CALLS} calls of the component glue's own functions`);
     }
   };
+  // Red team 7: when a function the glue gives a core module throws (an invalid enum to the host
+  // log, a nested component's exception), jco has already opened a subtask for the call and never
+  // closes it: ~1.1 KB of the worker's heap for each one the guest catches, outside the memory
+  // cap, 500 MiB in five calls that all answered. The first throw poisons the instance: every
+  // later call of those functions throws at once (no more state), and the call fails as a trap,
+  // which makes the worker discard the instance.
+  let poisoned: GuestFault | undefined;
+  const guarded = (fn: (...args: unknown[]) => unknown) => (...args: unknown[]): unknown => {
+    if (poisoned) throw poisoned;
+    try {
+      return fn(...args);
+    } catch (error) {
+      poisoned ??= error instanceof GuestFault ? error
+        : new GuestFault('trap', `a function its glue gave it threw (${describeThrown(error)}); the instance is not used again`);
+      throw error;
+    }
+  };
   // Functions the instances export: what is imported and is not one of these is JavaScript.
   const wasmFunctions = new WeakSet<object>();
   // One window and one budget for making the whole instance, every start function together (red
@@ -280,14 +297,14 @@ async function instantiateComponent(spec: SandboxSpec, logs: LogBuffer, budget: 
       }
       instantiated.set(module, times);
       if (meter.overTime()) throw new Error(`making its instance ${meter.late}`);
-      // In the inline lane every function the host gives the component is bounded, a module's
-      // without code too (its start function may be one of them).
-      if (wallMs !== undefined) {
-        for (const namespace of Object.values(imports ?? {})) {
-          const functions = namespace as Record<string, unknown>;
-          for (const [name, value] of Object.entries(functions)) {
-            if (typeof value === 'function' && !wasmFunctions.has(value)) functions[name] = bounded(value as (...args: unknown[]) => unknown);
-          }
+      // Every function the host gives the component is guarded, and in the inline lane bounded
+      // too, a module's without code as well (its start function may be one of them).
+      for (const namespace of Object.values(imports ?? {})) {
+        const functions = namespace as Record<string, unknown>;
+        for (const [name, value] of Object.entries(functions)) {
+          if (typeof value !== 'function' || wasmFunctions.has(value)) continue;
+          const fn = value as (...args: unknown[]) => unknown;
+          functions[name] = guarded(wallMs !== undefined ? bounded(fn) : fn);
         }
       }
       const core = await WebAssembly.instantiate(module, imports);
@@ -319,7 +336,11 @@ async function instantiateComponent(spec: SandboxSpec, logs: LogBuffer, budget: 
   };
   if (!meter.metered) {
     return {
-      call: (fn, input) => Promise.resolve(fns[fn](inputText(input))),
+      call: (fn, input) => {
+        const output = fns[fn](inputText(input));
+        // A guest that caught what a glue function threw and answered anyway failed for that.
+        return poisoned ? Promise.reject(poisoned) : Promise.resolve(output);
+      },
       fuelLeft: () => undefined,
       memoryBytes: () => largestMemory(memories),
       footprintBytes: () => total(memories),
@@ -335,7 +356,7 @@ async function instantiateComponent(spec: SandboxSpec, logs: LogBuffer, budget: 
       try {
         const output = fns[fn](text);
         // A guest that caught what a host function threw and answered anyway failed for that.
-        const caught = fault as GuestFault | undefined;
+        const caught = fault ?? poisoned;
         if (caught) throw caught;
         // And an answer after the meter stopped it (should the glue ever swallow the trap) is none.
         if (meter.stopped !== undefined) throw new GuestFault('trap', meter.stopped);
@@ -352,6 +373,12 @@ async function instantiateComponent(spec: SandboxSpec, logs: LogBuffer, budget: 
   };
 }
 
+
+/** What a glue function threw, in a few words: a guest may put anything in a thrown value. */
+function describeThrown(error: unknown): string {
+  const text = error instanceof Error ? `${error.name}: ${error.message}` : 'a value that is not an Error';
+  return text.length > 200 ? `${text.slice(0, 200)}…` : text;
+}
 
 const NO_INPUT: [Uint8Array, Uint8Array] = [new Uint8Array(0), new Uint8Array(0)];
 
