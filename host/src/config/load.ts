@@ -90,7 +90,6 @@ export function yamlProblem(error: unknown): string {
   return first.replace(/:\s*$/, '') + (near ? ` (near "${near.length > 80 ? `${near.slice(0, 80)}…` : near}")` : '');
 }
 
-
 /**
  * Fills in the schema's defaults and resolves paths; what is left here is what a schema cannot
  * say: defaults that fall back through the file's own `defaults:` section, rules across

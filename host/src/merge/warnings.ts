@@ -28,9 +28,9 @@ export class WarningList {
     if (!own) this.#byPolicy.set(policy, own = { warnings: [], texts: new Set(), size: 0 });
     // More than could ever be kept of this policy: not even one character more would fit.
     // Checked first, since a guest may return a quarter of a million warnings (red team: ~50 ms
-    // of main thread an answer, mostly the regex).
-    // Not for the host's notices, one or two a policy: they come after its own warnings, which
-    // must not crowd them out (review 9: a chatty trial's "would deny" was dropped here).
+    // of main thread an answer, mostly the regex). Not for the host's notices, one or two a
+    // policy, which come after its own warnings and must not be crowded out by them (review 9:
+    // a chatty trial's "would deny" was dropped here).
     if (!notice && own.size + policy.length + 12 > MAX_WARNINGS_TOTAL) return;
     // The apiserver drops, without a word, a warning holding any rune Go calls a control: C0, DEL
     // and C1 (net.NewWarningHeader; red team 4: mis-decoded UTF-8 yields C1 characters).

@@ -11,9 +11,8 @@
 // strings. So a component may only lift and lower functions synchronously, and make, read and
 // drop resources of its own (the toolchain's WASI plumbing declares a few; their handle tables
 // are capped in the glue, glue.ts capResourceTables). Anything else is refused before jco sees
-// the component. The walk is bounded like
-// memory-cap.ts's: every size is checked against the bytes it claims, and sections and nesting
-// are capped, so a crafted header costs microseconds.
+// the component. The walk is bounded like memory-cap.ts's: every size is checked against the
+// bytes it claims, and sections and nesting are capped, so a crafted header costs microseconds.
 
 /** Real policies nest components three deep and hold under a thousand sections in all. */
 const MAX_DEPTH = 16;

@@ -87,22 +87,23 @@ export function tuneGlue(glue: string): TunedGlue {
  * 64 MiB memory cap, until its worker was replaced. Past MAX_RESOURCE_HANDLES live handles of one
  * type, or as many live reps made, the call traps; prepare.ts refuses a component with more than
  * MAX_RESOURCE_TABLES tables (a resource type in each component instance: review 9 instantiated
- * one type 1,600 times), and one that makes resources when these rewrites did not apply. A policy's contract has no resources: only its
- * toolchain's WASI plumbing declares any, and 2,000 calls of the example policies (logging and
- * context reads included) made none. test/unit/glue.test.ts holds the rewrites to the glue of
- * the jco in package-lock.json.
+ * one type 1,600 times), and one that makes resources when these rewrites did not apply. A
+ * policy's contract has no resources: only its toolchain's WASI plumbing declares any, and 2,000
+ * calls of the example policies (logging and context reads included) made none.
+ * test/unit/glue.test.ts holds the rewrites to the glue of the jco in package-lock.json.
  */
 function capResourceTables(text: string, applied: TunedGlue['applied']): string {
-  // jco writes the borrow helper only for components that lend handles.
   if (!CREATE_OWN.test(text) || !REMOVE_OWN.test(text)) return text;
   applied.push('resource-cap');
-  const full = `throw new WebAssembly.RuntimeError('the component holds more than ${MAX_RESOURCE_HANDLES} resource handles of one type')`;
+  // A new slot pair is pushed only when no freed one is left: the table's length is its peak of live handles.
+  const full = `\n    if (free === 0 && table.length >= ${2 * MAX_RESOURCE_HANDLES + 2}) ` +
+    `throw new WebAssembly.RuntimeError('the component holds more than ${MAX_RESOURCE_HANDLES} resource handles of one type');`;
   return text
-    .replace(CREATE_OWN, (_match, head: string, add: string) =>
-      `${head}\n    if (free === 0 && table.length >= ${2 * MAX_RESOURCE_HANDLES + 2}) ${full};` +
+    .replace(CREATE_OWN, (_match, head: string, add: string) => `${head}${full}` +
       `\n    if (table._createdReps.size >= ${MAX_RESOURCE_HANDLES} && !table._createdReps.has(rep)) throw new WebAssembly.RuntimeError('the component made more than ${MAX_RESOURCE_HANDLES} resources of one type');${add}`)
     .replace(REMOVE_OWN, (_match, head: string) => `${head}\n    if (own) table._createdReps?.delete(rep);`)
-    .replace(CREATE_BORROW, (_match, head: string) => `${head}\n    if (free === 0 && table.length >= ${2 * MAX_RESOURCE_HANDLES + 2}) ${full};`);
+    // jco writes the borrow helper only for components that lend handles: capped where it is there.
+    .replace(CREATE_BORROW, (_match, head: string) => `${head}${full}`);
 }
 
 function fastContextRead(text: string, applied: TunedGlue['applied']): string {
