@@ -89,6 +89,38 @@ describe('embedded policy metadata', () => {
     const payload = new TextEncoder().encode(`{"settingsSchema":{"enum":${'['.repeat(100_000)}${']'.repeat(100_000)}}}`);
     expect(() => readPolicyInfo(withSection(base(), METADATA_SECTION, payload))).toThrow(/settingsSchema nests too deep to be read/);
   });
+
+  it('matches a module\'s patterns in linear time: a pattern that backtracks for a minute in V8 answers at once', () => {
+    // Red team 8: with V8's RegExp, this held the main thread 54 s on the key "max", while the
+    // policy loaded, at every reload and restart. RE2 gives the same answers without the wait.
+    const evil = `^(?:${Array(400).fill('.').join('|')})*!$`;
+    const validate = compileSettingsSchema({ type: 'object', propertyNames: { pattern: evil } });
+    const started = performance.now();
+    expect(validate({ max: 3 })).toBe(false);
+    expect(validate({ 'max!': 3 })).toBe(true);
+    expect(performance.now() - started).toBeLessThan(5000);
+  });
+
+  it('applies each pattern of a schema as written (each compiled pattern is its own, not one shared)', () => {
+    const validate = compileSettingsSchema({
+      type: 'object',
+      properties: { team: { type: 'string', pattern: '^[a-z]+$' }, code: { type: 'string', pattern: '^[0-9]{3}$' } },
+      patternProperties: { '^x-': { type: 'number' } },
+    });
+    expect(validate({ team: 'payments', code: '042', 'x-a': 1 })).toBe(true);
+    expect(validate({ team: 'Payments' })).toBe(false);
+    expect(validate({ code: '42' })).toBe(false);
+    expect(validate({ code: 'abc' })).toBe(false);
+    expect(validate({ 'x-a': 'one' })).toBe(false);
+  });
+
+  it('refuses a pattern RE2 cannot run in linear time, saying why, when the module is read', () => {
+    for (const pattern of ['^(?=a)b', '(a)\\1', '((a{30}){30}){30}']) {
+      const payload = new TextEncoder().encode(JSON.stringify({ settingsSchema: { type: 'string', pattern } }));
+      expect(() => readPolicyInfo(withSection(base(), METADATA_SECTION, payload)))
+        .toThrow(/settingsSchema is not a usable JSON Schema: pattern .*RE2 syntax.*no lookaround, no backreferences/);
+    }
+  });
 });
 
 describe('inspect shows rules', () => {
