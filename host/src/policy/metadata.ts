@@ -14,7 +14,7 @@ import { validatePolicyInfo } from '../config/validators.generated.ts';
 import { PortcullisError } from '../errors.ts';
 import { readLeb as readLebAt, writeLeb } from '../sandbox/memory-cap.ts';
 import { concatBytes } from '../util/bytes.ts';
-import { linearRegExp } from './linear-regexp.ts';
+import { linearRegExps } from './linear-regexp.ts';
 
 export const METADATA_SECTION = 'portcullis.metadata';
 /** Far above any real policy's metadata (a settings schema of a few KiB), far below harm. */
@@ -26,8 +26,8 @@ export const MAX_METADATA_BYTES = 256 * 1024;
  * 150-property definition took 9 s, and 32 KiB took 268 s (red team).
  */
 export const MAX_SETTINGS_SCHEMA_BYTES = 16 * 1024;
-// Patterns run on RE2's linear-time engine, not V8's backtracking one (linear-regexp.ts).
-const SCHEMA_OPTIONS = { allErrors: false, strict: false, inlineRefs: false, logger: false, code: { regExp: linearRegExp } } as const;
+// strictSchema off by name too: in strict mode Ajv checks patternProperties with V8's RegExp.
+const SCHEMA_OPTIONS = { allErrors: false, strict: false, strictSchema: false, inlineRefs: false, logger: false } as const;
 /** Top-level sections of a component (core modules nest inside one) stay in the hundreds. */
 const MAX_SECTIONS = 10_000;
 
@@ -61,7 +61,8 @@ export function compileSettingsSchema(schema: Record<string, unknown>): Validate
   // Loading checks the schema compiles (checkInfo), then validates settings with it: compile once.
   let validate = compiledSchemas.get(schema);
   if (!validate) {
-    validate = new (ajv())(SCHEMA_OPTIONS).compile(schema);
+    // Patterns run on RE2's linear-time engine, not V8's backtracking one (linear-regexp.ts).
+    validate = new (ajv())({ ...SCHEMA_OPTIONS, code: { regExp: linearRegExps() } }).compile(schema);
     compiledSchemas.set(schema, validate);
   }
   return validate;
