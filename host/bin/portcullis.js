@@ -5,6 +5,7 @@ import { existsSync } from 'node:fs';
 import module from 'node:module';
 import { homedir } from 'node:os';
 import { join } from 'node:path';
+import { setFlagsFromString } from 'node:v8';
 
 const major = Number(process.versions.node.split('.')[0]);
 if (major < 22) {
@@ -36,6 +37,11 @@ if (process.env.NODE_COMPILE_CACHE === undefined && typeof module.enableCompileC
     // No home folder (no HOME, no passwd entry): the commands that need the cache say so.
   }
 }
+// V8 compiles no wasm-to-JavaScript import wrapper on its own (host/src/sandbox/import-wrappers.ts
+// says why: the V8 of Node 24 crashed the host freeing one). Set here, before the first
+// TypeScript file is loaded: in the checkout, Node's type stripper is itself a wasm module, and
+// V8 fixes an instance's budget when it makes it.
+setFlagsFromString('--wasm-wrapper-tiering-budget=2147483647');
 // In the checkout Node 24 runs the TypeScript sources (type stripping); the installed package
 // carries them compiled to JavaScript instead.
 const source = new URL('../src/cli/main.ts', import.meta.url);

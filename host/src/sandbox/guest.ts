@@ -9,6 +9,9 @@ import { inputBytes, inputParts, inputText } from './input.ts';
 import type { CallInput, FaultKind, GuestFunction, LogEntry, SandboxSpec } from './protocol.ts';
 import { PortcullisError } from '../errors.ts';
 import { FUEL_EXPORT, setRefill, START_EXPORT, UNLIMITED_FUEL } from './metering.ts';
+import { keepImportWrappersGeneric, plainBind } from './import-wrappers.ts';
+
+keepImportWrappersGeneric();
 
 export class GuestFault extends PortcullisError {
   readonly fault: FaultKind;
@@ -591,6 +594,10 @@ async function instantiateCore(spec: SandboxSpec, logs: LogBuffer, budget: FuelB
         };
       }
     }
+  }
+  // Extism binds each of these to its call context: a plain closure instead (import-wrappers.ts).
+  for (const namespace of Object.values(functions)) {
+    for (const [name, fn] of Object.entries(namespace)) namespace[name] = plainBind(fn);
   }
   let plugin: Plugin;
   try {

@@ -1,0 +1,45 @@
+// Keeps V8 from compiling wasm-to-JavaScript import wrappers, the code behind a crash of the
+// whole host: `Check failed: jit_page.has_value()` (SIGTRAP), met in three CI runs.
+//
+// The V8 of Node 24 keeps compiled import wrappers in one cache for the whole process, shared by
+// every thread, counted by reference and freed when the last instance using one dies. That
+// freeing can unregister code the JIT-page registry no longer knows (nodejs/node#64500; the
+// crash's stack, symbolized against our Node binary: InstanceBuilder::ProcessImportedFunction ->
+// ~WasmCodeRefScope -> WasmEngine::FreeDeadCode -> WasmImportWrapperCache::Free ->
+// ThreadIsolation::UnregisterWasmAllocation). Sandboxes make and drop instances in many threads
+// all the time, so the host meets it. A wrapper is compiled in two cases, and we avoid both:
+// - an import that is not a plain function (a bound one, a proxy, a class): Extism binds every
+//   host function it is given, so ours answer `bind` with a plain closure (plainBind);
+// - an import called more times than the tier-up budget: raised here so that it is never reached.
+// What remains is V8's generic wrapper, built in and never freed; a host call through it costs a
+// few nanoseconds more, measured in the benchmark's guest-call rows.
+import { setFlagsFromString } from 'node:v8';
+
+/** Calls through one import of one instance before V8 would compile it a wrapper: never, in practice. */
+const NEVER = 2 ** 31 - 1;
+
+let set = false;
+
+/**
+ * Sets V8's wrapper tier-up budget for the process. V8 reads it when it makes an instance, so
+ * this runs before the first sandbox is made: guest.ts calls it as it loads. The CLI sets the
+ * same flag in bin/portcullis.js, earlier still (before Node's type stripper makes its instance).
+ */
+export function keepImportWrappersGeneric(): void {
+  if (set) return;
+  set = true;
+  setFlagsFromString(`--wasm-wrapper-tiering-budget=${NEVER}`);
+}
+
+/**
+ * The function itself, whose `bind(thisArg, ...bound)` gives a plain closure instead of a bound
+ * function (`this` is not used): V8 compiles a shared wrapper for a bound function at every
+ * instantiation.
+ */
+export function plainBind<F extends (...args: never[]) => unknown>(fn: F): F {
+  const call = fn as unknown as (...args: unknown[]) => unknown;
+  return Object.defineProperty(fn, 'bind', {
+    configurable: true,
+    value: (_thisArg: unknown, ...bound: unknown[]) => (...args: unknown[]) => call(...bound, ...args),
+  });
+}
