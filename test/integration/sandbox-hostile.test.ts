@@ -678,15 +678,15 @@ describe('the component model\'s built-ins keep state in the worker, outside the
    * A policy component whose validate runs `body` with `$call` bound to a core function made by
    * `canon` (a canonical built-in of the component model), then allows.
    */
-  const policyWith = (canon: string, callType: string, body: string, withDrop = false) => parse(`(component
+  const policyWith = (canon: string, callType: string, body: string, withDrop = false, namespace = 'x') => parse(`(component
     (core module $mem (memory (export "memory") 40))
     (core instance $mi (instantiate $mem))
     (alias core export $mi "memory" (core memory $memory))
     ${canon}
     (core module $m
-      (import "x" "call" (func $call ${callType}))
-      ${withDrop ? '(import "x" "drop" (func $drop (param i32)))' : ''}
-      (import "x" "memory" (memory 1))
+      (import "${namespace}" "call" (func $call ${callType}))
+      ${withDrop ? `(import "${namespace}" "drop" (func $drop (param i32)))` : ''}
+      (import "${namespace}" "memory" (memory 1))
       (global $bump (mut i32) (i32.const 4096))
       (global $next (mut i32) (i32.const 0))
       (data (i32.const 0) "{\\"outcome\\":\\"allow\\"}")
@@ -701,7 +701,7 @@ describe('the component model\'s built-ins keep state in the worker, outside the
       (func (export "validate") (param i32 i32) (result i32) (local $i i32) ${body} (call $ret (i32.const 0) (i32.const 19)))
       (func (export "mutate") (param i32 i32) (result i32) (call $ret (i32.const 0) (i32.const 19))))
     (core instance $x (export "call" (func $made)) ${withDrop ? '(export "drop" (func $dropped))' : ''} (export "memory" (memory $memory)))
-    (core instance $i (instantiate $m (with "x" (instance $x))))
+    (core instance $i (instantiate $m (with "${namespace}" (instance $x))))
     (alias core export $i "realloc" (core func $realloc))
     (func $metadata (result string) (canon lift (core func $i "metadata") (memory $memory) (realloc $realloc)))
     (func $vs (param "input" string) (result string) (canon lift (core func $i "validate-settings") (memory $memory) (realloc $realloc)))
@@ -789,6 +789,17 @@ describe('the component model\'s built-ins keep state in the worker, outside the
       if (outcome.status !== 'allowed') expect.fail(`call ${i + 1}: ${JSON.stringify(outcome)}`);
     }
   }, 120_000);
+
+  it('refuses a core module importing from a namespace named __proto__: in jco\'s glue that key sets a prototype, and the import reached the module unguarded (review)', async () => {
+    const hostLog = `(import "portcullis:policy/host@0.1.0" (instance $host (type $lv (enum "debug" "info" "warn" "error"))
+        (export "level" (type $l (eq $lv))) (export "log" (func (param "level" $l) (param "message" string)))))
+      (alias export $host "log" (func $log)) (core func $made (canon lower (func $log) (memory $memory)))`;
+    const logOnce = '(call $call (i32.const 1) (i32.const 0) (i32.const 4))';
+    await expect(loadBytes('proto-namespace', await policyWith(hostLog, '(param i32 i32 i32)', logOnce, false, '__proto__')))
+      .rejects.toThrow(/could not be loaded: its core module [\w.]+ names an import or export "__proto__", which could run as code/);
+    const plain = await loadBytes('plain-namespace', await policyWith(hostLog, '(param i32 i32 i32)', logOnce));
+    await expect(evaluatePolicy(pool, plain, 'validate', input({ object: { metadata: { name: 'x' } } }))).resolves.toMatchObject({ status: 'allowed' });
+  });
 
   it('a call whose glue function threw fails, even when the guest caught it, and its instance goes (red team 7: each caught throw left ~1.1 KB of jco task state, 500 MiB in five calls that answered)', async () => {
     const hostLog = `(import "portcullis:policy/host@0.1.0" (instance $host (type $lv (enum "debug" "info" "warn" "error"))

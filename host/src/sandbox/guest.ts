@@ -273,6 +273,8 @@ async function instantiateComponent(spec: SandboxSpec, logs: LogBuffer, budget: 
   };
   // Functions the instances export: what is imported and is not one of these is JavaScript.
   const wasmFunctions = new WeakSet<object>();
+  // The host's wrappers of what the glue gives (guarded, and bounded in the inline lane).
+  const ours = new WeakSet<object>();
   // One window and one budget for making the whole instance, every start function together (red
   // team: 40 modules whose start functions each ran just under a window of their own held the
   // main thread 264 ms in one stretch).
@@ -307,7 +309,19 @@ async function instantiateComponent(spec: SandboxSpec, logs: LogBuffer, budget: 
         for (const [name, value] of Object.entries(functions)) {
           if (typeof value !== 'function' || wasmFunctions.has(value)) continue;
           const fn = value as (...args: unknown[]) => unknown;
-          functions[name] = guarded(wallMs !== undefined ? bounded(fn) : fn);
+          const wrapped = guarded(wallMs !== undefined ? bounded(fn) : fn);
+          ours.add(wrapped);
+          functions[name] = wrapped;
+        }
+      }
+      // Each function import as V8 will look it up must be one of those or a wasm function: any
+      // other (a name the loop cannot see, a WebAssembly.Suspending) would skip the guard, and V8
+      // would compile it a shared import wrapper (import-wrappers.ts).
+      for (const { module: from, name, kind } of WebAssembly.Module.imports(module)) {
+        if (kind !== 'function') continue;
+        const value = (imports?.[from] as Record<string, unknown> | undefined)?.[name];
+        if (!(typeof value === 'function' && (ours.has(value) || wasmFunctions.has(value)))) {
+          throw new Error(`the component's glue gives a core module its import ${from}.${name} as something other than a plain function`);
         }
       }
       const core = await WebAssembly.instantiate(module, imports);
