@@ -3,10 +3,18 @@
 // jit_page.has_value()`, three CI runs). V8 prints every wrapper it compiles under
 // --print-wasm-stub-code. `portcullis bench` calls an AssemblyScript policy (Extism, which binds
 // the host functions it is given) 3,000 times in the real sandbox, past V8's tier-up budget of
-// 1,000 calls per import; before the fix that compiled 7 wrappers.
-import { expect, it } from 'vitest';
-import { root, wasm } from '../helpers/policies.ts';
+// 1,000 calls per import; before the fix that compiled 3 to 7 wrappers.
+import { mkdtemp, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { DEFAULT_LIMITS } from '../../host/src/config/limits.ts';
+import { evaluatePolicy } from '../../host/src/evaluate/evaluate.ts';
+import { SandboxPool } from '../../host/src/sandbox/pool.ts';
+import { input, load, root, wasm } from '../helpers/policies.ts';
 import { run } from '../helpers/process.ts';
+import { answering } from '../helpers/wasm.ts';
 
 const wrappers = (stdout: string) => (stdout.match(/^kind: wasm-to-js$/gm) ?? []).length;
 
@@ -27,4 +35,54 @@ it('(control) the same Node prints a wrapper when one is compiled, for a bound i
   const node = await run(process.execPath, ['--print-wasm-stub-code', '-e', control]);
   expect(node.code, node.stderr).toBe(0);
   expect(wrappers(node.stdout)).toBe(1);
+});
+
+// V8 counts an instance's calls of each import against that budget even so, and a long-lived
+// instance could reach it (2^31 calls of one import took ~90 s in the review): an instance is
+// made again once its calls have taken RETIRE_AFTER_MS of wall time. Seen here with a tiny
+// limit and a policy whose instance loops forever from its third call on.
+describe('an instance is made again once its calls have had their time', () => {
+  let dir: string;
+  let file: string;
+  beforeAll(async () => {
+    dir = await mkdtemp(join(tmpdir(), 'portcullis-retire-'));
+    file = join(dir, 'loops-after-2.wasm');
+    await writeFile(file, await answering({ outcome: 'allow' }, { loopsAfter: 2 }));
+  });
+  const review = () => input({ object: { metadata: { name: 'x' } } });
+  const limits = { ...DEFAULT_LIMITS, timeoutMs: 300 };
+
+  it('in a worker: each call then meets a new instance', async () => {
+    const retiring = new SandboxPool(1, { inline: false, retireAfterMs: 0.001 });
+    const keeping = new SandboxPool(1, { inline: false });
+    try {
+      const [a, b] = await Promise.all([retiring, keeping].map((pool) => load(pool, 'loops-after-2', { module: file, limits })));
+      for (let i = 0; i < 5; i++) await expect(evaluatePolicy(retiring, a!, 'validate', review())).resolves.toMatchObject({ status: 'allowed' });
+      // The control: the instance kept, its third call runs to the deadline.
+      const kept = [];
+      for (let i = 0; i < 3; i++) kept.push((await evaluatePolicy(keeping, b!, 'validate', review())).status);
+      expect(kept).toEqual(['allowed', 'allowed', 'failed']);
+    } finally {
+      await Promise.all([retiring.close(), keeping.close()]);
+    }
+  }, 60_000);
+
+  it('in the inline lane: the instance goes after its call, and is made again at a later quiet moment, not refused', async () => {
+    const pool = new SandboxPool(1, { retireAfterMs: 0.001 });
+    try {
+      const policy = await load(pool, 'loops-after-2-inline', { module: file, limits: { ...DEFAULT_LIMITS, timeoutMs: 1000 } });
+      for (const target of [1, 2, 3]) {
+        const until = performance.now() + 90_000;
+        while (pool.stats.inlineCalls < target && performance.now() < until && pool.inlineOut(policy.key) === undefined) {
+          await expect(evaluatePolicy(pool, policy, 'validate', review())).resolves.toMatchObject({ status: 'allowed' });
+          await sleep(20);
+        }
+        expect(pool.inlineOut(policy.key)).toBeUndefined();
+        expect(pool.stats.inlineCalls).toBe(target);
+        expect(pool.stats.inlineReady).toBe(0);
+      }
+    } finally {
+      await pool.close();
+    }
+  }, 300_000);
 });

@@ -15,8 +15,17 @@
 // few nanoseconds more, measured in the benchmark's guest-call rows.
 import { setFlagsFromString } from 'node:v8';
 
-/** Calls through one import of one instance before V8 would compile it a wrapper: never, in practice. */
+/** Calls through one import of one instance before V8 compiles it a wrapper: the most V8 takes. */
 const NEVER = 2 ** 31 - 1;
+
+/**
+ * Wall time of calls after which a sandbox makes a policy's instance again (worker.ts, and the
+ * inline lane). V8 counts each import's calls per instance, and one that lived on would reach
+ * even that budget (review: 2^31 calls of one import in ~90 s; a busy AssemblyScript policy
+ * calls the host per 8 bytes of its answer). A host call costs about 40 ns here, so 10 s of
+ * calls, plus one call's deadline, stay below it on a machine several times faster.
+ */
+export const RETIRE_AFTER_MS = 10_000;
 
 let set = false;
 

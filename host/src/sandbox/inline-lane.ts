@@ -18,6 +18,7 @@ import { performance } from 'node:perf_hooks';
 import type { Guest, LogBuffer } from './guest.ts';
 import type { CallInput, GuestFunction, LogEntry, SandboxSpec } from './protocol.ts';
 import { meteredComponent, meteredCopy } from './prepare.ts';
+import { RETIRE_AFTER_MS } from './import-wrappers.ts';
 // Reasons kept for a policy out of the lane are cut, as a copy: a guest chooses its error text
 // (red team: a slice of a 60 MB error_set text kept it all, per policy).
 import { cutMessage } from '../util/text.ts';
@@ -132,6 +133,8 @@ interface Entry {
   warm: boolean;
   /** Its slow calls so far (INLINE_SLOW_STRIKES). */
   slow: number;
+  /** Wall time of its calls so far, in µs (import-wrappers.ts RETIRE_AFTER_MS). */
+  spent: number;
 }
 
 export class InlineLane {
@@ -154,11 +157,13 @@ export class InlineLane {
   #inlineMs = 0;
   readonly #clock: LaneClock;
   readonly #onLeave: ((key: string, reason: string) => void) | undefined;
+  readonly #retireAfterMicros: number;
 
   /** `onLeave`: told once per sandbox (see SandboxPool) why the lane no longer takes it. */
-  constructor(clock: LaneClock = THREAD_CLOCK, onLeave?: (key: string, reason: string) => void) {
+  constructor(clock: LaneClock = THREAD_CLOCK, onLeave?: (key: string, reason: string) => void, retireAfterMs = RETIRE_AFTER_MS) {
     this.#clock = clock;
     this.#onLeave = onLeave;
+    this.#retireAfterMicros = retireAfterMs * 1000;
   }
 
   /** Sandboxes the lane no longer takes: until they are unloaded (a reload that changes the policy's module, limits or settings, or a restart). */
@@ -293,7 +298,7 @@ export class InlineLane {
           this.#slowMakes.set(spec.key, strikes);
           if (strikes >= INLINE_SLOW_STRIKES) this.#setOut(spec.key, `its inline instance took ${Math.round(ms)} ms to make, ${strikes} times over ${INLINE_FIRST_CALL_MS} ms`);
         }
-      } else this.#entries.set(spec.key, { guest, logs, warm: false, slow: 0 });
+      } else this.#entries.set(spec.key, { guest, logs, warm: false, slow: 0, spent: 0 });
     } catch (error) {
       this.#setOut(spec.key, `its inline instance failed: ${error instanceof Error ? error.message : String(error)}`);
     }
@@ -329,7 +334,10 @@ export class InlineLane {
       const unfit = slow ? `${INLINE_SLOW_STRIKES} calls took more of the main thread's CPU than the lane allows, the last ${cpuMicros} µs`
         : guest.memoryBytes() > INLINE_MAX_MEMORY_BYTES ? 'its memory grew' : undefined;
       const reason = rejudge ?? unfit;
+      entry.spent += micros;
       if (reason) this.#leave(spec.key, reason);
+      // Had its time: made again at a later quiet moment (want()), as a new policy's is.
+      else if (entry.spent >= this.#retireAfterMicros) this.#drop(spec.key);
       if (rejudge) {
         logs.take();
         return undefined;
