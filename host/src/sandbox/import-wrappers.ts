@@ -7,12 +7,16 @@
 // crash's stack, symbolized against our Node binary: InstanceBuilder::ProcessImportedFunction ->
 // ~WasmCodeRefScope -> WasmEngine::FreeDeadCode -> WasmImportWrapperCache::Free ->
 // ThreadIsolation::UnregisterWasmAllocation). Sandboxes make and drop instances in many threads
-// all the time, so the host meets it. A wrapper is compiled in two cases, and we avoid both:
+// all the time, so the host meets it. A wrapper is compiled, or a reference to the cached one
+// taken, in two cases, and we avoid both:
 // - an import that is not a plain function (a bound one, a proxy, a class): Extism binds every
-//   host function it is given, so ours answer `bind` with a plain closure (plainBind);
-// - an import called more times than the tier-up budget: raised here so that it is never reached.
-// What remains is V8's generic wrapper, built in and never freed; a host call through it costs a
-// few nanoseconds more, measured in the benchmark's guest-call rows.
+//   host function we give it, so ours answer `bind` with a plain closure (plainBind), and a
+//   component's glue may give its core modules only the host's wrappers or wasm functions (guest.ts);
+// - an import called more times than the tier-up budget: raised here to V8's most, and an
+//   instance is made again long before its calls could reach it (RETIRE_AFTER_MS).
+// What the guests then call through is V8's generic wrapper, built in and never freed. The same
+// budget also keeps V8 from tiering up JavaScript-to-wasm export wrappers; neither showed in the
+// benchmark's guest-call rows.
 import { setFlagsFromString } from 'node:v8';
 
 /** Calls through one import of one instance before V8 compiles it a wrapper: the most V8 takes. */
@@ -42,7 +46,7 @@ export function keepImportWrappersGeneric(): void {
 
 /**
  * The function itself, whose `bind(thisArg, ...bound)` gives a plain closure instead of a bound
- * function (`this` is not used): V8 compiles a shared wrapper for a bound function at every
+ * function (`this` is not used): for a bound import V8 takes a shared compiled wrapper at every
  * instantiation.
  */
 export function plainBind<F extends (...args: never[]) => unknown>(fn: F): F {
