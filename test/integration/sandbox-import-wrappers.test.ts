@@ -37,38 +37,49 @@ it('(control) the same Node prints a wrapper when one is compiled, for a bound i
   expect(wrappers(node.stdout)).toBe(1);
 });
 
-// V8 counts an instance's calls of each import against that budget even so, and a long-lived
-// instance could reach it (2^31 calls of one import took ~90 s in the review): an instance is
-// made again once its calls have taken RETIRE_AFTER_MS of wall time. Seen here with a tiny
-// limit and a policy whose instance loops forever from its third call on.
-describe('an instance is made again once its calls have had their time', () => {
-  let dir: string;
+// V8 counts an instance's calls of each import against that budget even so (review: 2^31 calls
+// of one import in ~90 s; red team 9: one call of 75 s, under `run --timeout-ms`). So the host
+// counts an instance's host calls over its life: a call that passes MAX_HOST_CALLS_PER_INSTANCE
+// traps, and an instance past half of it is made again after its call. Seen here with a small
+// limit: `loops-after-2`'s instance loops forever from its third call, and each of its calls
+// makes between 17 and 32 host calls (Extism's kernel's and ours), so with a limit of 33 every
+// call leaves its instance past half.
+describe('the host calls of an instance over its life', () => {
   let file: string;
+  // Another module for the trapping call: a policy that crashed is not trusted in the inline lane.
+  let other: string;
   beforeAll(async () => {
-    dir = await mkdtemp(join(tmpdir(), 'portcullis-retire-'));
+    const dir = await mkdtemp(join(tmpdir(), 'portcullis-life-'));
     file = join(dir, 'loops-after-2.wasm');
+    other = join(dir, 'loops-after-5.wasm');
     await writeFile(file, await answering({ outcome: 'allow' }, { loopsAfter: 2 }));
+    await writeFile(other, await answering({ outcome: 'allow' }, { loopsAfter: 5 }));
   });
   const review = () => input({ object: { metadata: { name: 'x' } } });
   const limits = { ...DEFAULT_LIMITS, timeoutMs: 300 };
 
-  it('in a worker: each call then meets a new instance', async () => {
-    const retiring = new SandboxPool(1, { inline: false, retireAfterMs: 0.001 });
+  it('in a worker: an instance past half of them is made again after its call; one call past all of them traps', async () => {
+    const renewing = new SandboxPool(1, { inline: false, maxHostCalls: 33 });
     const keeping = new SandboxPool(1, { inline: false });
+    const tight = new SandboxPool(1, { inline: false, maxHostCalls: 8 });
     try {
-      const [a, b] = await Promise.all([retiring, keeping].map((pool) => load(pool, 'loops-after-2', { module: file, limits })));
-      for (let i = 0; i < 5; i++) await expect(evaluatePolicy(retiring, a!, 'validate', review())).resolves.toMatchObject({ status: 'allowed' });
+      const [a, b, c] = await Promise.all([[renewing, file], [keeping, file], [tight, other]].map(([pool, module]) =>
+        load(pool as SandboxPool, 'loops-after', { module: module as string, limits })));
+      for (let i = 0; i < 5; i++) await expect(evaluatePolicy(renewing, a!, 'validate', review())).resolves.toMatchObject({ status: 'allowed' });
       // The control: the instance kept, its third call runs to the deadline.
       const kept = [];
       for (let i = 0; i < 3; i++) kept.push((await evaluatePolicy(keeping, b!, 'validate', review())).status);
       expect(kept).toEqual(['allowed', 'allowed', 'failed']);
+      const over = await evaluatePolicy(tight, c!, 'validate', review());
+      expect(over).toMatchObject({ status: 'failed', failure: 'crash' });
+      expect(over.status === 'failed' && over.message).toMatch(/made more than 8 host calls over its instance's life/);
     } finally {
-      await Promise.all([retiring.close(), keeping.close()]);
+      await Promise.all([renewing.close(), keeping.close(), tight.close()]);
     }
   }, 60_000);
 
   it('in the inline lane: the instance goes after its call, and is made again at a later quiet moment, not refused', async () => {
-    const pool = new SandboxPool(1, { retireAfterMs: 0.001 });
+    const pool = new SandboxPool(1, { maxHostCalls: 33 });
     try {
       const policy = await load(pool, 'loops-after-2-inline', { module: file, limits: { ...DEFAULT_LIMITS, timeoutMs: 1000 } });
       for (const target of [1, 2, 3]) {

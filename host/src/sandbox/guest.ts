@@ -9,7 +9,7 @@ import { inputBytes, inputParts, inputText } from './input.ts';
 import type { CallInput, FaultKind, GuestFunction, LogEntry, SandboxSpec } from './protocol.ts';
 import { PortcullisError } from '../errors.ts';
 import { FUEL_EXPORT, setRefill, START_EXPORT, UNLIMITED_FUEL } from './metering.ts';
-import { keepImportWrappersGeneric, plainBind } from './import-wrappers.ts';
+import { keepImportWrappersGeneric, MAX_HOST_CALLS_PER_INSTANCE, plainBind } from './import-wrappers.ts';
 
 keepImportWrappersGeneric();
 
@@ -34,6 +34,8 @@ export interface Guest {
   call(fn: GuestFunction, input: CallInput): Promise<string>;
   /** A metered core module's fuel left after its last call (below zero: it ran out), else undefined. */
   fuelLeft(): bigint | undefined;
+  /** Calls of the host's functions over the instance's life (import-wrappers.ts MAX_HOST_CALLS_PER_INSTANCE). */
+  hostCalls(): number;
   /** Bytes of the largest linear memory of the instance. */
   memoryBytes(): number;
   /** Bytes of all its linear memories: what dropping it leaves for the collector. */
@@ -190,8 +192,24 @@ class Meter {
 
 const NO_FUEL_LIMIT: FuelBudget = { start: UNLIMITED_FUEL, call: UNLIMITED_FUEL };
 
-export async function instantiateGuest(spec: SandboxSpec, logs: LogBuffer, fuel = NO_FUEL_LIMIT): Promise<Guest> {
-  return spec.kind === 'component' ? instantiateComponent(spec, logs, fuel) : instantiateCore(spec, logs, fuel);
+export async function instantiateGuest(spec: SandboxSpec, logs: LogBuffer, fuel = NO_FUEL_LIMIT, maxHostCalls = MAX_HOST_CALLS_PER_INSTANCE): Promise<Guest> {
+  const life = new LifeCalls(maxHostCalls);
+  return spec.kind === 'component' ? instantiateComponent(spec, logs, fuel, life) : instantiateCore(spec, logs, fuel, life);
+}
+
+/** An instance's host calls over its life, all imports together (import-wrappers.ts). */
+class LifeCalls {
+  count = 0;
+  readonly #max: number;
+  constructor(max: number) {
+    this.#max = max;
+  }
+  /** Counts one call; past the limit, the fault to throw (the instance then traps). */
+  over(): GuestFault | undefined {
+    if (++this.count <= this.#max) return undefined;
+    return new GuestFault('trap', `made more than ${this.#max} host calls over its instance's life, the most V8 lets one instance make `
+      + 'before it compiles the host a shared import wrapper (the instance is made again after any call that leaves it past half)');
+  }
 }
 
 /**
@@ -221,7 +239,7 @@ type JcoInstantiate = (
   instantiateCore: (module: WebAssembly.Module, imports: WebAssembly.Imports) => Promise<WebAssembly.Instance>,
 ) => Promise<Record<string, unknown>>;
 
-async function instantiateComponent(spec: SandboxSpec, logs: LogBuffer, budget: FuelBudget): Promise<Guest> {
+async function instantiateComponent(spec: SandboxSpec, logs: LogBuffer, budget: FuelBudget, life: LifeCalls): Promise<Guest> {
   const glue = (await import(spec.glue!)) as { instantiate: JcoInstantiate };
   const memories: WebAssembly.Memory[] = [];
   const instantiated = new Map<WebAssembly.Module, number>();
@@ -264,6 +282,8 @@ async function instantiateComponent(spec: SandboxSpec, logs: LogBuffer, budget: 
   const guarded = (fn: (...args: unknown[]) => unknown) => (...args: unknown[]): unknown => {
     if (poisoned) throw poisoned;
     try {
+      const over = life.over();
+      if (over) throw over;
       return fn(...args);
     } catch (error) {
       poisoned ??= error instanceof GuestFault ? error
@@ -359,6 +379,7 @@ async function instantiateComponent(spec: SandboxSpec, logs: LogBuffer, budget: 
         return poisoned ? Promise.reject(poisoned) : Promise.resolve(output);
       },
       fuelLeft: () => undefined,
+      hostCalls: () => life.count,
       memoryBytes: () => largestMemory(memories),
       footprintBytes: () => total(memories),
       close: () => {},
@@ -384,6 +405,7 @@ async function instantiateComponent(spec: SandboxSpec, logs: LogBuffer, budget: 
       }
     },
     fuelLeft: () => meter.left(),
+    hostCalls: () => life.count,
     memoryBytes: () => largestMemory(memories),
     footprintBytes: () => total(memories),
     close: () => {},
@@ -435,7 +457,22 @@ const CORE_EXPORTS: Record<GuestFunction, string> = {
   mutate: 'mutate',
 };
 
-async function instantiateCore(spec: SandboxSpec, logs: LogBuffer, budget: FuelBudget): Promise<Guest> {
+/**
+ * Extism's kernel functions for one plugin: the object its call context keeps under a symbol
+ * named "env", which is also what the module imports as extism:host/env (Extism 1.x). Checked,
+ * so that an Extism that keeps them elsewhere fails every instantiation instead of going uncounted.
+ */
+function extismKernel(context: unknown): Record<string, unknown> {
+  const holder = context as Record<symbol, unknown> | null;
+  const symbol = holder === null || typeof holder !== 'object' ? undefined : Object.getOwnPropertySymbols(holder).find((s) => s.description === 'env');
+  const kernel = symbol === undefined ? undefined : holder![symbol];
+  if (typeof kernel !== 'object' || kernel === null || typeof (kernel as Record<string, unknown>).load_u8 !== 'function') {
+    throw new Error("Extism's call context does not keep its kernel functions where this host expects them");
+  }
+  return kernel as Record<string, unknown>;
+}
+
+async function instantiateCore(spec: SandboxSpec, logs: LogBuffer, budget: FuelBudget, life: LifeCalls): Promise<Guest> {
   const module = spec.modules['policy.wasm']!;
   const exported = new Set(WebAssembly.Module.exports(module).map((e) => e.name));
   const logger = {
@@ -609,9 +646,25 @@ async function instantiateCore(spec: SandboxSpec, logs: LogBuffer, budget: FuelB
       }
     }
   }
+  // Every host call counts against the instance's life (import-wrappers.ts), ours and those of
+  // Extism's own kernel (load_u8, store_u64, ...), which it keeps in its call context.
+  const counted = <A extends unknown[], R>(fn: (...args: A) => R) => (...args: A): R => {
+    const over = life.over();
+    if (over) throw kept(over);
+    return fn(...args);
+  };
+  let kernelCounted = false;
+  const countKernel = ([context]: unknown[]): void => {
+    if (kernelCounted) return;
+    kernelCounted = true;
+    const kernel = extismKernel(context);
+    for (const [name, fn] of Object.entries(kernel)) {
+      if (typeof fn === 'function') kernel[name] = counted(fn as (...args: unknown[]) => unknown);
+    }
+  };
   // Extism binds each of these to its call context: a plain closure instead (import-wrappers.ts).
   for (const namespace of Object.values(functions)) {
-    for (const [name, fn] of Object.entries(namespace)) namespace[name] = plainBind(fn);
+    for (const [name, fn] of Object.entries(namespace)) namespace[name] = plainBind(counted(fn), countKernel);
   }
   let plugin: Plugin;
   try {
@@ -690,6 +743,7 @@ async function instantiateCore(spec: SandboxSpec, logs: LogBuffer, budget: FuelB
       }
     },
     fuelLeft: () => meter.left(),
+    hostCalls: () => life.count,
     memoryBytes: () => largestMemory(memories),
     footprintBytes: () => total(memories),
     close: () => void plugin.close(),

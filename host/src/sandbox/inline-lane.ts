@@ -18,7 +18,7 @@ import { performance } from 'node:perf_hooks';
 import type { Guest, LogBuffer } from './guest.ts';
 import type { CallInput, GuestFunction, LogEntry, SandboxSpec } from './protocol.ts';
 import { meteredComponent, meteredCopy } from './prepare.ts';
-import { RETIRE_AFTER_MS } from './import-wrappers.ts';
+import { MAX_HOST_CALLS_PER_INSTANCE } from './import-wrappers.ts';
 // Reasons kept for a policy out of the lane are cut, as a copy: a guest chooses its error text
 // (red team: a slice of a 60 MB error_set text kept it all, per policy).
 import { cutMessage } from '../util/text.ts';
@@ -133,8 +133,6 @@ interface Entry {
   warm: boolean;
   /** Its slow calls so far (INLINE_SLOW_STRIKES). */
   slow: number;
-  /** Wall time of its calls so far, in µs (import-wrappers.ts RETIRE_AFTER_MS). */
-  spent: number;
 }
 
 export class InlineLane {
@@ -157,13 +155,13 @@ export class InlineLane {
   #inlineMs = 0;
   readonly #clock: LaneClock;
   readonly #onLeave: ((key: string, reason: string) => void) | undefined;
-  readonly #retireAfterMicros: number;
+  readonly #maxHostCalls: number;
 
   /** `onLeave`: told once per sandbox (see SandboxPool) why the lane no longer takes it. */
-  constructor(clock: LaneClock = THREAD_CLOCK, onLeave?: (key: string, reason: string) => void, retireAfterMs = RETIRE_AFTER_MS) {
+  constructor(clock: LaneClock = THREAD_CLOCK, onLeave?: (key: string, reason: string) => void, maxHostCalls = MAX_HOST_CALLS_PER_INSTANCE) {
     this.#clock = clock;
     this.#onLeave = onLeave;
-    this.#retireAfterMicros = retireAfterMs * 1000;
+    this.#maxHostCalls = maxHostCalls;
   }
 
   /** Sandboxes the lane no longer takes: until they are unloaded (a reload that changes the policy's module, limits or settings, or a restart). */
@@ -284,7 +282,7 @@ export class InlineLane {
       const guest = await instantiateGuest(small, logs, {
         start: INLINE_START_FUEL, call: INLINE_FUEL, slice: INLINE_FUEL_SLICE,
         wallMs: INLINE_WALL_MS, startWallMs: INLINE_FIRST_CALL_MS, firstCallWallMs: INLINE_FIRST_CALL_MS,
-      });
+      }, this.#maxHostCalls);
       const ms = this.#clock.wallMs() - started;
       logs.take();
       // Unloaded or closed meanwhile: nobody will call it. Slow to make: its start functions held
@@ -298,7 +296,7 @@ export class InlineLane {
           this.#slowMakes.set(spec.key, strikes);
           if (strikes >= INLINE_SLOW_STRIKES) this.#setOut(spec.key, `its inline instance took ${Math.round(ms)} ms to make, ${strikes} times over ${INLINE_FIRST_CALL_MS} ms`);
         }
-      } else this.#entries.set(spec.key, { guest, logs, warm: false, slow: 0, spent: 0 });
+      } else this.#entries.set(spec.key, { guest, logs, warm: false, slow: 0 });
     } catch (error) {
       this.#setOut(spec.key, `its inline instance failed: ${error instanceof Error ? error.message : String(error)}`);
     }
@@ -334,10 +332,9 @@ export class InlineLane {
       const unfit = slow ? `${INLINE_SLOW_STRIKES} calls took more of the main thread's CPU than the lane allows, the last ${cpuMicros} µs`
         : guest.memoryBytes() > INLINE_MAX_MEMORY_BYTES ? 'its memory grew' : undefined;
       const reason = rejudge ?? unfit;
-      entry.spent += micros;
       if (reason) this.#leave(spec.key, reason);
-      // Had its time: made again at a later quiet moment (want()), as a new policy's is.
-      else if (entry.spent >= this.#retireAfterMicros) this.#drop(spec.key);
+      // Past half its host calls (import-wrappers.ts): made again at a later quiet moment (want()), as a new policy's is.
+      else if (guest.hostCalls() >= this.#maxHostCalls / 2) this.#drop(spec.key);
       if (rejudge) {
         logs.take();
         return undefined;

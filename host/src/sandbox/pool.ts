@@ -238,7 +238,7 @@ export class SandboxPool {
   readonly #loadTimeoutMs: number;
   readonly #probationMs: number;
   readonly #reliefIdleMs: number;
-  readonly #retireAfterMs: number | undefined;
+  readonly #maxHostCalls: number | undefined;
   /** Round-robin between policies: when each policy last had a call started. */
   #served = new Map<string, number>();
   #turn = 0;
@@ -319,15 +319,15 @@ export class SandboxPool {
     size = Math.max(2, availableParallelism()),
     options: {
       loadTimeoutMs?: number; probationMs?: number; reliefIdleMs?: number; inline?: boolean;
-      /** Wall time of calls after which an instance is made again (import-wrappers.ts RETIRE_AFTER_MS). */
-      retireAfterMs?: number;
+      /** Host calls an instance may make in its life (import-wrappers.ts MAX_HOST_CALLS_PER_INSTANCE). */
+      maxHostCalls?: number;
       /** Told once per sandbox why the inline lane no longer takes it. */
       onInlineLeave?: (key: string, reason: string) => void;
     } = {},
   ) {
     this.size = size;
-    this.#inline = options.inline === false ? undefined : new InlineLane(undefined, options.onInlineLeave, options.retireAfterMs);
-    this.#retireAfterMs = options.retireAfterMs;
+    this.#inline = options.inline === false ? undefined : new InlineLane(undefined, options.onInlineLeave, options.maxHostCalls);
+    this.#maxHostCalls = options.maxHostCalls;
     this.#loadTimeoutMs = options.loadTimeoutMs ?? LOAD_TIMEOUT_MS;
     this.#probationMs = options.probationMs ?? PROBATION_MS;
     this.#reliefIdleMs = options.reliefIdleMs ?? RELIEF_IDLE_MS;
@@ -744,7 +744,7 @@ export class SandboxPool {
     // worker.ts in the checkout, worker.js in the installed package: the same folder as this file.
     const worker = new Worker(new URL(`./worker${extname(fileURLToPath(import.meta.url))}`, import.meta.url), {
       stdout: false, stderr: false, resourceLimits: { maxOldGenerationSizeMb: 512 },
-      workerData: { progress: progress.buffer, replies: replyPort, retireAfterMs: this.#retireAfterMs }, transferList: [replyPort],
+      workerData: { progress: progress.buffer, replies: replyPort, maxHostCalls: this.#maxHostCalls }, transferList: [replyPort],
     });
     const slot: Slot = { worker, replies, batches: [], seq: 0, timer: undefined, progress, loads: new Map(), index };
     for (const change of this.#contextSnapshot?.() ?? []) worker.postMessage(change); // issue 15: before any call

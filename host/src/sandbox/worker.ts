@@ -7,7 +7,7 @@ import { parentPort, workerData, type MessagePort } from 'node:worker_threads';
 import type { Guest } from './guest.ts';
 import { cutMessage, MAX_MESSAGE_LENGTH, mib } from '../util/text.ts';
 import { lowerThisThread } from '../util/thread-priority.ts';
-import { RETIRE_AFTER_MS } from './import-wrappers.ts';
+import { MAX_HOST_CALLS_PER_INSTANCE } from './import-wrappers.ts';
 import { clock, Progress, type CallAnswer, type CallReply, type CallRequest, type FromWorker, type SandboxSpec, type ToWorker } from './protocol.ts';
 
 // Imported only now: node:wasi (pulled in by Extism) is linked before any module body runs,
@@ -29,9 +29,7 @@ const guests = new Map<string, Guest>();
 const starting = new Map<string, Promise<Guest>>();
 const logs = new LogBuffer();
 const garbage = new Garbage();
-const retireAfterMicros = ((workerData as { retireAfterMs?: number }).retireAfterMs ?? RETIRE_AFTER_MS) * 1000;
-/** Wall time of each held instance's calls so far (retired()). */
-const spent = new WeakMap<Guest, number>();
+const maxHostCalls = (workerData as { maxHostCalls?: number }).maxHostCalls ?? MAX_HOST_CALLS_PER_INSTANCE;
 const progress = new Progress((workerData as { progress: SharedArrayBuffer }).progress);
 
 function send(message: FromWorker): void {
@@ -41,11 +39,11 @@ function send(message: FromWorker): void {
 async function guestFor(spec: SandboxSpec): Promise<Guest> {
   const existing = guests.get(spec.key);
   if (existing) return existing;
-  if (spec.fresh) return instantiateGuest(spec, logs);
+  if (spec.fresh) return instantiateGuest(spec, logs, undefined, maxHostCalls);
   // A call can arrive while the eager instantiation from `load` is still under way.
   let pending = starting.get(spec.key);
   if (!pending) {
-    pending = instantiateGuest(spec, logs).finally(() => starting.delete(spec.key));
+    pending = instantiateGuest(spec, logs, undefined, maxHostCalls).finally(() => starting.delete(spec.key));
     starting.set(spec.key, pending);
   }
   const guest = await pending;
@@ -57,13 +55,6 @@ function discard(key: string): void {
   const guest = guests.get(key);
   if (guest) drop(guest);
   guests.delete(key);
-}
-
-/** Adds a call's time to its instance's: true once the instance has had its time (import-wrappers.ts RETIRE_AFTER_MS). */
-function retired(guest: Guest, micros: number): boolean {
-  const total = (spent.get(guest) ?? 0) + micros;
-  spent.set(guest, total);
-  return total >= retireAfterMicros;
 }
 
 /** Drops `guest` (a fresh one, or the one held for its policy), counting what it leaves behind. */
@@ -93,7 +84,8 @@ async function call(spec: SandboxSpec, fn: CallRequest['fn'], input: CallRequest
     const used = guest.memoryBytes();
     // A guest that answered but sits near its memory cap would fail the next call; rebuild it now.
     if (spec.fresh) drop(guest);
-    else if (used >= spec.memoryCapBytes * NEAR_CAP || retired(guest, guestMicros)) discard(spec.key);
+    // Past half its host calls, made again before a call of it could reach V8's budget (import-wrappers.ts).
+    else if (used >= spec.memoryCapBytes * NEAR_CAP || guest.hostCalls() >= maxHostCalls / 2) discard(spec.key);
     // QuickJS turns a failed memory.grow into an "out of memory" exception, which the SDK
     // reports as an error outcome: that is the cap's doing, not the policy's.
     const error = errorOutcome(output);
