@@ -81,7 +81,7 @@ describe('the host calls of an instance over its life', () => {
   it('in the inline lane: the instance goes after its call, and is made again at a later quiet moment, not refused', async () => {
     const pool = new SandboxPool(1, { maxHostCalls: 33 });
     try {
-      const policy = await load(pool, 'loops-after-2-inline', { module: file, limits: { ...DEFAULT_LIMITS, timeoutMs: 1000 } });
+      const policy = await load(pool, 'loops-after-2-inline', { module: file, limits: { ...DEFAULT_LIMITS, timeoutMs: 5000 } });
       for (const target of [1, 2, 3]) {
         const until = performance.now() + 90_000;
         while (pool.stats.inlineCalls < target && performance.now() < until && pool.inlineOut(policy.key) === undefined) {

@@ -13,9 +13,10 @@ import { SandboxPool } from '../../host/src/sandbox/pool.ts';
 import { DEFAULT_LIMITS } from '../../host/src/config/limits.ts';
 import { meterModule } from '../../host/src/sandbox/metering.ts';
 import { answering, module, RETURN_0 } from '../helpers/wasm.ts';
-import { InlineLane, type LaneClock } from '../../host/src/sandbox/inline-lane.ts';
+import { INLINE_MAX_LOAD_MS, InlineLane, type LaneClock } from '../../host/src/sandbox/inline-lane.ts';
 import { threadCpuMicros } from '../../host/src/util/thread-cpu.ts';
-import { input, load, wasm } from '../helpers/policies.ts';
+import { input, load, root, wasm } from '../helpers/policies.ts';
+import { run } from '../helpers/process.ts';
 
 function metered(bytes: Uint8Array): Uint8Array<ArrayBuffer> {
   const result = meterModule(bytes);
@@ -50,7 +51,7 @@ async function untilInline(policy: LoadedPolicy, calls = 1, fn: 'validate' | 'mu
 }
 
 /** A core module that allows (test/helpers/wasm.ts `answering`, with its options), written to a file. */
-async function allowing(name: string, options: { loopsAfter?: number; costlyStart?: number } = {}): Promise<string> {
+async function allowing(name: string, options: { loopsAfter?: number; costlyStart?: number; startMillions?: number } = {}): Promise<string> {
   const bytes = await answering({ outcome: 'allow' }, options);
   const file = join(dir, `${name}.wasm`);
   await writeFile(file, bytes);
@@ -404,6 +405,40 @@ describe('inline lane timing', () => {
     expect(lane.calls).toBe(5);
     lane.close();
   });
+
+  it('judges a policy\'s load in a worker by the CPU time it took: one loaded while the machine was busy still reaches the lane', async () => {
+    // A host whose every thread shares one core with three busy processes while it loads a policy
+    // (its workers run at a lower priority, so they get a few % of the core): the load's wall
+    // time is many times the lane's 20 ms bound, its CPU time is not. Judged by wall time (the
+    // official CI at 51d17be), such a policy stayed out of the lane for its whole life. Its start
+    // function takes ~4 ms alone: a shorter load often ran within one time slice, unslowed.
+    const script = join(dir, 'busy-load.ts');
+    await writeFile(script, `
+      import { spawn } from 'node:child_process';
+      import { setTimeout as sleep } from 'node:timers/promises';
+      import { evaluatePolicy } from '${root}host/src/evaluate/evaluate.ts';
+      import { SandboxPool } from '${root}host/src/sandbox/pool.ts';
+      import { input, load } from '${root}test/helpers/policies.ts';
+      const pool = new SandboxPool(1);
+      const busy = [1, 2, 3].map(() => spawn(process.execPath, ['-e', 'for (;;);'], { stdio: 'ignore' }));
+      await sleep(500);
+      const policy = await load(pool, 'loaded-while-busy', { module: process.argv[2] });
+      for (const child of busy) child.kill('SIGKILL');
+      const loadMs = pool.loadTimeOf(policy.key);
+      for (let i = 0; i < 500 && pool.stats.inlineCalls === 0 && pool.inlineOut(policy.key) === undefined; i++) {
+        await evaluatePolicy(pool, policy, 'validate', input());
+        await sleep(20);
+      }
+      console.log(JSON.stringify({ loadMs, inlineCalls: pool.stats.inlineCalls, out: pool.inlineOut(policy.key) ?? null }));
+      await pool.close();
+    `);
+    const child = await run('taskset', ['-c', '0', process.execPath, script, await allowing('loaded-while-busy', { startMillions: 5 })], { cwd: root });
+    expect(child.code, child.stderr).toBe(0);
+    const seen = JSON.parse(child.stdout.trim().split('\n').pop()!) as { loadMs: number; inlineCalls: number; out: string | null };
+    // The premise: the machine was busy enough to matter.
+    expect(seen.loadMs).toBeGreaterThan(INLINE_MAX_LOAD_MS);
+    expect(seen).toMatchObject({ inlineCalls: 1, out: null });
+  }, 60_000);
 
   it('takes a policy out of the lane once a call takes the main thread\'s CPU past the bound, and says why', async () => {
     let skew = 0;

@@ -107,7 +107,7 @@ export const REVIEWED_GLUE: ReadonlySet<string> = new Set([
 export const INLINE_MAX_POLICIES = 16;
 /** The lane takes only policies whose deadline is at least this (ms): an inline call runs a few ms at most. */
 export const INLINE_MIN_TIMEOUT_MS = 50;
-/** ... and whose instantiation in a worker took at most this (ms): the main thread instantiates its own. */
+/** ... and whose instantiation in a worker took at most this (ms of the worker's CPU time): the main thread instantiates its own. */
 export const INLINE_MAX_LOAD_MS = 20;
 /** The lane is used while the main thread's event loop was busy less than this share of the last INLINE_SAMPLE_MS or more. */
 export const INLINE_MAX_UTILIZATION = 0.3;
@@ -177,7 +177,7 @@ export class InlineLane {
   /**
    * Whether the lane may take this policy's calls: a policy the pool trusts (`trusted`:
    * answered from a worker, not costly, not distrusted), instantiated in a worker within
-   * `loadMs`, with no context grants, reused between calls, whose deadline is far above what an
+   * `loadMs` of a worker thread's CPU time, with no context grants, reused between calls, whose deadline is far above what an
    * inline call may take.
    */
   fits(spec: SandboxSpec, timeoutMs: number, trusted: boolean, loadMs: number | undefined): boolean {

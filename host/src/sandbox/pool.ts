@@ -272,6 +272,12 @@ export class SandboxPool {
   /** How long each policy's fastest load took in a worker (µs), its start function included (see SLOW_LOAD_MS). */
   #loadMicros = new Map<string, number>();
   /**
+   * The least worker CPU time a load of each policy took (µs): what the inline lane judges a
+   * policy by. Its wall time on a busy machine (70 ms for a 2 ms load, beside six busy
+   * processes) kept a policy out of the lane for its whole life.
+   */
+  #loadCpuMicros = new Map<string, number>();
+  /**
    * The queued calls counted as work ahead (not an untrusted policy's), and the sum of their #cost
    * as counted when each was queued: quick calls together, costly ones per policy, each by its
    * class when queued (a policy whose class changes does not move its backlog).
@@ -368,6 +374,11 @@ export class SandboxPool {
   /** How long the policy's fastest load took in a worker, in ms, its start function included (undefined: none yet). */
   loadTimeOf(key: string): number | undefined {
     const micros = this.#loadMicros.get(key);
+    return micros === undefined ? undefined : micros / 1000;
+  }
+
+  #loadCpuMsOf(key: string): number | undefined {
+    const micros = this.#loadCpuMicros.get(key);
     return micros === undefined ? undefined : micros / 1000;
   }
 
@@ -476,6 +487,7 @@ export class SandboxPool {
     this.#slow.delete(key);
     this.#cost.delete(key);
     this.#loadMicros.delete(key);
+    this.#loadCpuMicros.delete(key);
     if (!this.#specs.delete(key)) return;
     this.#relief?.relief?.delete(key);
     for (const slot of this.#slots) this.#post(slot, { type: 'unload', key });
@@ -507,7 +519,7 @@ export class SandboxPool {
     const started = performance.now();
     // The inline lane is looked at only while no worker is busy: under load, never.
     const spec = this.#inline && (fn === 'validate' || fn === 'mutate') && this.#workersIdle() ? this.#specs.get(key) : undefined;
-    if (spec && this.#inline!.fits(spec, timeoutMs, this.standing(key) === 'normal', this.loadTimeOf(key))) {
+    if (spec && this.#inline!.fits(spec, timeoutMs, this.standing(key) === 'normal', this.#loadCpuMsOf(key))) {
       if (this.#inline!.claim(key)) {
         // Run after the review's other calls are queued and dispatched (two microtasks on, behind
         // the dispatch those calls scheduled): the workers start on them while this one runs here.
@@ -1295,6 +1307,9 @@ export class SandboxPool {
       // one busy process made loads 10-14 times slower), and must not make a policy a slow loader.
       if (message.micros !== undefined && this.#specs.has(message.key)) {
         this.#loadMicros.set(message.key, Math.min(message.micros, this.#loadMicros.get(message.key) ?? Infinity));
+      }
+      if (message.cpuMicros !== undefined && this.#specs.has(message.key)) {
+        this.#loadCpuMicros.set(message.key, Math.min(message.cpuMicros, this.#loadCpuMicros.get(message.key) ?? Infinity));
       }
       clearTimeout(pending?.timer);
       this.#armLoad(slot);

@@ -84,8 +84,11 @@ export type CallAnswer =
 export type CallReply = CallAnswer & { spentMicros: number };
 
 export type FromWorker =
-  /** `micros`: how long instantiating it took in this worker, its start function included. */
-  | { type: 'loaded'; key: string; error?: string; micros?: number }
+  /**
+   * `micros`: how long instantiating it took in this worker, its start function included;
+   * `cpuMicros`: the worker thread's CPU time in it (the same, unless the machine was busy).
+   */
+  | { type: 'loaded'; key: string; error?: string; micros?: number; cpuMicros?: number }
   | { type: 'results'; batch: number; replies: CallReply[] };
 
 /**

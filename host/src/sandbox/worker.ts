@@ -6,6 +6,7 @@ import module from 'node:module';
 import { parentPort, workerData, type MessagePort } from 'node:worker_threads';
 import type { Guest } from './guest.ts';
 import { cutMessage, MAX_MESSAGE_LENGTH, mib } from '../util/text.ts';
+import { threadCpuMicros } from '../util/thread-cpu.ts';
 import { lowerThisThread } from '../util/thread-priority.ts';
 import { MAX_HOST_CALLS_PER_INSTANCE } from './import-wrappers.ts';
 import { clock, Progress, type CallAnswer, type CallReply, type CallRequest, type FromWorker, type SandboxSpec, type ToWorker } from './protocol.ts';
@@ -240,10 +241,11 @@ port.on('message', (message: ToWorker) => {
         // on a busy machine, and the lane never took it.
         if (spec.glue) await import(spec.glue);
         const started = performance.now();
+        const cpuStarted = threadCpuMicros();
         const guest = await guestFor(spec);
         // A fresh policy's instance was made only to prove it instantiates.
         if (spec.fresh) drop(guest);
-        send({ type: 'loaded', key: spec.key, micros: Math.round((performance.now() - started) * 1000) });
+        send({ type: 'loaded', key: spec.key, micros: Math.round((performance.now() - started) * 1000), cpuMicros: Math.round(threadCpuMicros() - cpuStarted) });
         // A thread that is terminated never writes Node's compile cache (bin/portcullis.js):
         // now, with this policy's glue in it. Writes only what is new.
         module.flushCompileCache?.(); // Node 22.10+
