@@ -34,8 +34,12 @@ export interface Guest {
   call(fn: GuestFunction, input: CallInput): Promise<string>;
   /** A metered core module's fuel left after its last call (below zero: it ran out), else undefined. */
   fuelLeft(): bigint | undefined;
-  /** Calls of the host's functions over the instance's life (import-wrappers.ts MAX_HOST_CALLS_PER_INSTANCE). */
-  hostCalls(): number;
+  /**
+   * The instance has made over half the host calls it may make in its life (import-wrappers.ts
+   * MAX_HOST_CALLS_PER_INSTANCE): whoever holds it makes it again after this call, long before a
+   * call of it could reach the limit.
+   */
+  worn(): boolean;
   /** Bytes of the largest linear memory of the instance. */
   memoryBytes(): number;
   /** Bytes of all its linear memories: what dropping it leaves for the collector. */
@@ -203,6 +207,9 @@ class LifeCalls {
   readonly #max: number;
   constructor(max: number) {
     this.#max = max;
+  }
+  get worn(): boolean {
+    return this.count >= this.#max / 2;
   }
   /** Counts one call; past the limit, the fault to throw (the instance then traps). */
   over(): GuestFault | undefined {
@@ -379,7 +386,7 @@ async function instantiateComponent(spec: SandboxSpec, logs: LogBuffer, budget: 
         return poisoned ? Promise.reject(poisoned) : Promise.resolve(output);
       },
       fuelLeft: () => undefined,
-      hostCalls: () => life.count,
+      worn: () => life.worn,
       memoryBytes: () => largestMemory(memories),
       footprintBytes: () => total(memories),
       close: () => {},
@@ -405,7 +412,7 @@ async function instantiateComponent(spec: SandboxSpec, logs: LogBuffer, budget: 
       }
     },
     fuelLeft: () => meter.left(),
-    hostCalls: () => life.count,
+    worn: () => life.worn,
     memoryBytes: () => largestMemory(memories),
     footprintBytes: () => total(memories),
     close: () => {},
@@ -743,7 +750,7 @@ async function instantiateCore(spec: SandboxSpec, logs: LogBuffer, budget: FuelB
       }
     },
     fuelLeft: () => meter.left(),
-    hostCalls: () => life.count,
+    worn: () => life.worn,
     memoryBytes: () => largestMemory(memories),
     footprintBytes: () => total(memories),
     close: () => void plugin.close(),

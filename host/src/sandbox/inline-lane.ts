@@ -334,7 +334,7 @@ export class InlineLane {
       const reason = rejudge ?? unfit;
       if (reason) this.#leave(spec.key, reason);
       // Past half its host calls (import-wrappers.ts): made again at a later quiet moment (want()), as a new policy's is.
-      else if (guest.hostCalls() >= this.#maxHostCalls / 2) this.#drop(spec.key);
+      else if (guest.worn()) this.#drop(spec.key);
       if (rejudge) {
         logs.take();
         return undefined;

@@ -86,7 +86,7 @@ async function call(spec: SandboxSpec, fn: CallRequest['fn'], input: CallRequest
     // A guest that answered but sits near its memory cap would fail the next call; rebuild it now.
     if (spec.fresh) drop(guest);
     // Past half its host calls, made again before a call of it could reach V8's budget (import-wrappers.ts).
-    else if (used >= spec.memoryCapBytes * NEAR_CAP || guest.hostCalls() >= maxHostCalls / 2) discard(spec.key);
+    else if (used >= spec.memoryCapBytes * NEAR_CAP || guest.worn()) discard(spec.key);
     // QuickJS turns a failed memory.grow into an "out of memory" exception, which the SDK
     // reports as an error outcome: that is the cap's doing, not the policy's.
     const error = errorOutcome(output);
