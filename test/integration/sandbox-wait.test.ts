@@ -243,17 +243,19 @@ describe('a policy slow to instantiate', () => {
 
   it('makes no other first load time out behind it: a load\'s deadline runs from its turn in the worker', async () => {
     // A worker loads one policy at a time. Timed from when they were posted, the second of two
-    // 2 s start functions (a 3 s load deadline) was dropped as hanging after waiting 2 s for the first.
+    // 2 s start functions (a 3 s load deadline) was dropped as hanging after waiting 2 s for the
+    // first. Four of 1 s each: the last waits 3 s, and each alone has three times its time (two
+    // of 2 s failed beside two busy processes, their starts slowed past 3 s).
     const two = new SandboxPool(2, { loadTimeoutMs: 3000 });
     try {
-      const files = await Promise.all(['a', 'b'].map(async (name, i) => {
-        const file = join(dir, `two-${name}.wasm`);
-        await writeFile(file, await slowStart(2 * perSecond + i)); // different modules, different sandboxes
+      const files = await Promise.all(['a', 'b', 'c', 'd'].map(async (name, i) => {
+        const file = join(dir, `four-${name}.wasm`);
+        await writeFile(file, await slowStart(perSecond + i)); // different modules, different sandboxes
         return file;
       }));
-      const [a, b] = await Promise.all(files.map((file, i) => load(two, `slow-${i}`, { module: file })));
-      for (const policy of [a!, b!]) {
-        expect(two.loadTimeOf(policy.key)).toBeGreaterThan(1000);
+      const policies = await Promise.all(files.map((file, i) => load(two, `slow-${i}`, { module: file })));
+      for (const policy of policies) {
+        expect(two.loadTimeOf(policy.key)).toBeGreaterThan(500);
         expect((await evaluatePolicy(two, policy, 'validate', ok())).status).toBe('allowed');
       }
     } finally {
@@ -267,7 +269,9 @@ describe('a policy slow to instantiate', () => {
       const [slow, spinA, spinB, numbers] = await Promise.all([
         load(two, 'slow', { module: slowFile }),
         load(two, 'spin', { ...lim(1000), name: 'spin-a1' }), load(two, 'spin', { ...lim(8000), name: 'spin-b8' }),
-        load(two, 'numbers', lim(2000)),
+        // Its deadline is not the bound here (the relief worker's own first load of it took 1.96 s
+        // in a clean-clone CI run, more beside two busy processes): waiting for slow's load is.
+        load(two, 'numbers', lim(7000)),
       ]);
       expect(two.loadTimeOf(slow.key)).toBeGreaterThan(Math.max(SLOW_LOAD_MS, 1500));
       for (const policy of [spinA, spinB]) expect((await evaluatePolicy(two, policy, 'mutate', input({ object: {} }))).status).toBe('allowed');
@@ -281,7 +285,7 @@ describe('a policy slow to instantiate', () => {
       const started = performance.now();
       const answers = await Promise.all([1, 2, 3].map(() => evaluatePolicy(two, numbers, 'validate', ok())));
       expect(answers.map((a) => a.status)).toEqual(['allowed', 'allowed', 'allowed']);
-      // On the relief worker (before: failed at 2 s, waiting for the reload). Bounded by slow's
+      // On the relief worker (before: it waited for the reload, slow's start included). Bounded by slow's
       // own load, not a fixed 1.5 s: a relief worker's first load of numbers took 1.96 s in a
       // clean-clone CI run with test files side by side on 2 cores; slow's load slows as much.
       expect(performance.now() - started).toBeLessThan(two.loadTimeOf(slow.key)!);
