@@ -6,7 +6,7 @@ import { mkdtemp, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import { MAX_MESSAGE_LENGTH } from '../../host/src/evaluate/outcome.ts';
+import { MAX_MESSAGE_LENGTH } from '../../host/src/sandbox/outcome.ts';
 import { admissionReview, decodePatch, startServer, type TestServer } from '../helpers/server.ts';
 import { answering } from '../helpers/wasm.ts';
 

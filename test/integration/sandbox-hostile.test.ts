@@ -5,7 +5,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parse } from '@bytecodealliance/jco';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { evaluatePolicy } from '../../host/src/evaluate/evaluate.ts';
+import { evaluatePolicy, sharedInput } from '../../host/src/evaluate/evaluate.ts';
 import { loadPolicy } from '../../host/src/policy/load.ts';
 import { SandboxPool } from '../../host/src/sandbox/pool.ts';
 import { checkComponentBuiltins, ComponentBuiltinError } from '../../host/src/sandbox/component-builtins.ts';
@@ -845,4 +845,27 @@ it('a core module whose memory is exported under another name is told so when it
   const outcome = await evaluatePolicy(pool, policy, 'validate', input({ object: { metadata: { name: 'x' } } }));
   expect(outcome).toMatchObject({ status: 'failed', failure: 'crash', message: expect.stringContaining('gave room for its input, but it exports no memory named "memory", where the host reads and writes it') });
   await stillServes();
+});
+
+describe('what a guest answers is read off the main thread (red-team findings)', () => {
+  it('an answer of 300 KB of tiny maps in a member the host never reads reaches the main thread as its contract members alone', async () => {
+    // Red team 10: 1 MB of `{"0":0},{"1":0},...` took the main thread 130-240 ms to parse per
+    // review; parsing costs by values, not bytes. The worker reads it now (compactOutput).
+    const junk = Array.from({ length: 40_000 }, (_, i) => `{"${i}":0}`).join(',');
+    const bytes = await answering(`{"outcome":"deny","code":418,"message":"no","x":[${junk}]}`, { raw: true });
+    const policy = await loadBytes('tiny-maps', bytes);
+    const { envelope } = sharedInput(input(), policy);
+    const reply = await pool.call(policy.key, 'validate', { envelope, settings: '{}' }, 5000);
+    expect(reply).toMatchObject({ ok: true, output: '{"outcome":"deny","code":418,"message":"no","warnings":[]}' });
+    expect(await evaluatePolicy(pool, policy, 'validate', input())).toMatchObject({ status: 'denied', code: 418, message: 'no' });
+    // The same in a patch: more values than a patch may have is the policy's failure, said by the worker.
+    const values = Array.from({ length: 70_000 }, () => '0').join(',');
+    const patching = await loadBytes('patch-of-many-values', await answering(`{"outcome":"allow","patch":[{"op":"add","path":"/spec/x","value":[${values}]}]}`, { raw: true }));
+    const patched = await pool.call(patching.key, 'mutate', { envelope: sharedInput(input(), patching).envelope, settings: '{}' }, 5000);
+    expect(patched.ok && patched.output.length).toBeLessThan(300);
+    expect(await evaluatePolicy(pool, patching, 'mutate', input())).toMatchObject({
+      status: 'failed', failure: 'crash', message: expect.stringMatching(/^returned a patch of more than 65,536 JSON values/) as unknown,
+    });
+    await stillServes();
+  }, 60_000);
 });

@@ -319,6 +319,24 @@ describe('inline lane', () => {
     expect(longest).toBeLessThan(took / 2);
   });
 
+  it('leaves a long answer to a worker to read: the policy leaves the lane, and a worker answers the call', async () => {
+    // A worker reads a long answer before the main thread parses it (outcome.ts compactOutput);
+    // the lane runs on the main thread, so it takes none.
+    const warnings = Array.from({ length: 1000 }, (_, i) => `warning number ${i}`);
+    const file = join(dir, 'long-answer.wasm');
+    await writeFile(file, await answering({ outcome: 'allow', warnings }));
+    const policy = await load(pool, 'long-answer', { module: file });
+    const until = performance.now() + LANE_WAIT_MS - 10_000;
+    let outcome;
+    while (performance.now() < until && pool.inlineOut(policy.key) === undefined) {
+      outcome = await evaluatePolicy(pool, policy, 'validate', input());
+      await sleep(20);
+    }
+    expect(pool.inlineOut(policy.key)).toBe('its answer is longer than the lane takes');
+    // The call the lane gave up was answered by a worker; warnings past the 512 the host reads are not read.
+    expect(outcome).toMatchObject({ status: 'allowed', warnings: warnings.slice(0, 512) });
+  }, LANE_WAIT_MS);
+
   it('never takes a policy that wants a fresh instance per call', async () => {
     const fresh = await load(pool, 'fresh-no-delete', { file: 'no-delete', isolation: 'fresh' });
     const inline = pool.stats.inlineCalls;

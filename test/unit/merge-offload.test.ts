@@ -2,7 +2,7 @@
 // within a deadline; a merge past it is stopped with its thread and the next one still works.
 import type { JsonObject, PatchOperation } from '@portcullis/sdk';
 import { afterEach, describe, expect, it } from 'vitest';
-import type { Outcome } from '../../host/src/evaluate/outcome.ts';
+import type { Outcome } from '../../host/src/sandbox/outcome.ts';
 import { merge, patchesToCombine, type Evaluated } from '../../host/src/merge/merge.ts';
 import { MAX_WAITING_MERGES, MergeError, OFFLOAD_ALONE_FROM_OPERATIONS, OFFLOAD_FROM_OPERATIONS, PatchMerger, type MergedPatch } from '../../host/src/merge/offload.ts';
 import { patchOperations, respond } from '../../host/src/review/respond.ts';

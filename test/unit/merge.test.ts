@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { decodeOutput, MAX_MESSAGE_LENGTH, MAX_PATCH_DEPTH, type Outcome } from '../../host/src/evaluate/outcome.ts';
+import { decodeOutput, MAX_MESSAGE_LENGTH, MAX_PATCH_DEPTH, type Outcome } from '../../host/src/sandbox/outcome.ts';
 import { MAX_COPIED_BYTES, patchedObject } from '../../host/src/merge/patches.ts';
 import type { JsonObject, JsonValue, PatchOperation } from '@portcullis/sdk';
 import { respond } from '../../host/src/review/respond.ts';

@@ -2,7 +2,7 @@
 // must say so once a second per policy and kind, with a count, not thousands of times.
 import { expect, it } from 'vitest';
 import type { AdmissionRequest } from '@portcullis/sdk';
-import type { Outcome } from '../../host/src/evaluate/outcome.ts';
+import type { Outcome } from '../../host/src/sandbox/outcome.ts';
 import { Histogram, Registry } from 'prom-client';
 import { Metrics } from '../../host/src/server/metrics.ts';
 import { TallyHistogram } from '../../host/src/server/tallies.ts';

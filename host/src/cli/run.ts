@@ -9,7 +9,7 @@ import type { JsonValue, Mode, PatchOperation } from '@portcullis/sdk';
 import { parse as parseYaml } from 'yaml';
 import { loadContext } from './context.ts';
 import { evaluateEntry, evaluatePolicy } from '../evaluate/evaluate.ts';
-import type { Outcome } from '../evaluate/outcome.ts';
+import type { Outcome } from '../sandbox/outcome.ts';
 import { ConfigError, errorMessage } from '../errors.ts';
 import { merge } from '../merge/merge.ts';
 import { patchedObject } from '../merge/patches.ts';

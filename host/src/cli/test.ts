@@ -10,7 +10,7 @@ import { parseArgs } from 'node:util';
 import type { AdmissionRequest, JsonObject, JsonValue, Mode, PatchOperation, PeerCertificate } from '@portcullis/sdk';
 import { parse as parseYaml } from 'yaml';
 import { evaluatePolicy } from '../evaluate/evaluate.ts';
-import type { Outcome } from '../evaluate/outcome.ts';
+import type { Outcome } from '../sandbox/outcome.ts';
 import { errorMessage, PolicyLoadError, PortcullisError } from '../errors.ts';
 import { merge } from '../merge/merge.ts';
 import { patchedObject } from '../merge/patches.ts';

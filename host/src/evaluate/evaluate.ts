@@ -10,7 +10,7 @@ import { errorMessage } from '../errors.ts';
 import { copyBytes } from '../util/bytes.ts';
 import { cutMessage } from '../util/text.ts';
 import { stringifyDeep } from '../util/deep-json.ts';
-import { decodeOutput, MalformedOutput, type Outcome } from './outcome.ts';
+import { decodeOutput, MalformedOutput, type Outcome } from '../sandbox/outcome.ts';
 
 /**
  * `answerWithinMs`: how long the caller (the apiserver's `?timeout=`) will still wait. A call may

@@ -21,7 +21,7 @@ const MAX_LIST_EDITS = 16;
  * of operations: the replace would carry it in the response, and serializing a value some 5,000
  * levels deep overflows the call stack (red team: a custom resource with such a field, and a
  * policy touching 70 of its list's elements, failed every patching policy). The apiserver lets
- * objects nest 10,000 deep; patches from policies nest at most 64 (evaluate/outcome.ts).
+ * objects nest 10,000 deep; patches from policies nest at most 64 (sandbox/outcome.ts).
  */
 export const MAX_REPLACED_DEPTH = 1000;
 /** A resized list too deep to replace is edited element by element, up to this many edits. */

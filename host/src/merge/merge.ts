@@ -9,7 +9,7 @@
 //    (a trial) turns its denial and its failure into warnings, and its patch yields to any
 //    enforced patch it conflicts with; `audit` only reports (the caller logs and counts).
 import type { JsonValue, Operation, PatchOperation } from '@portcullis/sdk';
-import type { Outcome } from '../evaluate/outcome.ts';
+import type { Outcome } from '../sandbox/outcome.ts';
 import type { Enforcement, FailurePolicy } from '../policy/loaded.ts';
 import type { Decision, DecisionPatch } from '../review/respond.ts';
 import type { MergedPatch } from './offload.ts';

@@ -21,6 +21,7 @@ import { meteredComponent, meteredCopy } from './prepare.ts';
 import { MAX_HOST_CALLS_PER_INSTANCE } from './import-wrappers.ts';
 // Reasons kept for a policy out of the lane are cut, as a copy: a guest chooses its error text
 // (red team: a slice of a 60 MB error_set text kept it all, per policy).
+import { COMPACT_FROM_CHARS } from './outcome.ts';
 import { cutMessage } from '../util/text.ts';
 import { threadCpuMicros } from '../util/thread-cpu.ts';
 
@@ -329,8 +330,10 @@ export class InlineLane {
       // What a worker judges (output over its limit, an error answer that may be the memory cap)
       // it judges again; an answer later than the policy's deadline would be one a worker never gives.
       const tooLarge = output.length * 3 > spec.maxOutputBytes && Buffer.byteLength(output) > spec.maxOutputBytes;
+      // A long answer is read by a worker before this thread parses it (outcome.ts compactOutput).
+      const long = output.length >= COMPACT_FROM_CHARS ? 'its answer is longer than the lane takes' : undefined;
       const late = micros > timeoutMs * 1000 ? `a call took ${micros} µs, past its deadline` : undefined;
-      const rejudge = tooLarge ? 'its answer is over its output limit' : output.includes('"outcome":"error"') ? 'it answered an error' : late;
+      const rejudge = tooLarge ? 'its answer is over its output limit' : long ?? (output.includes('"outcome":"error"') ? 'it answered an error' : late);
       const firstCall = !entry.warm;
       entry.warm = true;
       const slow = cpuMicros > (firstCall ? INLINE_FIRST_CALL_MS : INLINE_SLOW_MS) * 1000 && ++entry.slow >= INLINE_SLOW_STRIKES;

@@ -4,6 +4,7 @@
 import './quiet-wasi-warning.ts';
 import module from 'node:module';
 import { parentPort, workerData, type MessagePort } from 'node:worker_threads';
+import { compactOutput } from './outcome.ts';
 import type { Guest } from './guest.ts';
 import { cutMessage, MAX_MESSAGE_LENGTH, mib } from '../util/text.ts';
 import { threadCpuMicros } from '../util/thread-cpu.ts';
@@ -93,7 +94,10 @@ async function call(spec: SandboxSpec, fn: CallRequest['fn'], input: CallRequest
     if (error && (quickJsOutOfMemory(error) || hitCap(spec, used, error.message))) {
       return { ok: false, fault: 'memory', message: outOfMemoryMessage(spec, used), logs: logs.take() };
     }
-    return { ok: true, output, guestMicros, logs: logs.take() };
+    // A review's answer is read here, on this thread's time and the policy's: the main thread
+    // gets the answer's contract members only (sandbox/outcome.ts compactOutput).
+    const answer = fn === 'validate' || fn === 'mutate' ? compactOutput(output) : output;
+    return { ok: true, output: answer, guestMicros, logs: logs.take() };
   } catch (error) {
     const used = guest.memoryBytes();
     // After a trap the instance's state is unknown: never reuse it.

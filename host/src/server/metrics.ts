@@ -3,7 +3,7 @@
 // pulls, and prom-client's default process and Node.js metrics.
 import { collectDefaultMetrics, Counter, Gauge, Registry } from 'prom-client';
 import type { PolicySet } from '../policy/policy-set.ts';
-import type { Outcome } from '../evaluate/outcome.ts';
+import type { Outcome } from '../sandbox/outcome.ts';
 import { SLOW_LOAD_MS, type PolicyStanding, type SandboxPool } from '../sandbox/pool.ts';
 import { buildInfo } from '../util/build-info.ts';
 import { Tally, TallyHistogram } from './tallies.ts';

@@ -2,7 +2,7 @@
 // denials, failures, audited decisions and (when asked) allowed reviews. Kept out of
 // admission.ts so the pipeline there reads as parse -> select -> evaluate -> merge -> respond.
 import type { AdmissionRequest } from '@portcullis/sdk';
-import type { Outcome } from '../evaluate/outcome.ts';
+import type { Outcome } from '../sandbox/outcome.ts';
 import type { MergeResult } from '../merge/merge.ts';
 import type { Level, Logger } from '../util/log.ts';
 import type { Caller } from './caller.ts';

@@ -1,5 +1,7 @@
-// The typed result of evaluating one policy, and the validation of what a guest returned.
-// Guest output is untrusted: anything not in the contract's shape is a crash of that policy.
+// The typed result of evaluating one policy, and the reading of what a guest returned. Guest
+// output is untrusted: anything not in the contract's shape is a crash of that policy. Here, in
+// the sandbox layer, because a worker reads a long answer before the main thread sees it
+// (compactOutput).
 import type { JsonValue, PatchOperation } from '@portcullis/sdk';
 import { PortcullisError } from '../errors.ts';
 import { cutMessage } from '../util/text.ts';
@@ -38,12 +40,51 @@ export class MalformedOutput extends PortcullisError {
 }
 
 export function decodeOutput(policy: string, text: string): Outcome {
-  let value: unknown;
+  return decodeValue(policy, parseOutput(text));
+}
+
+function parseOutput(text: string): unknown {
   try {
-    value = JSON.parse(text);
+    return JSON.parse(text);
   } catch {
     throw new MalformedOutput(`returned output that is not JSON (${preview(text)})`);
   }
+}
+
+/** Answers shorter than this go to the main thread as they came: a few hundred µs to parse at worst. */
+export const COMPACT_FROM_CHARS = 8192;
+
+/**
+ * What the main thread is handed of a long answer, as the worker that ran the guest reads it:
+ * the contract's members alone, checked (an answer the contract refuses becomes an error answer
+ * saying why, which decodes to the same failure). Parsing a guest's answer costs by its count of
+ * values, not its bytes: red team 10, 1 MB of `{"0":0},{"1":0},...` in a member the host never
+ * reads took the main thread 130-240 ms a review, and every other review and /healthz waited.
+ * Left for the main thread: strings, and a patch of at most MAX_PATCH_VALUES values.
+ */
+export function compactOutput(text: string): string {
+  if (text.length < COMPACT_FROM_CHARS) return text;
+  let value: unknown;
+  let outcome: Outcome;
+  try {
+    value = parseOutput(text);
+    outcome = decodeValue('', value);
+  } catch (error) {
+    const message = error instanceof MalformedOutput ? error.message : `returned output the host could not read (${error instanceof Error ? error.message : String(error)})`;
+    return JSON.stringify({ outcome: 'error', message });
+  }
+  const raw = value as Record<string, unknown>;
+  switch (outcome.status) {
+    case 'allowed':
+      return JSON.stringify({ outcome: 'allow', warnings: outcome.warnings, patch: outcome.patch });
+    case 'denied':
+      return JSON.stringify({ outcome: 'deny', code: outcome.code, message: raw.message, warnings: outcome.warnings });
+    case 'failed':
+      return JSON.stringify({ outcome: 'error', kind: outcome.failure === 'crash' ? undefined : outcome.failure, message: raw.message, warnings: outcome.warnings });
+  }
+}
+
+function decodeValue(policy: string, value: unknown): Outcome {
   if (!isObject(value)) throw new MalformedOutput('returned output that is not a JSON object');
   const warnings = decodeWarnings(value.warnings);
   switch (value.outcome) {
@@ -106,6 +147,12 @@ export const MAX_POINTER_SEGMENTS = 64;
  */
 export const MAX_PATCH_OPERATIONS = 10_000;
 /**
+ * Most JSON values in one policy's patch, its operations and the values they write together:
+ * the main thread parses a patch (compactOutput), and that costs by values (a few hundred ns
+ * each). MAX_PATCH_OPERATIONS operations of a label each are 40,000.
+ */
+export const MAX_PATCH_VALUES = 65_536;
+/**
  * Warnings read from one answer: the apiserver keeps 4,096 characters of warnings in all, each
  * one here at least a dozen (the policy's name goes in front), so no more than this can reach
  * it. The rest are not even type-checked (red team: 200,000 warnings, 70-90 ms an answer).
@@ -118,10 +165,11 @@ export const MAX_WARNINGS_READ = 512;
  * later review answer 500). No Kubernetes field can be named so (label and annotation keys
  * must start with an alphanumeric character), so such a patch is refused, not repaired.
  */
-function checkPatchValue(value: unknown, where: string): void {
+function checkPatchValue(value: unknown, where: string, count: { values: number }): void {
   const stack: [unknown, number][] = [[value, 0]];
   while (stack.length > 0) {
     const [node, depth] = stack.pop()!;
+    if (++count.values > MAX_PATCH_VALUES) throw tooManyValues();
     // 1e999 parses to Infinity, which the apiserver would get as null.
     if (typeof node === 'number' && !Number.isFinite(node)) throw new MalformedOutput(`returned a patch value with a number JSON cannot carry (${where})`);
     if (typeof node !== 'object' || node === null) continue;
@@ -147,7 +195,10 @@ function decodePatch(value: unknown): PatchOperation[] {
   // Each operation is rebuilt from the members RFC 6902 gives it: anything else a guest adds
   // would travel to the apiserver unchecked (red team: a member nested 100,000 levels deep made
   // the response's JSON.stringify overflow, and every /mutate review answer 500).
+  const count = { values: 0 };
   return value.map((op: unknown): PatchOperation => {
+    // The operation, its op and its path (and its from).
+    if ((count.values += 3) > MAX_PATCH_VALUES) throw tooManyValues();
     if (!isObject(op) || typeof op.op !== 'string' || !OPS.has(op.op) || typeof op.path !== 'string') {
       throw new MalformedOutput(`returned an invalid patch operation ${shown(op)}`);
     }
@@ -159,9 +210,13 @@ function decodePatch(value: unknown): PatchOperation[] {
     }
     if (op.op === 'remove') return { op: op.op, path: op.path };
     if (!('value' in op)) throw new MalformedOutput(`returned an ${op.op} without "value"`);
-    checkPatchValue(op.value, `${op.op} ${preview(op.path)}`);
+    checkPatchValue(op.value, `${op.op} ${preview(op.path)}`, count);
     return { op: op.op as 'add' | 'replace' | 'test', path: op.path, value: op.value as JsonValue };
   });
+}
+
+function tooManyValues(): MalformedOutput {
+  return new MalformedOutput(`returned a patch of more than ${MAX_PATCH_VALUES.toLocaleString('en')} JSON values (its operations and the values they write); a policy may return at most that many`);
 }
 
 function isObject(value: unknown): value is Record<string, unknown> {

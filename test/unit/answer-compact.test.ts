@@ -1,0 +1,90 @@
+// A long answer is read by the worker that ran the guest (sandbox/outcome.ts compactOutput):
+// the main thread parses only the contract's members, and what it gets decodes to the very
+// outcome the answer as it came would have. Red team 10: 1 MB of tiny maps in a member the host
+// never reads took the main thread 130-240 ms a review.
+import { describe, expect, it } from 'vitest';
+import { COMPACT_FROM_CHARS, compactOutput, decodeOutput, MAX_PATCH_OPERATIONS, MAX_PATCH_VALUES } from '../../host/src/sandbox/outcome.ts';
+
+/** `answer` with a member the host never reads, long enough to be compacted. */
+const padded = (answer: Record<string, unknown>) => JSON.stringify({ ...answer, x: Array.from({ length: COMPACT_FROM_CHARS / 8 }, (_, i) => ({ [i]: 0 })) });
+
+/** The outcome decoded from the answer as it came, and from what the main thread gets, or each failure's message. */
+function both(text: string): [unknown, unknown] {
+  const read = (t: string) => {
+    try {
+      return decodeOutput('p', t);
+    } catch (error) {
+      return (error as Error).message;
+    }
+  };
+  return [read(text), read(compactOutput(text))];
+}
+
+describe('compactOutput', () => {
+  it('hands the main thread an answer shorter than COMPACT_FROM_CHARS as it came', () => {
+    const text = JSON.stringify({ outcome: 'allow', extra: [1, 2, 3] });
+    expect(compactOutput(text)).toBe(text);
+  });
+
+  it('drops what the host never reads, and the outcome is the same', () => {
+    const long = padded({ outcome: 'allow', warnings: ['w'], patch: [{ op: 'add', path: '/metadata/labels/a', value: { b: [1, 'c'] }, junk: 1 }] });
+    expect(long.length).toBeGreaterThan(COMPACT_FROM_CHARS);
+    const compact = compactOutput(long);
+    expect(compact).toBe('{"outcome":"allow","warnings":["w"],"patch":[{"op":"add","path":"/metadata/labels/a","value":{"b":[1,"c"]}}]}');
+    const [before, after] = both(long);
+    expect(after).toEqual(before);
+  });
+
+  it('gives the same outcome for denials, each kind of error answer, and a message past the cut', () => {
+    const message = 'm'.repeat(5000);
+    for (const answer of [
+      { outcome: 'deny', code: 418, message, warnings: ['a', 'b'] },
+      { outcome: 'deny' },
+      { outcome: 'error', kind: 'permanent', message: 'p' },
+      { outcome: 'error', kind: 'temporary', message },
+      { outcome: 'error', kind: { a: [1, 2, 3] }, message: 'crash by an unknown kind' },
+      { outcome: 'allow', warnings: Array.from({ length: 600 }, (_, i) => `w${i}`) },
+    ]) {
+      const [before, after] = both(padded(answer));
+      expect(after).toEqual(before);
+      expect(compactOutput(padded(answer)).length).toBeLessThan(12_000);
+    }
+  });
+
+  it('turns an answer the contract refuses into an error answer that fails the same way, and short', () => {
+    const broken = [
+      `${padded({ outcome: 'allow' })}garbage`,
+      JSON.stringify(Array.from({ length: COMPACT_FROM_CHARS }, () => 0)),
+      padded({ outcome: 'maybe' }),
+      padded({ outcome: 'deny', code: 99 }),
+      padded({ outcome: 'allow', patch: [{ op: 'add', path: 'no-slash', value: 1 }] }),
+      padded({ outcome: 'allow', patch: [{ op: 'add', path: '/a', value: JSON.parse('{"__proto__":1}') as unknown }] }),
+    ];
+    for (const text of broken) {
+      const [before, after] = both(text);
+      expect(typeof before).toBe('string');
+      // Failing outcomes: the message decodeOutput threw is the error answer's message.
+      expect(after).toMatchObject({ status: 'failed', failure: 'crash', message: before });
+      expect(compactOutput(text).length).toBeLessThan(1000);
+    }
+  });
+});
+
+describe('MAX_PATCH_VALUES', () => {
+  it('takes MAX_PATCH_OPERATIONS operations of a label each', () => {
+    const patch = Array.from({ length: MAX_PATCH_OPERATIONS }, (_, i) => ({ op: 'add', path: `/metadata/labels/l${i}`, value: 'v' }));
+    const outcome = decodeOutput('p', JSON.stringify({ outcome: 'allow', patch }));
+    expect(outcome.status === 'allowed' && outcome.patch.length).toBe(MAX_PATCH_OPERATIONS);
+  });
+
+  it('refuses a patch of more values than that, whether in one value or in many operations', () => {
+    const message = `returned a patch of more than ${MAX_PATCH_VALUES.toLocaleString('en')} JSON values (its operations and the values they write); a policy may return at most that many`;
+    const one = { op: 'add', path: '/spec/x', value: Array.from({ length: MAX_PATCH_VALUES }, (_, i) => ({ [i]: 0 })) };
+    expect(() => decodeOutput('p', JSON.stringify({ outcome: 'allow', patch: [one] }))).toThrow(message);
+    const many = Array.from({ length: 6000 }, (_, i) => ({ op: 'add', path: `/spec/x${i}`, value: [1, 2, 3, 4, 5, 6, 7, 8] }));
+    expect(() => decodeOutput('p', JSON.stringify({ outcome: 'allow', patch: many }))).toThrow(message);
+    // Just under: the operations' 3 values each and the value's own.
+    const under = { op: 'add', path: '/spec/x', value: Array.from({ length: MAX_PATCH_VALUES - 4 }, () => 0) };
+    expect(decodeOutput('p', JSON.stringify({ outcome: 'allow', patch: [under] })).status).toBe('allowed');
+  });
+});
