@@ -3,34 +3,51 @@
 // outcome the answer as it came would have. Red team 10: 1 MB of tiny maps in a member the host
 // never reads took the main thread 130-240 ms a review.
 import { describe, expect, it } from 'vitest';
-import { COMPACT_FROM_CHARS, compactOutput, decodeOutput, MAX_PATCH_OPERATIONS, MAX_PATCH_VALUES } from '../../host/src/sandbox/outcome.ts';
+import { WarningList } from '../../host/src/merge/warnings.ts';
+import { COMPACT_FROM_CHARS, compactOutput, decodeOutput, MAX_PATCH_OPERATIONS, MAX_PATCH_VALUES, PATCH_FROM_VALIDATE } from '../../host/src/sandbox/outcome.ts';
 
 /** `answer` with a member the host never reads, long enough to be compacted. */
 const padded = (answer: Record<string, unknown>) => JSON.stringify({ ...answer, x: Array.from({ length: COMPACT_FROM_CHARS / 8 }, (_, i) => ({ [i]: 0 })) });
 
-/** The outcome decoded from the answer as it came, and from what the main thread gets, or each failure's message. */
-function both(text: string): [unknown, unknown] {
-  const read = (t: string) => {
+/** What the review's answer takes of warnings (merge/warnings.ts): the worker cuts them as it would. */
+function listed(warnings: string[]): string[] {
+  const list = new WarningList();
+  for (const warning of warnings) list.add('a-policy-name', warning);
+  return list.list;
+}
+
+/**
+ * The outcome decoded from the answer as it came, and from what the main thread gets (warnings
+ * as the review's answer takes them), or each failure's message.
+ */
+function both(text: string, fn: 'validate' | 'mutate' = 'mutate'): [unknown, unknown] {
+  const read = (t: string, compacted = false) => {
     try {
-      return decodeOutput('p', t);
+      const outcome = decodeOutput('p', t, compacted);
+      return { ...outcome, warnings: listed(outcome.warnings) };
     } catch (error) {
       return (error as Error).message;
     }
   };
-  return [read(text), read(compactOutput(text))];
+  const compact = compactOutput(text, fn);
+  return [read(text), read(compact.output, compact.compact)];
 }
 
 describe('compactOutput', () => {
   it('hands the main thread an answer shorter than COMPACT_FROM_CHARS as it came', () => {
     const text = JSON.stringify({ outcome: 'allow', extra: [1, 2, 3] });
-    expect(compactOutput(text)).toBe(text);
+    expect(compactOutput(text, 'mutate')).toEqual({ output: text, compact: false });
   });
 
   it('drops what the host never reads, and the outcome is the same', () => {
-    const long = padded({ outcome: 'allow', warnings: ['w'], patch: [{ op: 'add', path: '/metadata/labels/a', value: { b: [1, 'c'] }, junk: 1 }] });
+    const long = padded({ outcome: 'allow', warnings: ['w'], patch: [
+      { op: 'add', path: '/metadata/labels/a', value: { b: [1, 'c'] }, junk: 1 }, { op: 'copy', from: '/a', path: '/b', value: 1 }, { op: 'remove', path: '/c' },
+    ] });
     expect(long.length).toBeGreaterThan(COMPACT_FROM_CHARS);
-    const compact = compactOutput(long);
-    expect(compact).toBe('{"outcome":"allow","warnings":["w"],"patch":[{"op":"add","path":"/metadata/labels/a","value":{"b":[1,"c"]}}]}');
+    expect(compactOutput(long, 'mutate')).toEqual({
+      output: '{"outcome":"allow","patch":[{"op":"add","path":"/metadata/labels/a","value":{"b":[1,"c"]}},{"op":"copy","from":"/a","path":"/b"},{"op":"remove","path":"/c"}],"warnings":["w"]}',
+      compact: true,
+    });
     const [before, after] = both(long);
     expect(after).toEqual(before);
   });
@@ -47,7 +64,7 @@ describe('compactOutput', () => {
     ]) {
       const [before, after] = both(padded(answer));
       expect(after).toEqual(before);
-      expect(compactOutput(padded(answer)).length).toBeLessThan(12_000);
+      expect(compactOutput(padded(answer), 'mutate').output.length).toBeLessThan(12_000);
     }
   });
 
@@ -65,8 +82,27 @@ describe('compactOutput', () => {
       expect(typeof before).toBe('string');
       // Failing outcomes: the message decodeOutput threw is the error answer's message.
       expect(after).toMatchObject({ status: 'failed', failure: 'crash', message: before });
-      expect(compactOutput(text).length).toBeLessThan(1000);
+      expect(compactOutput(text, 'mutate').output.length).toBeLessThan(1000);
     }
+  });
+  it('cuts a megabyte of message and of warnings in the worker, and the review\'s answer takes the same of them', () => {
+    const huge = '\u0001a'.repeat(500_000);
+    for (const answer of [
+      { outcome: 'deny', message: huge, warnings: [huge, huge, `${'b'.repeat(300)}\u0085`, ' \t'.repeat(200), '😀'.repeat(200)] },
+      { outcome: 'error', kind: 'temporary', message: huge, warnings: Array.from({ length: 512 }, () => huge.slice(0, 2000)) },
+    ]) {
+      const text = JSON.stringify(answer);
+      const [before, after] = both(text);
+      expect(after).toEqual(before);
+      expect(compactOutput(text, 'mutate').output.length).toBeLessThan(200_000);
+    }
+  });
+
+  it('does not hand over a patch from validate: the failure evaluate.ts gives such an answer', () => {
+    const text = padded({ outcome: 'allow', warnings: ['w'], patch: [{ op: 'add', path: '/spec/x', value: 1 }] });
+    const compact = compactOutput(text, 'validate');
+    expect(decodeOutput('p', compact.output, compact.compact)).toEqual({ policy: 'p', status: 'failed', failure: 'crash', message: PATCH_FROM_VALIDATE, warnings: ['w'] });
+    expect(compactOutput(text, 'mutate').output).toContain('"patch"');
   });
 });
 

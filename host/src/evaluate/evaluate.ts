@@ -10,7 +10,7 @@ import { errorMessage } from '../errors.ts';
 import { copyBytes } from '../util/bytes.ts';
 import { cutMessage } from '../util/text.ts';
 import { stringifyDeep } from '../util/deep-json.ts';
-import { decodeOutput, MalformedOutput, type Outcome } from '../sandbox/outcome.ts';
+import { decodeOutput, MalformedOutput, PATCH_FROM_VALIDATE, type Outcome } from '../sandbox/outcome.ts';
 
 /**
  * `answerWithinMs`: how long the caller (the apiserver's `?timeout=`) will still wait. A call may
@@ -30,7 +30,7 @@ export async function evaluatePolicy(
   // The SDKs patch only from mutate. A validating webhook's answer must not carry a patch, and
   // merging one would run patch code for a validation (red team).
   if (mode === 'validate' && outcome.status === 'allowed' && outcome.patch.length > 0) {
-    return { policy: policy.name, status: 'failed', failure: 'crash', message: 'returned a patch from validate; only mutate may change the object', warnings: outcome.warnings, ...timingOf(outcome) };
+    return { policy: policy.name, status: 'failed', failure: 'crash', message: PATCH_FROM_VALIDATE, warnings: outcome.warnings, ...timingOf(outcome) };
   }
   return outcome;
 }
@@ -214,7 +214,7 @@ export function toOutcome(policy: string, result: CallResult): Outcome {
     return { policy, status: 'failed', failure, message: cutMessage(result.message), warnings: [], ...timing };
   }
   try {
-    return { ...decodeOutput(policy, result.output), ...timing };
+    return { ...decodeOutput(policy, result.output, result.compact), ...timing };
   } catch (error) {
     // Whatever reading a guest's answer throws is that policy's crash, never the review's: a
     // check that overflowed on a crafted answer once made every review answer 500 (red team).

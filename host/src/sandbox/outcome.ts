@@ -39,8 +39,12 @@ export class MalformedOutput extends PortcullisError {
   }
 }
 
-export function decodeOutput(policy: string, text: string): Outcome {
-  return decodeValue(policy, parseOutput(text));
+/**
+ * `compacted`: the text is compactOutput's, made by the worker from an answer it checked: its
+ * message is cut already, and its patch is not walked again (~12 ms for one at MAX_PATCH_VALUES).
+ */
+export function decodeOutput(policy: string, text: string, compacted = false): Outcome {
+  return decodeValue(policy, parseOutput(text), compacted);
 }
 
 function parseOutput(text: string): unknown {
@@ -62,8 +66,8 @@ export const COMPACT_FROM_CHARS = 8192;
  * reads took the main thread 130-240 ms a review, and every other review and /healthz waited.
  * Left for the main thread: strings, and a patch of at most MAX_PATCH_VALUES values.
  */
-export function compactOutput(text: string): string {
-  if (text.length < COMPACT_FROM_CHARS) return text;
+export function compactOutput(text: string, fn: 'validate' | 'mutate'): { output: string; compact: boolean } {
+  if (text.length < COMPACT_FROM_CHARS) return { output: text, compact: false };
   let value: unknown;
   let outcome: Outcome;
   try {
@@ -71,36 +75,52 @@ export function compactOutput(text: string): string {
     outcome = decodeValue('', value);
   } catch (error) {
     const message = error instanceof MalformedOutput ? error.message : `returned output the host could not read (${error instanceof Error ? error.message : String(error)})`;
-    return JSON.stringify({ outcome: 'error', message });
+    return { output: JSON.stringify({ outcome: 'error', message }), compact: true };
   }
-  const raw = value as Record<string, unknown>;
+  // Warnings as WarningList will read them, cut here: it collapses control characters and
+  // keeps 256 characters of each (with the policy's name), and a megabyte of them took the main
+  // thread 16 ms there (review). Enough is kept that it cuts each the same.
+  const warnings = outcome.warnings.map((warning) => {
+    const collapsed = warning.replace(CONTROL_RUNS, ' ');
+    return collapsed.length > MAX_WARNING_CHARS + 1 ? collapsed.slice(0, MAX_WARNING_CHARS) + (collapsed.slice(MAX_WARNING_CHARS).trim() ? 'x' : '') : collapsed;
+  });
+  const compact = (answer: Record<string, unknown>) => ({ output: JSON.stringify({ ...answer, warnings }), compact: true });
   switch (outcome.status) {
     case 'allowed':
-      return JSON.stringify({ outcome: 'allow', warnings: outcome.warnings, patch: outcome.patch });
+      // The patch a validating policy may not return is not handed over: the failure evaluate.ts would give.
+      if (fn === 'validate' && outcome.patch.length > 0) return compact({ outcome: 'error', message: PATCH_FROM_VALIDATE });
+      return compact({ outcome: 'allow', patch: outcome.patch });
     case 'denied':
-      return JSON.stringify({ outcome: 'deny', code: outcome.code, message: raw.message, warnings: outcome.warnings });
+      return compact({ outcome: 'deny', code: outcome.code, message: outcome.message });
     case 'failed':
-      return JSON.stringify({ outcome: 'error', kind: outcome.failure === 'crash' ? undefined : outcome.failure, message: raw.message, warnings: outcome.warnings });
+      return compact({ outcome: 'error', kind: outcome.failure === 'crash' ? undefined : outcome.failure, message: outcome.message });
   }
 }
 
-function decodeValue(policy: string, value: unknown): Outcome {
+/** What a validating policy's answer with a patch fails with. */
+export const PATCH_FROM_VALIDATE = 'returned a patch from validate; only mutate may change the object';
+/** Control characters, which WarningList (merge/warnings.ts) turns into one space a run. */
+const CONTROL_RUNS = /[\u0000-\u001f\u007f-\u009f]+/g;
+/** What WarningList keeps of a warning at most (MAX_WARNING_LENGTH there, with the policy's name). */
+const MAX_WARNING_CHARS = 256;
+
+function decodeValue(policy: string, value: unknown, compacted = false): Outcome {
   if (!isObject(value)) throw new MalformedOutput('returned output that is not a JSON object');
   const warnings = decodeWarnings(value.warnings);
   switch (value.outcome) {
     case 'allow':
-      return { policy, status: 'allowed', warnings, patch: decodePatch(value.patch) };
+      return { policy, status: 'allowed', warnings, patch: compacted ? (value.patch ?? []) as PatchOperation[] : decodePatch(value.patch) };
     case 'deny': {
       const code = value.code === undefined ? 403 : value.code;
       if (typeof code !== 'number' || !Number.isInteger(code) || code < 100 || code > 599) {
         throw new MalformedOutput(`returned a denial with an invalid HTTP code ${shown(code)}`);
       }
-      return { policy, status: 'denied', code, message: decodeMessage(value.message), warnings };
+      return { policy, status: 'denied', code, message: decodeMessage(value.message, compacted), warnings };
     }
     case 'error': {
       const kind = value.kind;
       const failure = kind === 'permanent' || kind === 'temporary' ? kind : 'crash';
-      return { policy, status: 'failed', failure, message: decodeMessage(value.message), warnings };
+      return { policy, status: 'failed', failure, message: decodeMessage(value.message, compacted), warnings };
     }
     default:
       throw new MalformedOutput(`returned an unknown outcome ${shown(value.outcome)}`);
@@ -121,10 +141,10 @@ function decodeWarnings(value: unknown): string[] {
  */
 export { MAX_MESSAGE_LENGTH } from '../util/text.ts';
 
-function decodeMessage(value: unknown): string {
+function decodeMessage(value: unknown, cut = false): string {
   if (value === undefined) return '';
   if (typeof value !== 'string') throw new MalformedOutput('returned a message that is not a string');
-  return cutMessage(value);
+  return cut ? value : cutMessage(value);
 }
 
 

@@ -49,7 +49,8 @@ import { clock, Progress, type CallInput, type CallReply, type FaultKind, type F
 export type CallFault = FaultKind | 'deadline' | 'worker';
 
 export type CallResult =
-  | { ok: true; output: string; guestMicros: number; totalMicros: number; logs: LogEntry[] }
+  /** `compact`: the output was read in the worker (sandbox/outcome.ts compactOutput). */
+  | { ok: true; output: string; guestMicros: number; totalMicros: number; logs: LogEntry[]; compact?: boolean }
   /** `totalMicros` absent: the call was refused, never started. */
   | { ok: false; fault: CallFault; message: string; totalMicros?: number; logs: LogEntry[] };
 
@@ -1348,7 +1349,7 @@ export class SandboxPool {
       }
       const totalMicros = Math.round((now - job.started) * 1000);
       job.resolve(reply.ok
-        ? { ok: true, output: reply.output, guestMicros: reply.guestMicros, totalMicros, logs: reply.logs }
+        ? { ok: true, output: reply.output, guestMicros: reply.guestMicros, totalMicros, logs: reply.logs, ...(reply.compact ? { compact: true } : {}) }
         : { ok: false, fault: reply.fault === 'late' ? 'deadline' : reply.fault, message: reply.message, totalMicros, logs: reply.logs });
     }
     return true;

@@ -77,7 +77,8 @@ export type LogEntry = [level: string, message: string];
 export type FaultKind = 'trap' | 'memory' | 'output' | 'instantiate' | 'unloaded' | 'late';
 
 export type CallAnswer =
-  | { ok: true; output: string; guestMicros: number; logs: LogEntry[] }
+  /** `compact`: the output is sandbox/outcome.ts compactOutput's, read in the worker. */
+  | { ok: true; output: string; guestMicros: number; logs: LogEntry[]; compact?: boolean }
   | { ok: false; fault: FaultKind; message: string; logs: LogEntry[] };
 
 /** `spentMicros`: the worker's (wall) time on the call, instantiation included (the pool's guide to what may share a message). */

@@ -96,8 +96,8 @@ async function call(spec: SandboxSpec, fn: CallRequest['fn'], input: CallRequest
     }
     // A review's answer is read here, on this thread's time and the policy's: the main thread
     // gets the answer's contract members only (sandbox/outcome.ts compactOutput).
-    const answer = fn === 'validate' || fn === 'mutate' ? compactOutput(output) : output;
-    return { ok: true, output: answer, guestMicros, logs: logs.take() };
+    if (fn === 'validate' || fn === 'mutate') return { ok: true, ...compactOutput(output, fn), guestMicros, logs: logs.take() };
+    return { ok: true, output, guestMicros, logs: logs.take() };
   } catch (error) {
     const used = guest.memoryBytes();
     // After a trap the instance's state is unknown: never reuse it.
