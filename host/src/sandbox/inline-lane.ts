@@ -17,7 +17,7 @@
 import { performance } from 'node:perf_hooks';
 import type { Guest, LogBuffer } from './guest.ts';
 import type { CallInput, GuestFunction, LogEntry, SandboxSpec } from './protocol.ts';
-import { meteredComponent, meteredCopy } from './prepare.ts';
+import { meteredComponent, meteredCopy, type Unmetered } from './prepare.ts';
 import { MAX_HOST_CALLS_PER_INSTANCE } from './import-wrappers.ts';
 // Reasons kept for a policy out of the lane are cut, as a copy: a guest chooses its error text
 // (red team: a slice of a 60 MB error_set text kept it all, per policy).
@@ -127,6 +127,15 @@ export const THREAD_CLOCK: LaneClock = {
   cpuMicros: threadCpuMicros,
 };
 
+/** A policy's metered copy for the lane, within the lane's bounds (sandbox/prepare.ts), or why there is none. */
+async function meteredCopyOf(spec: SandboxSpec): Promise<{ modules: Record<string, WebAssembly.Module> } | Unmetered> {
+  if (spec.kind === 'core') {
+    const copy = await meteredCopy(spec, { maxBytes: INLINE_MAX_MODULE_BYTES, memoryBytes: INLINE_MAX_MEMORY_BYTES });
+    return copy instanceof WebAssembly.Module ? { modules: { 'policy.wasm': copy } } : copy;
+  }
+  return meteredComponent(spec, { maxBytes: INLINE_MAX_COMPONENT_BYTES, memoryBytes: INLINE_MAX_MEMORY_BYTES, maxModules: INLINE_MAX_COMPONENT_MODULES });
+}
+
 /** One policy's inline instance, its own log buffer, and whether it has answered (its first call compiles nothing now, but is allowed more). */
 interface Entry {
   guest: Guest;
@@ -141,7 +150,7 @@ export class InlineLane {
   readonly #preparing = new Set<string>();
   /** Keys unloaded while their instance was being made. */
   readonly #gone = new Set<string>();
-  /** How many times each policy's instance took longer than INLINE_FIRST_CALL_MS to make (wall and CPU time). */
+  /** How many times making each policy's instance failed in a way a busy machine can cause (#strike). */
   readonly #slowMakes = new Map<string, number>();
   /** Policies out of the lane, and why (for tests and logs). */
   readonly #out = new Map<string, string>();
@@ -158,11 +167,20 @@ export class InlineLane {
   readonly #onLeave: ((key: string, reason: string) => void) | undefined;
   readonly #maxHostCalls: number;
 
-  /** `onLeave`: told once per sandbox (see SandboxPool) why the lane no longer takes it. */
-  constructor(clock: LaneClock = THREAD_CLOCK, onLeave?: (key: string, reason: string) => void, maxHostCalls = MAX_HOST_CALLS_PER_INSTANCE) {
+  readonly #copyOf: (spec: SandboxSpec) => Promise<{ modules: Record<string, WebAssembly.Module> } | Unmetered>;
+
+  /**
+   * `onLeave`: told once per sandbox (see SandboxPool) why the lane no longer takes it.
+   * `copyOf`: makes a policy's metered copy (tests stand in for the metering thread with it).
+   */
+  constructor(
+    clock: LaneClock = THREAD_CLOCK, onLeave?: (key: string, reason: string) => void, maxHostCalls = MAX_HOST_CALLS_PER_INSTANCE,
+    copyOf = meteredCopyOf,
+  ) {
     this.#clock = clock;
     this.#onLeave = onLeave;
     this.#maxHostCalls = maxHostCalls;
+    this.#copyOf = copyOf;
   }
 
   /** Sandboxes the lane no longer takes: until they are unloaded (a reload that changes the policy's module, limits or settings, or a restart). */
@@ -219,6 +237,17 @@ export class InlineLane {
     return this.#busyShare < INLINE_MAX_UTILIZATION;
   }
 
+  /**
+   * Making the policy's instance failed in a way a busy machine can cause (slow, a time-out at
+   * the lowest priority): it is made again at a later quiet moment (want()), and left out only
+   * at the INLINE_SLOW_STRIKES-th time, with the last reason.
+   */
+  #strike(key: string, reason: string): void {
+    const strikes = (this.#slowMakes.get(key) ?? 0) + 1;
+    this.#slowMakes.set(key, strikes);
+    if (strikes >= INLINE_SLOW_STRIKES) this.#setOut(key, `${reason} (${strikes} times)`);
+  }
+
   /** Gives back a claim without calling (the caller sends the call to a worker after all). */
   release(): void {
     this.#busy = false;
@@ -262,11 +291,10 @@ export class InlineLane {
       this.#setOut(spec.key, 'its jco glue is not the glue this SDK builds (the lane runs only glue reviewed for the main thread)');
       return;
     }
-    const copy = spec.kind === 'core'
-      ? await meteredCopy(spec, { maxBytes: INLINE_MAX_MODULE_BYTES, memoryBytes: INLINE_MAX_MEMORY_BYTES }).then((m) => (m instanceof WebAssembly.Module ? { modules: { 'policy.wasm': m } } : m))
-      : await meteredComponent(spec, { maxBytes: INLINE_MAX_COMPONENT_BYTES, memoryBytes: INLINE_MAX_MEMORY_BYTES, maxModules: INLINE_MAX_COMPONENT_MODULES });
+    const copy = await this.#copyOf(spec);
     if ('unmetered' in copy) {
-      this.#setOut(spec.key, copy.unmetered);
+      if (copy.again) this.#strike(spec.key, copy.unmetered);
+      else this.#setOut(spec.key, copy.unmetered);
       return;
     }
     // Imported only now: guest.ts pulls in Extism, which pulls in node:wasi (and its warning).
@@ -297,11 +325,7 @@ export class InlineLane {
       const slow = ms > INLINE_FIRST_CALL_MS && cpuMs > INLINE_FIRST_CALL_MS;
       if (this.#closed || this.#out.has(spec.key) || this.#gone.has(spec.key) || slow) {
         guest.close();
-        if (slow) {
-          const strikes = (this.#slowMakes.get(spec.key) ?? 0) + 1;
-          this.#slowMakes.set(spec.key, strikes);
-          if (strikes >= INLINE_SLOW_STRIKES) this.#setOut(spec.key, `its inline instance took ${Math.round(cpuMs)} ms of this thread's CPU to make, ${strikes} times over ${INLINE_FIRST_CALL_MS} ms`);
-        }
+        if (slow) this.#strike(spec.key, `its inline instance took ${Math.round(cpuMs)} ms of this thread's CPU to make, over ${INLINE_FIRST_CALL_MS} ms`);
       } else this.#entries.set(spec.key, { guest, logs, warm: false, slow: 0 });
     } catch (error) {
       this.#setOut(spec.key, `its inline instance failed: ${error instanceof Error ? error.message : String(error)}`);

@@ -32,10 +32,22 @@ import { PortcullisError } from '../errors.ts';
 const COMPONENT_IMPORTS = new Set(['portcullis:policy/host', 'portcullis:policy/context']);
 
 export class PrepareError extends PortcullisError {
-  constructor(message: string) {
+  /** The machine's doing, not the module's (a trial at the lowest priority out of time): worth trying again later. */
+  readonly passing: boolean;
+  constructor(message: string, passing = false) {
     super('MODULE_REFUSED', message);
+    this.passing = passing;
   }
 }
+
+/**
+ * Why the lane has no metered copy of a policy; `again`: the machine's doing (a time-out of
+ * the metering thread or of a compile trial at the lowest priority), so the lane tries again
+ * at a later quiet moment rather than keep the policy out for good.
+ */
+export type Unmetered = { unmetered: string; again?: true };
+const unmeteredBy = (message: string, error: unknown): Unmetered =>
+  error instanceof PrepareError && error.passing ? { unmetered: message, again: true } : { unmetered: message };
 
 export async function prepareSandbox(
   policy: string, bytes: Uint8Array, limits: SandboxLimits, fresh: boolean,
@@ -95,7 +107,7 @@ export async function prepareSandbox(
  */
 export async function meteredComponent(
   spec: SandboxSpec, bounds: { maxBytes: number; memoryBytes: number; maxModules: number },
-): Promise<{ modules: Record<string, WebAssembly.Module> } | { unmetered: string }> {
+): Promise<{ modules: Record<string, WebAssembly.Module> } | Unmetered> {
   if (spec.kind !== 'component' || !spec.cores) return { unmetered: 'it is not a component prepared here' };
   const names = Object.keys(spec.cores);
   if (names.length > bounds.maxModules) return { unmetered: `it has ${names.length} core modules, more than the ${bounds.maxModules} the lane takes` };
@@ -138,13 +150,13 @@ export async function meteredComponent(
     if (known[i]) continue;
     // No code: nothing of its own runs (its start, if any, is an import: metered or host-bounded).
     const metering = layouts[i]!.codeSection ? meterings[next++]! : { bytes: capped[i]! };
-    if (!('bytes' in metering)) return { unmetered: `its core module ${name} cannot be metered: ${metering.unmetered}` };
+    if (!('bytes' in metering)) return { ...metering, unmetered: `its core module ${name} cannot be metered: ${metering.unmetered}` };
     metered[i] = metering.bytes;
   }
   const refused = await walkAndTry(metered.filter((bytes) => bytes !== undefined), { walked: true, background: true });
   if (refused) {
     const name = names[metered.findIndex((bytes) => bytes === refused.bytes)];
-    return { unmetered: `the metered copy of ${name} was refused: ${refused.error.message}` };
+    return unmeteredBy(`the metered copy of ${name} was refused: ${refused.error.message}`, refused.error);
   }
   const modules: Record<string, WebAssembly.Module> = {};
   for (const [i, name] of names.entries()) {
@@ -156,7 +168,7 @@ export async function meteredComponent(
     try {
       modules[name] = await compile(metered[i]!, true, true, true);
     } catch (error) {
-      return { unmetered: `the metered copy of ${name} was refused: ${error instanceof Error ? error.message : String(error)}` };
+      return unmeteredBy(`the metered copy of ${name} was refused: ${error instanceof Error ? error.message : String(error)}`, error);
     }
     meteredByContent.set(hashes[i]!, new WeakRef(modules[name]));
   }
@@ -175,24 +187,25 @@ const METER_THREAD_MS = 30_000;
  * thread each left ~7 MiB of RSS per policy behind (each thread's own malloc arena and isolate),
  * where one after another reuse the same.
  */
-function meterInThread(modules: Uint8Array<ArrayBuffer>[]): Promise<Metering[]> {
+function meterInThread(modules: Uint8Array<ArrayBuffer>[]): Promise<(Metering | Unmetered)[]> {
   const run = meterQueue.then(() => meterInNewThread(modules));
   meterQueue = run.catch(() => undefined);
   return run;
 }
 let meterQueue: Promise<unknown> = Promise.resolve();
 
-function meterInNewThread(modules: Uint8Array<ArrayBuffer>[]): Promise<Metering[]> {
+function meterInNewThread(modules: Uint8Array<ArrayBuffer>[]): Promise<(Metering | Unmetered)[]> {
   return new Promise((resolve) => {
     // meter-thread.ts in the checkout, meter-thread.js in the installed package.
     const worker = new Worker(new URL(`./meter-thread${extname(fileURLToPath(import.meta.url))}`, import.meta.url), {
       workerData: modules, stdout: false, stderr: false, resourceLimits: { maxOldGenerationSizeMb: 256 },
     });
     worker.unref();
-    const failed = (why: string) => modules.map(() => ({ unmetered: why }));
+    const failed = (why: string, again = false): Unmetered[] => modules.map(() => (again ? { unmetered: why, again: true } : { unmetered: why }));
+    // At the lowest priority on a busy node, the machine's doing as likely as the module's.
     const timer = setTimeout(() => {
       void worker.terminate();
-      resolve(failed(`metering took more than ${METER_THREAD_MS} ms`));
+      resolve(failed(`metering took more than ${METER_THREAD_MS} ms`, true));
     }, METER_THREAD_MS);
     timer.unref();
     worker.once('message', (answers: Metering[]) => {
@@ -225,7 +238,7 @@ const cappedBytes = new WeakMap<WebAssembly.Module, Uint8Array<ArrayBuffer>>();
  * memory, exported, so that the lane sees all of it (red team: an unexported second memory held
  * 56 MiB per policy in the main thread).
  */
-export async function meteredCopy(spec: SandboxSpec, bounds: { maxBytes: number; memoryBytes: number }): Promise<WebAssembly.Module | { unmetered: string }> {
+export async function meteredCopy(spec: SandboxSpec, bounds: { maxBytes: number; memoryBytes: number }): Promise<WebAssembly.Module | Unmetered> {
   const core = spec.kind === 'core' ? spec.modules['policy.wasm'] : undefined;
   const bytes = core && cappedBytes.get(core);
   if (!bytes || !core) return { unmetered: 'it is not a core module prepared here' };
@@ -249,7 +262,7 @@ export async function meteredCopy(spec: SandboxSpec, bounds: { maxBytes: number;
   try {
     return await compile(metering.bytes, true, true, true);
   } catch (error) {
-    return { unmetered: `its metered copy was refused: ${error instanceof Error ? error.message : String(error)}` };
+    return unmeteredBy(`its metered copy was refused: ${error instanceof Error ? error.message : String(error)}`, error);
   }
 }
 
@@ -334,7 +347,7 @@ const MAX_WALKED = 10_000;
 function refusal(hash: string, verdict: { reason: string; lasting: boolean }, background: boolean): PrepareError {
   // A trial at the lowest priority may run out of time on a busy node: not the module's doing.
   if (verdict.lasting && !background) remember(hash, verdict.reason);
-  return new PrepareError(verdict.reason);
+  return new PrepareError(verdict.reason, !verdict.lasting);
 }
 
 /** A module's content hash, computed once per buffer (walkAndTry, then compile, hash the same bytes). */
