@@ -4,7 +4,7 @@
 // never reads took the main thread 130-240 ms a review.
 import { describe, expect, it } from 'vitest';
 import { WarningList } from '../../host/src/merge/warnings.ts';
-import { COMPACT_FROM_CHARS, compactOutput, decodeOutput, MAX_PATCH_OPERATIONS, MAX_PATCH_VALUES, PATCH_FROM_VALIDATE } from '../../host/src/sandbox/outcome.ts';
+import { COMPACT_FROM_CHARS, compactOutput, decodeOutput, MAX_PATCH_MEMBERS, MAX_PATCH_OPERATIONS, PATCH_FROM_VALIDATE } from '../../host/src/sandbox/outcome.ts';
 
 /** `answer` with a member the host never reads, long enough to be compacted. */
 const padded = (answer: Record<string, unknown>) => JSON.stringify({ ...answer, x: Array.from({ length: COMPACT_FROM_CHARS / 8 }, (_, i) => ({ [i]: 0 })) });
@@ -106,21 +106,24 @@ describe('compactOutput', () => {
   });
 });
 
-describe('MAX_PATCH_VALUES', () => {
-  it('takes MAX_PATCH_OPERATIONS operations of a label each', () => {
+describe('MAX_PATCH_MEMBERS', () => {
+  it('takes MAX_PATCH_OPERATIONS operations of a label each: a scalar value holds no members', () => {
     const patch = Array.from({ length: MAX_PATCH_OPERATIONS }, (_, i) => ({ op: 'add', path: `/metadata/labels/l${i}`, value: 'v' }));
     const outcome = decodeOutput('p', JSON.stringify({ outcome: 'allow', patch }));
     expect(outcome.status === 'allowed' && outcome.patch.length).toBe(MAX_PATCH_OPERATIONS);
   });
 
-  it('refuses a patch of more values than that, whether in one value or in many operations', () => {
-    const message = `returned a patch of more than ${MAX_PATCH_VALUES.toLocaleString('en')} JSON values (its operations and the values they write); a policy may return at most that many`;
-    const one = { op: 'add', path: '/spec/x', value: Array.from({ length: MAX_PATCH_VALUES }, (_, i) => ({ [i]: 0 })) };
-    expect(() => decodeOutput('p', JSON.stringify({ outcome: 'allow', patch: [one] }))).toThrow(message);
-    const many = Array.from({ length: 6000 }, (_, i) => ({ op: 'add', path: `/spec/x${i}`, value: [1, 2, 3, 4, 5, 6, 7, 8] }));
+  it('refuses patch values of more members and elements than that, in one value or over many operations, at any depth', () => {
+    const message = `returned a patch whose values hold more than ${MAX_PATCH_MEMBERS.toLocaleString('en')} members and elements in all; a policy may return at most that many`;
+    // Red team 11: one map of 65,496 keys, ~90 ms of the main thread a review.
+    const map = { op: 'add', path: '/metadata/annotations', value: Object.fromEntries(Array.from({ length: 65_496 }, (_, i) => [`k${i}`, 0])) };
+    expect(() => decodeOutput('p', JSON.stringify({ outcome: 'allow', patch: [map] }))).toThrow(message);
+    const many = Array.from({ length: 600 }, (_, i) => ({ op: 'add', path: `/spec/x${i}`, value: [1, 2, 3, 4, 5, 6, 7] }));
     expect(() => decodeOutput('p', JSON.stringify({ outcome: 'allow', patch: many }))).toThrow(message);
-    // Just under: the operations' 3 values each and the value's own.
-    const under = { op: 'add', path: '/spec/x', value: Array.from({ length: MAX_PATCH_VALUES - 4 }, () => 0) };
-    expect(decodeOutput('p', JSON.stringify({ outcome: 'allow', patch: [under] })).status).toBe('allowed');
+    // Just at it: a list of MAX_PATCH_MEMBERS - 1 maps, one of them holding one member.
+    const at = { op: 'add', path: '/spec/x', value: [...Array.from({ length: MAX_PATCH_MEMBERS - 2 }, () => ({})), { a: 1 }] };
+    expect(decodeOutput('p', JSON.stringify({ outcome: 'allow', patch: [at] })).status).toBe('allowed');
+    const over = { op: 'add', path: '/spec/x', value: [...Array.from({ length: MAX_PATCH_MEMBERS - 2 }, () => ({})), { a: 1, b: 2 }] };
+    expect(() => decodeOutput('p', JSON.stringify({ outcome: 'allow', patch: [over] }))).toThrow(message);
   });
 });

@@ -41,7 +41,7 @@ export class MalformedOutput extends PortcullisError {
 
 /**
  * `compacted`: the text is compactOutput's, made by the worker from an answer it checked: its
- * message is cut already, and its patch is not walked again (~12 ms for one at MAX_PATCH_VALUES).
+ * message is cut already, and its patch is not walked again.
  */
 export function decodeOutput(policy: string, text: string, compacted = false): Outcome {
   return decodeValue(policy, parseOutput(text), compacted);
@@ -64,7 +64,7 @@ export const COMPACT_FROM_CHARS = 8192;
  * saying why, which decodes to the same failure). Parsing a guest's answer costs by its count of
  * values, not its bytes: red team 10, 1 MB of `{"0":0},{"1":0},...` in a member the host never
  * reads took the main thread 130-240 ms a review, and every other review and /healthz waited.
- * Left for the main thread: strings, and a patch of at most MAX_PATCH_VALUES values.
+ * Left for the main thread: strings, and a patch whose values hold at most MAX_PATCH_MEMBERS members.
  */
 export function compactOutput(text: string, fn: 'validate' | 'mutate'): { output: string; compact: boolean } {
   if (text.length < COMPACT_FROM_CHARS) return { output: text, compact: false };
@@ -167,11 +167,14 @@ export const MAX_POINTER_SEGMENTS = 64;
  */
 export const MAX_PATCH_OPERATIONS = 10_000;
 /**
- * Most JSON values in one policy's patch, its operations and the values they write together:
- * the main thread parses a patch (compactOutput), and that costs by values (a few hundred ns
- * each). MAX_PATCH_OPERATIONS operations of a label each are 40,000.
+ * Most members and elements the values of one policy's patch may hold in all (the maps and lists
+ * it writes, at any depth; a scalar value holds none). The main thread parses a patch, applies
+ * it and writes it into the response, at 1.3-1.5 µs a member (red team 11: one `add` of a map of
+ * 65,496 keys cost it ~90 ms a review; at this cap, 4-8 ms). A Pod's whole spec holds a few
+ * hundred. The operations themselves are bounded by MAX_PATCH_OPERATIONS, and many of them are
+ * combined off the main thread (merge/offload.ts).
  */
-export const MAX_PATCH_VALUES = 65_536;
+export const MAX_PATCH_MEMBERS = 4096;
 /**
  * Warnings read from one answer: the apiserver keeps 4,096 characters of warnings in all, each
  * one here at least a dozen (the policy's name goes in front), so no more than this can reach
@@ -185,17 +188,19 @@ export const MAX_WARNINGS_READ = 512;
  * later review answer 500). No Kubernetes field can be named so (label and annotation keys
  * must start with an alphanumeric character), so such a patch is refused, not repaired.
  */
-function checkPatchValue(value: unknown, where: string, count: { values: number }): void {
+function checkPatchValue(value: unknown, where: string, count: { members: number }): void {
   const stack: [unknown, number][] = [[value, 0]];
   while (stack.length > 0) {
     const [node, depth] = stack.pop()!;
-    if (++count.values > MAX_PATCH_VALUES) throw tooManyValues();
     // 1e999 parses to Infinity, which the apiserver would get as null.
     if (typeof node === 'number' && !Number.isFinite(node)) throw new MalformedOutput(`returned a patch value with a number JSON cannot carry (${where})`);
     if (typeof node !== 'object' || node === null) continue;
     if (depth >= MAX_PATCH_DEPTH) throw new MalformedOutput(`returned a patch value nested deeper than ${MAX_PATCH_DEPTH} levels (${where})`);
     if (!Array.isArray(node) && Object.hasOwn(node, '__proto__')) throw new MalformedOutput(`returned a patch value with a "__proto__" key (${where})`);
-    for (const child of Object.values(node)) stack.push([child, depth + 1]);
+    for (const child of Object.values(node)) {
+      if (++count.members > MAX_PATCH_MEMBERS) throw tooManyMembers();
+      stack.push([child, depth + 1]);
+    }
   }
 }
 
@@ -215,10 +220,8 @@ function decodePatch(value: unknown): PatchOperation[] {
   // Each operation is rebuilt from the members RFC 6902 gives it: anything else a guest adds
   // would travel to the apiserver unchecked (red team: a member nested 100,000 levels deep made
   // the response's JSON.stringify overflow, and every /mutate review answer 500).
-  const count = { values: 0 };
+  const count = { members: 0 };
   return value.map((op: unknown): PatchOperation => {
-    // The operation, its op and its path (and its from).
-    if ((count.values += 3) > MAX_PATCH_VALUES) throw tooManyValues();
     if (!isObject(op) || typeof op.op !== 'string' || !OPS.has(op.op) || typeof op.path !== 'string') {
       throw new MalformedOutput(`returned an invalid patch operation ${shown(op)}`);
     }
@@ -235,8 +238,8 @@ function decodePatch(value: unknown): PatchOperation[] {
   });
 }
 
-function tooManyValues(): MalformedOutput {
-  return new MalformedOutput(`returned a patch of more than ${MAX_PATCH_VALUES.toLocaleString('en')} JSON values (its operations and the values they write); a policy may return at most that many`);
+function tooManyMembers(): MalformedOutput {
+  return new MalformedOutput(`returned a patch whose values hold more than ${MAX_PATCH_MEMBERS.toLocaleString('en')} members and elements in all; a policy may return at most that many`);
 }
 
 function isObject(value: unknown): value is Record<string, unknown> {
