@@ -2,7 +2,9 @@
 // and drops everything after 4096 characters in total, so we do the same, deterministically,
 // and keep each policy's name in front of its words.
 
-export const MAX_WARNING_LENGTH = 256;
+import { MAX_WARNING_LENGTH, WARNING_CONTROLS } from '../util/text.ts';
+
+export { MAX_WARNING_LENGTH };
 export const MAX_WARNINGS_TOTAL = 4096;
 
 interface Warning {
@@ -34,7 +36,7 @@ export class WarningList {
     if (!notice && own.size + policy.length + 12 > MAX_WARNINGS_TOTAL) return;
     // The apiserver drops, without a word, a warning holding any rune Go calls a control: C0, DEL
     // and C1 (net.NewWarningHeader; red team 4: mis-decoded UTF-8 yields C1 characters).
-    let text = `policy "${policy}": ${message}`.replace(/[\u0000-\u001f\u007f-\u009f]+/g, ' ').trim();
+    let text = `policy "${policy}": ${message}`.replace(WARNING_CONTROLS, ' ').trim();
     if (text.length > MAX_WARNING_LENGTH) {
       // Never between the halves of a surrogate pair: half an emoji reaches the apiserver as U+FFFD (red team).
       const end = MAX_WARNING_LENGTH - 1 - (isHighSurrogate(text.charCodeAt(MAX_WARNING_LENGTH - 2)) ? 1 : 0);

@@ -19,9 +19,9 @@ import type { Guest, LogBuffer } from './guest.ts';
 import type { CallInput, GuestFunction, LogEntry, SandboxSpec } from './protocol.ts';
 import { meteredComponent, meteredCopy, type Unmetered } from './prepare.ts';
 import { MAX_HOST_CALLS_PER_INSTANCE } from './import-wrappers.ts';
+import { COMPACT_FROM_CHARS } from './outcome.ts';
 // Reasons kept for a policy out of the lane are cut, as a copy: a guest chooses its error text
 // (red team: a slice of a 60 MB error_set text kept it all, per policy).
-import { COMPACT_FROM_CHARS } from './outcome.ts';
 import { cutMessage } from '../util/text.ts';
 import { threadCpuMicros } from '../util/thread-cpu.ts';
 

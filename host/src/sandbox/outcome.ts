@@ -4,7 +4,7 @@
 // (compactOutput).
 import type { JsonValue, PatchOperation } from '@portcullis/sdk';
 import { PortcullisError } from '../errors.ts';
-import { cutMessage } from '../util/text.ts';
+import { cutMessage, MAX_WARNING_LENGTH, WARNING_CONTROLS } from '../util/text.ts';
 
 /**
  * Why a policy failed, in merge priority order after an explicit denial:
@@ -81,8 +81,8 @@ export function compactOutput(text: string, fn: 'validate' | 'mutate'): { output
   // keeps 256 characters of each (with the policy's name), and a megabyte of them took the main
   // thread 16 ms there (review). Enough is kept that it cuts each the same.
   const warnings = outcome.warnings.map((warning) => {
-    const collapsed = warning.replace(CONTROL_RUNS, ' ');
-    return collapsed.length > MAX_WARNING_CHARS + 1 ? collapsed.slice(0, MAX_WARNING_CHARS) + (collapsed.slice(MAX_WARNING_CHARS).trim() ? 'x' : '') : collapsed;
+    const collapsed = warning.replace(WARNING_CONTROLS, ' ');
+    return collapsed.length > MAX_WARNING_LENGTH + 1 ? collapsed.slice(0, MAX_WARNING_LENGTH) + (collapsed.slice(MAX_WARNING_LENGTH).trim() ? 'x' : '') : collapsed;
   });
   const compact = (answer: Record<string, unknown>) => ({ output: JSON.stringify({ ...answer, warnings }), compact: true });
   switch (outcome.status) {
@@ -99,10 +99,6 @@ export function compactOutput(text: string, fn: 'validate' | 'mutate'): { output
 
 /** What a validating policy's answer with a patch fails with. */
 export const PATCH_FROM_VALIDATE = 'returned a patch from validate; only mutate may change the object';
-/** Control characters, which WarningList (merge/warnings.ts) turns into one space a run. */
-const CONTROL_RUNS = /[\u0000-\u001f\u007f-\u009f]+/g;
-/** What WarningList keeps of a warning at most (MAX_WARNING_LENGTH there, with the policy's name). */
-const MAX_WARNING_CHARS = 256;
 
 function decodeValue(policy: string, value: unknown, compacted = false): Outcome {
   if (!isObject(value)) throw new MalformedOutput('returned output that is not a JSON object');

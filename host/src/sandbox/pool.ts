@@ -374,13 +374,7 @@ export class SandboxPool {
 
   /** How long the policy's fastest load took in a worker, in ms, its start function included (undefined: none yet). */
   loadTimeOf(key: string): number | undefined {
-    const micros = this.#loadMicros.get(key);
-    return micros === undefined ? undefined : micros / 1000;
-  }
-
-  #loadCpuMsOf(key: string): number | undefined {
-    const micros = this.#loadCpuMicros.get(key);
-    return micros === undefined ? undefined : micros / 1000;
+    return millis(this.#loadMicros.get(key));
   }
 
   /** How many workers hold the policy (0: not loaded). */
@@ -520,7 +514,7 @@ export class SandboxPool {
     const started = performance.now();
     // The inline lane is looked at only while no worker is busy: under load, never.
     const spec = this.#inline && (fn === 'validate' || fn === 'mutate') && this.#workersIdle() ? this.#specs.get(key) : undefined;
-    if (spec && this.#inline!.fits(spec, timeoutMs, this.standing(key) === 'normal', this.#loadCpuMsOf(key))) {
+    if (spec && this.#inline!.fits(spec, timeoutMs, this.standing(key) === 'normal', millis(this.#loadCpuMicros.get(key)))) {
       if (this.#inline!.claim(key)) {
         // Run after the review's other calls are queued and dispatched (two microtasks on, behind
         // the dispatch those calls scheduled): the workers start on them while this one runs here.
@@ -1306,11 +1300,9 @@ export class SandboxPool {
       // The fastest load seen: a start function runs the same each time (no clock, no settings),
       // so a slower one was the machine's doing (workers run at a lower priority; review helper:
       // one busy process made loads 10-14 times slower), and must not make a policy a slow loader.
-      if (message.micros !== undefined && this.#specs.has(message.key)) {
-        this.#loadMicros.set(message.key, Math.min(message.micros, this.#loadMicros.get(message.key) ?? Infinity));
-      }
-      if (message.cpuMicros !== undefined && this.#specs.has(message.key)) {
-        this.#loadCpuMicros.set(message.key, Math.min(message.cpuMicros, this.#loadCpuMicros.get(message.key) ?? Infinity));
+      if (this.#specs.has(message.key)) {
+        keepLeast(this.#loadMicros, message.key, message.micros);
+        keepLeast(this.#loadCpuMicros, message.key, message.cpuMicros);
       }
       clearTimeout(pending?.timer);
       this.#armLoad(slot);
@@ -1460,6 +1452,16 @@ function refusal({ queuedMs, waitedMs }: Ahead, timeoutMs: number): CallResult |
  * worker was descheduled (per-thread CPU time has the kernel tick's resolution on some hosts), and
  * one unlucky call made a quick policy look slow, unfit to share a message or have work queued behind it.
  */
+/** µs as ms, if any. */
+function millis(micros: number | undefined): number | undefined {
+  return micros === undefined ? undefined : micros / 1000;
+}
+
+/** Keeps the least value seen for `key`. */
+function keepLeast(map: Map<string, number>, key: string, value: number | undefined): void {
+  if (value !== undefined) map.set(key, Math.min(value, map.get(key) ?? Infinity));
+}
+
 function costAfter(before: number | undefined, micros: number): number {
   return before === undefined ? micros : Math.round(before * 0.75 + micros * 0.25);
 }

@@ -32,11 +32,11 @@ import { PortcullisError } from '../errors.ts';
 const COMPONENT_IMPORTS = new Set(['portcullis:policy/host', 'portcullis:policy/context']);
 
 export class PrepareError extends PortcullisError {
-  /** The machine's doing, not the module's (a trial at the lowest priority out of time): worth trying again later. */
-  readonly passing: boolean;
-  constructor(message: string, passing = false) {
+  /** false: the machine's doing, not the module's (a trial at the lowest priority out of time), worth trying again later. */
+  readonly lasting: boolean;
+  constructor(message: string, lasting = true) {
     super('MODULE_REFUSED', message);
-    this.passing = passing;
+    this.lasting = lasting;
   }
 }
 
@@ -47,7 +47,7 @@ export class PrepareError extends PortcullisError {
  */
 export type Unmetered = { unmetered: string; again?: true };
 const unmeteredBy = (message: string, error: unknown): Unmetered =>
-  error instanceof PrepareError && error.passing ? { unmetered: message, again: true } : { unmetered: message };
+  error instanceof PrepareError && !error.lasting ? { unmetered: message, again: true } : { unmetered: message };
 
 export async function prepareSandbox(
   policy: string, bytes: Uint8Array, limits: SandboxLimits, fresh: boolean,
@@ -347,7 +347,7 @@ const MAX_WALKED = 10_000;
 function refusal(hash: string, verdict: { reason: string; lasting: boolean }, background: boolean): PrepareError {
   // A trial at the lowest priority may run out of time on a busy node: not the module's doing.
   if (verdict.lasting && !background) remember(hash, verdict.reason);
-  return new PrepareError(verdict.reason, !verdict.lasting);
+  return new PrepareError(verdict.reason, verdict.lasting);
 }
 
 /** A module's content hash, computed once per buffer (walkAndTry, then compile, hash the same bytes). */

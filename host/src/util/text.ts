@@ -18,6 +18,14 @@ export function cutMessage(text: string): string {
   return `${Buffer.from(text.slice(0, MAX_MESSAGE_LENGTH)).toString()}… (${text.length - MAX_MESSAGE_LENGTH} more characters cut)`;
 }
 
+/** What the apiserver keeps of one warning, in characters: it cuts the rest (merge/warnings.ts). */
+export const MAX_WARNING_LENGTH = 256;
+/**
+ * Runs of the runes Go calls controls (C0, DEL, C1): the apiserver drops, without a word, a
+ * warning that holds one, so each run becomes a space (merge/warnings.ts, sandbox/outcome.ts).
+ */
+export const WARNING_CONTROLS = /[\u0000-\u001f\u007f-\u009f]+/g;
+
 /** The most characters of a remote party's text (a registry's media type, title, error) put in a message. */
 export const MAX_FOREIGN_LENGTH = 200;
 
