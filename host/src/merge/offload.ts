@@ -18,6 +18,12 @@ import { combinePatches, type CombinedPatch, type PatchRejection, type PolicyPat
 export const OFFLOAD_FROM_OPERATIONS = 256;
 /** One policy's patch is only checked, ~3 µs an operation: handing it over pays from about this many. */
 export const OFFLOAD_ALONE_FROM_OPERATIONS = 2048;
+/**
+ * A copy or a move goes to the merger whatever the count: each clones what it reads, up to
+ * MAX_COPIED_BYTES for a patch, once to index it and once to apply it. Red team 11: 150 copies of
+ * `/spec`, 6 KB of answer, cost the main thread 10-17 ms before that bound refused them.
+ */
+const CLONING = new Set(['copy', 'move']);
 /** Longest a review waits for its merge when the caller gives no deadline. */
 export const MAX_MERGE_MS = 10_000;
 /** A merge running this long is not a merge at the cap (0.1-0.3 s): its thread is stopped. */
@@ -92,8 +98,12 @@ export class PatchMerger {
     // A reader is called only if the object is needed here: with an envelope the thread parses it.
     const read = (): JsonValue => (typeof object === 'function' ? object() : object);
     let operations = 0;
-    for (const p of patches) operations += p.operations.length;
-    const large = operations >= (patches.length > 1 ? OFFLOAD_FROM_OPERATIONS : OFFLOAD_ALONE_FROM_OPERATIONS);
+    let clones = false;
+    for (const p of patches) {
+      operations += p.operations.length;
+      clones ||= p.operations.some((op) => CLONING.has(op.op));
+    }
+    const large = clones || operations >= (patches.length > 1 ? OFFLOAD_FROM_OPERATIONS : OFFLOAD_ALONE_FROM_OPERATIONS);
     if (!large || this.#closed) return inPlace(read(), patches);
     const ms = Math.min(withinMs, MAX_MERGE_MS);
     if (!(ms > 0)) return Promise.reject(new MergeError('the review\'s deadline had passed before its patches could be merged', true));
