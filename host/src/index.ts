@@ -1,7 +1,8 @@
 // The programmatic API of the host (used by @portcullis/sdk/testing and by embedders).
 export { PortcullisError, PolicyLoadError, PolicySettingsError, ReviewError, ConfigError } from './errors.ts';
 export { evaluatePolicy } from './evaluate/evaluate.ts';
-export type { Outcome, FailureKind } from './sandbox/outcome.ts';
+export type { PublicOutcome as Outcome } from './evaluate/evaluate.ts';
+export type { FailureKind } from './sandbox/outcome.ts';
 export { merge } from './merge/merge.ts';
 export type { Evaluated, MergeResult } from './merge/merge.ts';
 export { loadPolicy } from './policy/load.ts';

@@ -4,7 +4,8 @@
 // never reads took the main thread 130-240 ms a review.
 import { describe, expect, it } from 'vitest';
 import { WarningList } from '../../host/src/merge/warnings.ts';
-import { COMPACT_FROM_CHARS, compactOutput, decodeOutput, MAX_PATCH_MEMBERS, MAX_PATCH_OPERATIONS, PATCH_FROM_VALIDATE } from '../../host/src/sandbox/outcome.ts';
+import { COMPACT_FROM_CHARS, compactOutput, decodeOutput, MAX_PATCH_MEMBERS, MAX_PATCH_OPERATIONS, PATCH_FROM_VALIDATE, PATCH_TEXT_FROM } from '../../host/src/sandbox/outcome.ts';
+import { operationsOf } from '../../host/src/util/patch-text.ts';
 
 /** `answer` with a member the host never reads, long enough to be compacted. */
 const padded = (answer: Record<string, unknown>) => JSON.stringify({ ...answer, x: Array.from({ length: COMPACT_FROM_CHARS / 8 }, (_, i) => ({ [i]: 0 })) });
@@ -24,7 +25,7 @@ function both(text: string, fn: 'validate' | 'mutate' = 'mutate'): [unknown, unk
   const read = (t: string, compacted = false) => {
     try {
       const outcome = decodeOutput('p', t, compacted);
-      return { ...outcome, warnings: listed(outcome.warnings) };
+      return { ...outcome, warnings: listed(outcome.warnings), ...(outcome.status === 'allowed' ? { patch: operationsOf(outcome.patch) } : {}) };
     } catch (error) {
       return (error as Error).message;
     }
@@ -103,6 +104,32 @@ describe('compactOutput', () => {
     const compact = compactOutput(text, 'validate');
     expect(decodeOutput('p', compact.output, compact.compact)).toEqual({ policy: 'p', status: 'failed', failure: 'crash', message: PATCH_FROM_VALIDATE, warnings: ['w'] });
     expect(compactOutput(text, 'mutate').output).toContain('"patch"');
+  });
+});
+
+describe('PATCH_TEXT_FROM', () => {
+  const labels = (n: number) => Array.from({ length: n }, (_, i) => ({ op: 'add', path: `/metadata/labels/l${i}`, value: 'v' }));
+  const wide = (members: number) => ({ op: 'add', path: '/metadata/annotations', value: Object.fromEntries(Array.from({ length: members }, (_, i) => [`k${i}`, 'v'])) });
+
+  it('hands over a patch of that many operations and members or more as text, which parses to the same operations', () => {
+    const mixed = [...labels(PATCH_TEXT_FROM / 2), wide(PATCH_TEXT_FROM / 2 - 1)];
+    for (const patch of [[wide(PATCH_TEXT_FROM - 1)], labels(PATCH_TEXT_FROM), mixed, [wide(MAX_PATCH_MEMBERS)]]) {
+      const compact = compactOutput(padded({ outcome: 'allow', patch }), 'mutate');
+      const outcome = decodeOutput('p', compact.output, compact.compact);
+      expect(outcome.status === 'allowed' && !Array.isArray(outcome.patch)).toBe(true);
+      expect(outcome).toMatchObject({ status: 'allowed', patch: { length: patch.length } });
+      if (outcome.status === 'allowed') expect(operationsOf(outcome.patch)).toEqual(patch);
+    }
+  });
+
+  it('keeps a patch of fewer as operations, and an answer short enough not to be read in the worker as it came', () => {
+    for (const patch of [[wide(PATCH_TEXT_FROM - 2)], labels(PATCH_TEXT_FROM - 1)]) {
+      const compact = compactOutput(padded({ outcome: 'allow', patch }), 'mutate');
+      expect(decodeOutput('p', compact.output, compact.compact)).toMatchObject({ status: 'allowed', patch });
+    }
+    const short = JSON.stringify({ outcome: 'allow', patch: [{ op: 'add', path: '/spec/x', value: Array.from({ length: 4000 }, () => 0) }] });
+    expect(short.length).toBeLessThan(COMPACT_FROM_CHARS);
+    expect(compactOutput(short, 'mutate')).toEqual({ output: short, compact: false });
   });
 });
 

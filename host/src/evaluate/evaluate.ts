@@ -1,7 +1,7 @@
 // Evaluates one loaded policy against one request in the sandbox pool and returns a typed
 // Outcome. Sandbox faults become failures here: caps and deadlines are temporary, traps and
 // garbage are crashes. It never throws for anything a guest does.
-import type { EvaluationInput, Mode } from '@portcullis/sdk';
+import type { EvaluationInput, Mode, PatchOperation } from '@portcullis/sdk';
 import type { LoadedPolicy } from '../policy/loaded.ts';
 import type { PolicyEntry } from '../policy/policy-set.ts';
 import type { CallResult, SandboxPool } from '../sandbox/pool.ts';
@@ -10,6 +10,7 @@ import { errorMessage } from '../errors.ts';
 import { copyBytes } from '../util/bytes.ts';
 import { cutMessage } from '../util/text.ts';
 import { stringifyDeep } from '../util/deep-json.ts';
+import { operationsOf } from '../util/patch-text.ts';
 import { decodeOutput, MalformedOutput, PATCH_FROM_VALIDATE, type Outcome } from '../sandbox/outcome.ts';
 
 /**
@@ -18,8 +19,19 @@ import { decodeOutput, MalformedOutput, PATCH_FROM_VALIDATE, type Outcome } from
  * one that waited its whole deadline and then ran for it was answered long after the apiserver
  * had given up, and kept a worker busy for nobody (red team: 17.6 s for a 10 s webhook).
  */
+/** An outcome as the host's API gives it: its patch as operations. */
+export type PublicOutcome = Outcome<PatchOperation[]>;
+
 /** `judged`: the caller asked the pool's refusals() for this review in the same turn (see SandboxPool.call). */
 export async function evaluatePolicy(
+  pool: SandboxPool, policy: LoadedPolicy, mode: Mode, input: EvaluationInput | string, answerWithinMs?: number, judged = false,
+): Promise<PublicOutcome> {
+  const outcome = await evaluateCall(pool, policy, mode, input, answerWithinMs, judged);
+  return outcome.status === 'allowed' && !Array.isArray(outcome.patch) ? { ...outcome, patch: operationsOf(outcome.patch) } : outcome as PublicOutcome;
+}
+
+/** As evaluatePolicy, where a large patch may stay text until the merger's thread (sandbox/outcome.ts PATCH_TEXT_FROM). */
+async function evaluateCall(
   pool: SandboxPool, policy: LoadedPolicy, mode: Mode, input: EvaluationInput | string, answerWithinMs?: number, judged = false,
 ): Promise<Outcome> {
   const payload = typeof input === 'string' ? input : sharedInput(input, policy);
@@ -236,5 +248,5 @@ export function evaluateEntry(
     const message = text.startsWith(own) ? text.slice(own.length) : `is not loaded: ${text}`;
     return Promise.resolve({ policy: entry.config.name, status: 'failed', failure: 'permanent', message, warnings: [] });
   }
-  return evaluatePolicy(pool, entry.loaded, mode, input, answerWithinMs, judged);
+  return evaluateCall(pool, entry.loaded, mode, input, answerWithinMs, judged);
 }

@@ -21,7 +21,8 @@ export const OFFLOAD_ALONE_FROM_OPERATIONS = 2048;
 /**
  * A copy or a move goes to the merger whatever the count: each clones what it reads, up to
  * MAX_COPIED_BYTES for a patch, once to index it and once to apply it. Red team 11: 150 copies of
- * `/spec`, 6 KB of answer, cost the main thread 10-17 ms before that bound refused them.
+ * `/spec`, 6 KB of answer, cost the main thread 10-17 ms before that bound refused them. So does
+ * a patch a worker kept as text (sandbox/outcome.ts PATCH_TEXT_FROM): parsing it is the cost.
  */
 const CLONING = new Set(['copy', 'move']);
 /** Longest a review waits for its merge when the caller gives no deadline. */
@@ -98,12 +99,12 @@ export class PatchMerger {
     // A reader is called only if the object is needed here: with an envelope the thread parses it.
     const read = (): JsonValue => (typeof object === 'function' ? object() : object);
     let operations = 0;
-    let clones = false;
+    let apart = false;
     for (const p of patches) {
       operations += p.operations.length;
-      clones ||= p.operations.some((op) => CLONING.has(op.op));
+      apart ||= !Array.isArray(p.operations) || p.operations.some((op) => CLONING.has(op.op));
     }
-    const large = clones || operations >= (patches.length > 1 ? OFFLOAD_FROM_OPERATIONS : OFFLOAD_ALONE_FROM_OPERATIONS);
+    const large = apart || operations >= (patches.length > 1 ? OFFLOAD_FROM_OPERATIONS : OFFLOAD_ALONE_FROM_OPERATIONS);
     if (!large || this.#closed) return inPlace(read(), patches);
     const ms = Math.min(withinMs, MAX_MERGE_MS);
     if (!(ms > 0)) return Promise.reject(new MergeError('the review\'s deadline had passed before its patches could be merged', true));

@@ -19,6 +19,7 @@ import type { JsonValue, PatchOperation } from '@portcullis/sdk';
 import { diff } from './diff.ts';
 import { foreignText } from '../util/text.ts';
 import { stringifyAnyDepth } from '../util/deep-json.ts';
+import { operationsOf, type SomePatch } from '../util/patch-text.ts';
 import { applyOperation, applyPatch, copyOf, CopyBudget, define, Draft, equal, isMap, parsePointer, patched, PatchError, pointerSegment, toPointer, valueAt } from './json-patch.ts';
 
 export { MAX_COPIED_BYTES } from './json-patch.ts';
@@ -29,9 +30,10 @@ export { MAX_COPIED_BYTES } from './json-patch.ts';
  */
 const PATCH_ERROR_LENGTH = 500;
 
-export interface PolicyPatch {
+export interface PolicyPatch<P extends SomePatch = SomePatch> {
   policy: string;
-  operations: PatchOperation[];
+  /** As text when a worker kept it so (sandbox/outcome.ts PATCH_TEXT_FROM): parsed where it is combined. */
+  operations: P;
   /**
    * Its policy's failure is ignored (failurePolicy Ignore): in a conflict with a policy whose is
    * not, this patch is the one left out, whichever comes first.
@@ -40,6 +42,9 @@ export interface PolicyPatch {
   /** Its policy is on trial (enforcement warn): it yields to any patch not on trial, Ignore or not. */
   trial?: boolean;
 }
+
+/** A policy's patch as operations, as combinePatches reads it. */
+type Decoded = PolicyPatch<PatchOperation[]>;
 
 /** Which of two conflicting patches stays: the stronger; between equals, the earlier. */
 function strength(patch: PolicyPatch): number {
@@ -121,7 +126,8 @@ function identityChange(original: JsonValue, result: JsonValue): string | undefi
   return undefined;
 }
 
-export function combinePatches(original: JsonValue, patches: PolicyPatch[]): CombinedPatch {
+export function combinePatches(original: JsonValue, given: PolicyPatch[]): CombinedPatch {
+  const patches = given.map((p): Decoded => (Array.isArray(p.operations) ? p as Decoded : { ...p, operations: operationsOf(p.operations) }));
   const forbidden: PatchRejection[] = [];
   let allowed = patches.filter((p) => {
     let message: string | undefined;
@@ -176,11 +182,11 @@ export function combinePatches(original: JsonValue, patches: PolicyPatch[]): Com
 }
 
 /** The policies among `from` whose patches `result` took. */
-function taken(result: CombinedPatch, from: PolicyPatch[]): string[] {
+function taken(result: CombinedPatch, from: Decoded[]): string[] {
   return from.filter((p) => !result.rejected.some((r) => r.policy === p.policy)).map((p) => p.policy);
 }
 
-function combineAllowed(original: JsonValue, patches: PolicyPatch[]): CombinedPatch {
+function combineAllowed(original: JsonValue, patches: Decoded[]): CombinedPatch {
   const active = patches.filter((p) => p.operations.length > 0);
   // One patching policy (the common case): nothing to compose, only to check.
   if (active.length === 1) {
@@ -193,7 +199,7 @@ function combineAllowed(original: JsonValue, patches: PolicyPatch[]): CombinedPa
   // Several: each patch is checked alone on its own copy (whether it applies must not depend on
   // the policies before it: red team), then applied to one working copy, in place.
   let merged = new Draft(original);
-  const accepted: PolicyPatch[] = [];
+  const accepted: Decoded[] = [];
   const writes = new WriteIndex();
   /** Where accepted policies copied or moved from: another policy writing there changes what they copied. */
   const reads = new WriteIndex();

@@ -1,7 +1,7 @@
 // Builds the AdmissionReview that goes back to the apiserver, in the version it asked for.
-import type { PatchOperation } from '@portcullis/sdk';
 import type { ReviewVersion } from './parse.ts';
 import { stringifyAnyDepth } from '../util/deep-json.ts';
+import { operationsOf, type PatchText, type SomePatch } from '../util/patch-text.ts';
 
 /** `P`: a decision merged in place holds the operations; one merged on the merger's thread may hold their text. */
 export interface Decision<P extends DecisionPatch = DecisionPatch> {
@@ -17,18 +17,12 @@ export interface Decision<P extends DecisionPatch = DecisionPatch> {
  * that text as it is. Parsing it back and serializing it again took the main thread ~20 ms for
  * a pair of policies at the patch cap (merge/offload.ts).
  */
-export interface EncodedPatch {
-  readonly json: string;
-  /** How many operations the text holds. */
-  readonly length: number;
-}
+export type EncodedPatch = PatchText;
 
-export type DecisionPatch = PatchOperation[] | EncodedPatch;
+export type DecisionPatch = SomePatch;
 
 /** The operations of a decision's patch, parsing them if they came as text. */
-export function patchOperations(patch: DecisionPatch): PatchOperation[] {
-  return Array.isArray(patch) ? patch : JSON.parse(patch.json) as PatchOperation[];
-}
+export const patchOperations = operationsOf;
 
 export interface AdmissionResponseReview {
   apiVersion: ReviewVersion;

@@ -4,6 +4,7 @@
 // (compactOutput).
 import type { JsonValue, PatchOperation } from '@portcullis/sdk';
 import { PortcullisError } from '../errors.ts';
+import type { PatchText, SomePatch } from '../util/patch-text.ts';
 import { cutMessage, MAX_WARNING_LENGTH, WARNING_CONTROLS } from '../util/text.ts';
 
 /**
@@ -26,8 +27,9 @@ interface Common {
 /** One line a guest logged: its level (debug, info, warn, error) and text, already cut to size. */
 export type GuestLog = [level: string, message: string];
 
-export type Outcome =
-  | (Common & { status: 'allowed'; patch: PatchOperation[] })
+/** `patch`: text when a worker kept a long answer's large patch so (compactOutput); the public API's is operations (evaluatePolicy). */
+export type Outcome<P extends SomePatch = SomePatch> =
+  | (Common & { status: 'allowed'; patch: P })
   | (Common & { status: 'denied'; code: number; message: string })
   | (Common & { status: 'failed'; failure: FailureKind; message: string });
 
@@ -64,15 +66,18 @@ export const COMPACT_FROM_CHARS = 8192;
  * saying why, which decodes to the same failure). Parsing a guest's answer costs by its count of
  * values, not its bytes: red team 10, 1 MB of `{"0":0},{"1":0},...` in a member the host never
  * reads took the main thread 130-240 ms a review, and every other review and /healthz waited.
- * Left for the main thread: strings, and a patch whose values hold at most MAX_PATCH_MEMBERS members.
+ * Left for the main thread: strings, and a patch whose operations and values' members number
+ * fewer than PATCH_TEXT_FROM; a larger one is handed over as JSON text, in a string, for the
+ * merger's thread to parse (merge/offload.ts).
  */
 export function compactOutput(text: string, fn: 'validate' | 'mutate'): { output: string; compact: boolean } {
   if (text.length < COMPACT_FROM_CHARS) return { output: text, compact: false };
   let value: unknown;
   let outcome: Outcome;
+  const count = { members: 0 };
   try {
     value = parseOutput(text);
-    outcome = decodeValue('', value);
+    outcome = decodeValue('', value, false, count);
   } catch (error) {
     const message = error instanceof MalformedOutput ? error.message : `returned output the host could not read (${error instanceof Error ? error.message : String(error)})`;
     return { output: JSON.stringify({ outcome: 'error', message }), compact: true };
@@ -89,6 +94,7 @@ export function compactOutput(text: string, fn: 'validate' | 'mutate'): { output
     case 'allowed':
       // The patch a validating policy may not return is not handed over: the failure evaluate.ts would give.
       if (fn === 'validate' && outcome.patch.length > 0) return compact({ outcome: 'error', message: PATCH_FROM_VALIDATE });
+      if (outcome.patch.length + count.members >= PATCH_TEXT_FROM) return compact({ outcome: 'allow', patchText: JSON.stringify(outcome.patch), patchLength: outcome.patch.length });
       return compact({ outcome: 'allow', patch: outcome.patch });
     case 'denied':
       return compact({ outcome: 'deny', code: outcome.code, message: outcome.message });
@@ -97,15 +103,25 @@ export function compactOutput(text: string, fn: 'validate' | 'mutate'): { output
   }
 }
 
+/**
+ * A long answer's patch whose operations and the members of its values number this many or more
+ * stays JSON text until the merger's thread: the main thread parsed, combined and wrote out
+ * such a patch at ~1.1 µs a member (red team 11: 4-8 ms a review at MAX_PATCH_MEMBERS). Below
+ * it, about a millisecond at most, it is combined in place, which is quicker for the review. A
+ * Pod's whole spec holds a few hundred members.
+ */
+export const PATCH_TEXT_FROM = 1024;
+
 /** What a validating policy's answer with a patch fails with. */
 export const PATCH_FROM_VALIDATE = 'returned a patch from validate; only mutate may change the object';
 
-function decodeValue(policy: string, value: unknown, compacted = false): Outcome {
+/** `count`: where the members of the patch's values are counted. */
+function decodeValue(policy: string, value: unknown, compacted = false, count = { members: 0 }): Outcome {
   if (!isObject(value)) throw new MalformedOutput('returned output that is not a JSON object');
   const warnings = decodeWarnings(value.warnings);
   switch (value.outcome) {
     case 'allow':
-      return { policy, status: 'allowed', warnings, patch: compacted ? (value.patch ?? []) as PatchOperation[] : decodePatch(value.patch) };
+      return { policy, status: 'allowed', warnings, patch: compacted ? compactedPatch(value) : decodePatch(value.patch, count) };
     case 'deny': {
       const code = value.code === undefined ? 403 : value.code;
       if (typeof code !== 'number' || !Number.isInteger(code) || code < 100 || code > 599) {
@@ -164,11 +180,10 @@ export const MAX_POINTER_SEGMENTS = 64;
 export const MAX_PATCH_OPERATIONS = 10_000;
 /**
  * Most members and elements the values of one policy's patch may hold in all (the maps and lists
- * it writes, at any depth; a scalar value holds none). The main thread parses a patch, applies
- * it and writes it into the response, at 1.3-1.5 µs a member (red team 11: one `add` of a map of
- * 65,496 keys cost it ~90 ms a review; at this cap, 4-8 ms). A Pod's whole spec holds a few
- * hundred. The operations themselves are bounded by MAX_PATCH_OPERATIONS, and many of them are
- * combined off the main thread (merge/offload.ts).
+ * it writes, at any depth; a scalar value holds none). Parsing, applying and writing out a patch
+ * costs ~1.1-1.5 µs a member (red team 11: one `add` of a map of 65,496 keys cost the main
+ * thread ~90 ms a review), and from PATCH_TEXT_FROM that is the merger's thread's. A Pod's whole
+ * spec holds a few hundred. The operations themselves are bounded by MAX_PATCH_OPERATIONS.
  */
 export const MAX_PATCH_MEMBERS = 4096;
 /**
@@ -207,7 +222,13 @@ function checkPointer(pointer: string): void {
   if (segments.length - 1 > MAX_POINTER_SEGMENTS) throw new MalformedOutput(`returned a patch path of more than ${MAX_POINTER_SEGMENTS} segments: ${preview(pointer)}`);
 }
 
-function decodePatch(value: unknown): PatchOperation[] {
+/** A compact answer's patch, as compactOutput wrote it: checked already. */
+function compactedPatch(value: Record<string, unknown>): SomePatch {
+  if (typeof value.patchText === 'string') return { json: value.patchText, length: value.patchLength as number } satisfies PatchText;
+  return (value.patch ?? []) as PatchOperation[];
+}
+
+function decodePatch(value: unknown, count: { members: number }): PatchOperation[] {
   if (value === undefined) return [];
   if (!Array.isArray(value)) throw new MalformedOutput('returned a patch that is not a list of operations');
   if (value.length > MAX_PATCH_OPERATIONS) {
@@ -216,7 +237,6 @@ function decodePatch(value: unknown): PatchOperation[] {
   // Each operation is rebuilt from the members RFC 6902 gives it: anything else a guest adds
   // would travel to the apiserver unchecked (red team: a member nested 100,000 levels deep made
   // the response's JSON.stringify overflow, and every /mutate review answer 500).
-  const count = { members: 0 };
   return value.map((op: unknown): PatchOperation => {
     if (!isObject(op) || typeof op.op !== 'string' || !OPS.has(op.op) || typeof op.path !== 'string') {
       throw new MalformedOutput(`returned an invalid patch operation ${shown(op)}`);
