@@ -3,12 +3,13 @@
 import { isIP } from 'node:net';
 import { dirname, isAbsolute, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { parse as parseYaml } from 'yaml';
 import { defaultOf, defaultsAt, describeSchemaError } from './schema.ts';
 import { validateConfig as validate } from './validators.generated.ts';
 import { ConfigError, errorMessage } from '../errors.ts';
 import { readPointedFile } from '../util/files.ts';
 import { DEFAULT_LIMITS } from './limits.ts';
+import { nonJsonValue } from './json-values.ts';
+import { NotJson, readYaml, readYamlBounded, ReadRefused } from './yaml.ts';
 import { labelKeyProblem, labelSelectorProblem, labelValueProblem, ruleProblem, webhookUrlProblem } from './apiserver.ts';
 import type {
   Config, Grant, LabelSelector, RuleWithOperations, PolicyConfig, RawConfig, RawPolicy, RawRegistries, RawServer, RawTls, RawWebhooks, TlsConfig,
@@ -17,9 +18,12 @@ import type {
 
 export const DEFAULT_PORT: number = defaultOf('server', 'port');
 
+export { nonJsonValue } from './json-values.ts';
+
 /** Far more than any configuration: a ConfigMap holds at most 1 MiB. */
 export const MAX_CONFIG_BYTES = 8 * 2 ** 20;
 
+/** The file's configuration; a large file is read on a thread of its own, bounded (yaml.ts). */
 export async function loadConfigFile(path: string): Promise<Config> {
   let text: string;
   try {
@@ -27,56 +31,36 @@ export async function loadConfigFile(path: string): Promise<Config> {
   } catch (error) {
     throw new ConfigError(`cannot read the configuration ${path}: ${errorMessage(error)}`);
   }
-  return parseConfig(text, path);
+  let raw: unknown;
+  try {
+    raw = await readYamlBounded(text);
+  } catch (error) {
+    throw unreadable(error, path);
+  }
+  return checkConfig(raw, path);
 }
 
+/** A configuration's text, read on this thread (tests, and texts known to be small). */
 export function parseConfig(text: string, source: string): Config {
   let raw: unknown;
   try {
-    raw = parseYaml(text);
+    raw = readYaml(text);
+    const notJson = nonJsonValue(raw);
+    if (notJson) throw new NotJson(notJson);
   } catch (error) {
-    throw new ConfigError(`${source}: not valid YAML: ${yamlProblem(error)}`);
+    throw unreadable(error, source);
   }
-  const notJson = nonJsonValue(raw);
-  if (notJson) throw new ConfigError(`${source}: ${notJson}`);
-  if (!validate(raw)) throw new ConfigError(`${source}: ${describeSchemaError(validate.errors?.[0])}`);
-  return normalize(raw as RawConfig, source);
+  return checkConfig(raw, source);
 }
 
-/**
- * The first value YAML can say and JSON cannot, with its path: settings reach policies as JSON,
- * and JSON.stringify wrote a !!set or !!omap as {} and .nan as null, so a require-labels policy
- * given `labels: !!set {team}` required nothing and allowed everything (red team 5).
- */
-export function nonJsonValue(root: unknown): string | undefined {
-  // An alias gives the same object twice, and an alias inside its own anchor a cycle (review 8:
-  // the walk grew until the heap ran out). Each object is walked once (done); one met again
-  // while it is being walked (open) holds itself.
-  const open = new Set<object>();
-  const done = new WeakSet<object>();
-  const stack: { value: unknown; path: string; leaving?: true }[] = [{ value: root, path: '' }];
-  for (let next = stack.pop(); next; next = stack.pop()) {
-    const { value, path } = next;
-    if (next.leaving) {
-      open.delete(value as object);
-      done.add(value as object);
-      continue;
-    }
-    if (typeof value === 'number' && !Number.isFinite(value)) return `${path || '/'} is ${String(value)}, which JSON cannot hold`;
-    if (typeof value !== 'object' || value === null || done.has(value)) continue;
-    if (open.has(value)) return `${path || '/'} contains itself (a YAML alias inside its own anchor), which JSON cannot hold`;
-    const proto = Object.getPrototypeOf(value) as unknown;
-    if (!Array.isArray(value) && proto !== Object.prototype && proto !== null) {
-      const kind = value instanceof Map ? 'a YAML map with a tag such as !!omap or !!pairs' : value instanceof Set ? 'a YAML !!set'
-        : value instanceof Uint8Array ? 'YAML !!binary data' : value instanceof Date ? 'a YAML !!timestamp' : 'a tagged YAML value';
-      return `${path || '/'} is ${kind}, which JSON has no form for: write it as a plain map, list, string or number`;
-    }
-    open.add(value);
-    stack.push({ value, path, leaving: true });
-    const entries = Array.isArray(value) ? value.map((item, i) => [String(i), item] as const) : Object.entries(value);
-    for (const [key, item] of entries) stack.push({ value: item, path: `${path}/${key.replaceAll('~', '~0').replaceAll('/', '~1')}` });
-  }
-  return undefined;
+function unreadable(error: unknown, source: string): ConfigError {
+  if (error instanceof NotJson || error instanceof ReadRefused) return new ConfigError(`${source}: ${error.message}`);
+  return new ConfigError(`${source}: not valid YAML: ${yamlProblem(error)}`);
+}
+
+function checkConfig(raw: unknown, source: string): Config {
+  if (!validate(raw)) throw new ConfigError(`${source}: ${describeSchemaError(validate.errors?.[0])}`);
+  return normalize(raw as RawConfig, source);
 }
 
 /**
