@@ -85,6 +85,21 @@ describe('request bodies held at once', () => {
     await closeAll();
   });
 
+  it('bodies still arriving from one address hold at most half of maxBodyBytesInFlight: another address is answered (red team 12)', async () => {
+    // Red team 12: one client refilling bodies short of their last byte got 66 of 70 reviews from another address refused 503.
+    // Five bodies of 209,000 bytes short of their last: 1,045,000 bytes, all but the whole budget; two fit in half of it.
+    const answers = Promise.all(Array.from({ length: 5 }, () => exchange(post(210_000), 'x'.repeat(209_000), 2000, '127.0.0.5')));
+    await new Promise((r) => setTimeout(r, 150));
+    const review = JSON.stringify(admissionReview({ kind: 'ConfigMap', metadata: { name: 'ok', labels: { team: 'a' } }, data: { pad: 'p'.repeat(50_000) } }));
+    const answered = await exchange(post(Buffer.byteLength(review)), review, 1000, '127.0.0.6');
+    expect(answered).toMatch(/^HTTP\/1\.1 200 /);
+    expect(answered).toContain('"allowed":true');
+    const refused = (await answers).filter((a) => a.startsWith('HTTP/1.1 503 '));
+    expect(refused.length).toBeGreaterThanOrEqual(3);
+    for (const answer of refused) expect(answer).toContain('bodies still arriving from 127.0.0.5 hold half of the 1 MiB of request bodies the webhook takes at once; retry shortly');
+    await closeAll();
+  });
+
   it('a body that does not arrive within bodyTimeoutMs is refused (408) and its connection closed; what it held comes back', async () => {
     // Red team: 4,300 requests of headers and no body held every connection slot, and bodies
     // short of their last byte the body budget, for requestTimeoutMs (30 s) each.

@@ -43,30 +43,59 @@ const ROUTE = /^\/(validate|mutate)(?:\/([^/?#]+))?\/?$/;
  */
 class BodyBudget {
   #held = 0;
+  /** Bytes of bodies still arriving, by client address. */
+  readonly #arriving = new Map<string, number>();
   readonly limit: number;
   constructor(limit: number) {
     this.limit = limit;
   }
 
-  /** An account for one request: grow() is false when `bytes` more would pass the limit. */
-  open(): { grow: (bytes: number) => boolean; release: () => void } {
+  /**
+   * An account for one request from `address`: grow() says why `bytes` more cannot be held, or
+   * undefined when they are; arrived() once the whole body is in. While its body arrives, what
+   * one address holds so counts against ARRIVING_SHARE of the limit (red team 12: one client
+   * refilling bodies short of their last byte got 66 of 70 reviews from another address refused
+   * 503). Whole bodies are not shared out: under overload the apiserver, one address, holds
+   * thousands of them, and a share of those refused it (session 39, the benchmark's overload).
+   */
+  open(address: string): { grow: (bytes: number) => 'full' | 'share' | undefined; arrived: () => void; release: () => void } {
     let mine = 0;
+    let arriving = true;
     let released = false;
+    const leave = () => {
+      const left = (this.#arriving.get(address) ?? 0) - mine;
+      if (left > 0) this.#arriving.set(address, left);
+      else this.#arriving.delete(address);
+    };
     return {
       grow: (bytes) => {
-        if (released || this.#held + bytes > this.limit) return false;
+        if (released || this.#held + bytes > this.limit) return 'full';
+        if (arriving) {
+          const theirs = this.#arriving.get(address) ?? 0;
+          if (theirs + bytes > this.limit * ARRIVING_SHARE) return 'share';
+          this.#arriving.set(address, theirs + bytes);
+        }
         this.#held += bytes;
         mine += bytes;
-        return true;
+        return undefined;
+      },
+      arrived: () => {
+        if (!arriving || released) return;
+        arriving = false;
+        leave();
       },
       release: () => {
         if (released) return;
+        if (arriving) leave();
         released = true;
         this.#held -= mine;
       },
     };
   }
 }
+
+/** Of maxBodyBytesInFlight, what the bodies still arriving from one client address may hold. */
+const ARRIVING_SHARE = 0.5;
 
 /**
  * Copies of a large body the main thread holds beside it while answering, which the budget
@@ -177,16 +206,22 @@ async function handle(config: ServerConfig, deps: HttpDeps, bodies: BodyBudget, 
   if (contentType !== 'application/json') {
     return refuse(deps, res, new HttpError('UNSUPPORTED_MEDIA_TYPE', `expected Content-Type application/json, got ${contentType ? JSON.stringify(contentType) : 'none'}`));
   }
-  const account = bodies.open();
+  const address = req.socket.remoteAddress ?? '';
+  const account = bodies.open(address);
   res.once('close', account.release);
-  const busy = () => {
+  const busy = (why: 'full' | 'share') => {
     res.setHeader('connection', 'close');
     res.setHeader('retry-after', '1');
-    refuse(deps, res, new HttpError('SERVER_BUSY', `the webhook holds ${Math.round(bodies.limit / 2 ** 20)} MiB of request bodies already; retry shortly`));
+    const mib = Math.round(bodies.limit / 2 ** 20);
+    refuse(deps, res, new HttpError('SERVER_BUSY', why === 'full'
+      ? `the webhook holds ${mib} MiB of request bodies already; retry shortly`
+      : `bodies still arriving from ${address} hold half of the ${mib} MiB of request bodies the webhook takes at once; retry shortly`));
   };
-  const body = await readBody(req, config, account.grow);
+  let refusal: 'full' | 'share' | undefined;
+  const body = await readBody(req, config, (bytes) => !(refusal = account.grow(bytes)));
+  account.arrived();
   if (body === 'busy') {
-    busy();
+    busy(refusal ?? 'full');
     req.resume();
     return;
   }
@@ -210,7 +245,8 @@ async function handle(config: ServerConfig, deps: HttpDeps, bodies: BodyBudget, 
   // A small body the scan stopped early in is counted whole: JSON.parse gives its error.
   if (body.length >= PARSE_COST_FROM) {
     const parsedCost = scan.valid || body.length >= PARSED_WHOLE_BELOW ? scan.parsedCost : parsedCostOf(body);
-    if (!account.grow(parsedCost + BODY_COPIES * body.length)) return busy();
+    const why = account.grow(parsedCost + BODY_COPIES * body.length);
+    if (why) return busy(why);
   }
   try {
     const query = req.url?.includes('?') ? req.url.slice(req.url.indexOf('?') + 1) : undefined;
