@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { parseManifest, policyManifest, wasmLayer, type Descriptor } from '../../host/src/oci/artifact.ts';
+import { MAX_MANIFEST_DEPTH, parseManifest, policyManifest, wasmLayer, type Descriptor } from '../../host/src/oci/artifact.ts';
 
 const d = (n: number, mediaType: string, title?: string): Descriptor => ({
   mediaType, digest: `sha256:${String(n).repeat(64).slice(0, 64)}`, size: n, ...(title ? { annotations: { 'org.opencontainers.image.title': title } } : {}),
@@ -47,6 +47,17 @@ describe('manifest shapes', () => {
     expect(() => parseManifest(manifest([{ ...d(1, 'application/wasm'), size: -1 }]), undefined, 'REF')).toThrow('layer 0 has no valid size');
     expect(() => parseManifest(new TextEncoder().encode('<html>'), 'text/html', 'REF')).toThrow('REF: the manifest is not a JSON object (an OCI manifest starts with "{")');
     expect(() => parseManifest(new TextEncoder().encode('{"schemaVersion": 2,'), undefined, 'REF')).toThrow('REF: the manifest is not JSON');
+  });
+
+  it('refuses, before parsing, an object that nests deeper or holds more than a manifest would (red team 12: 4 MiB of it, 368 MB a pull)', () => {
+    const refused = `REF: the manifest nests deeper than ${MAX_MANIFEST_DEPTH} levels or holds more than a manifest would; it was not read`;
+    const deep = `{"a":${'['.repeat(2_000_000)}${']'.repeat(2_000_000)}}`;
+    expect(() => parseManifest(new TextEncoder().encode(deep), undefined, 'REF')).toThrow(refused);
+    const wide = `{"a":[${Array(1_000_000).fill('{}').join(',')}]}`;
+    expect(() => parseManifest(new TextEncoder().encode(wide), undefined, 'REF')).toThrow(refused);
+    // A manifest of 500 layers, each with annotations, and its brackets in strings, is read.
+    const layers = Array.from({ length: 500 }, (_, i) => ({ ...d(i % 10, 'application/wasm'), annotations: { 'org.opencontainers.image.title': `[[[{{{${i}.wasm` } }));
+    expect(parseManifest(manifest(layers), undefined, 'REF').layers).toHaveLength(500);
   });
 
   it('writes one Kubewarden-typed layer with an oras title, and nothing time-dependent', () => {

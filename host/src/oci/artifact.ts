@@ -2,6 +2,7 @@
 // Kubewarden, CNCF Wasm, Docker v2), how the one Wasm layer is found in them, and the shape
 // `portcullis push` writes.
 import { foreignText } from '../util/text.ts';
+import { nestedDeeperThan, parsedCostOf } from '../util/json-bytes.ts';
 import { RegistryError } from './errors.ts';
 import { DIGEST } from './reference.ts';
 
@@ -40,6 +41,11 @@ export interface ImageManifest {
   layers: Descriptor[];
 }
 
+/** Deepest a manifest may nest: the object, its layers, a descriptor, its annotations, with room to spare. */
+export const MAX_MANIFEST_DEPTH = 16;
+/** Most heap a manifest may parse into (parsedCostOf): ~85,000 containers, far past any artifact's. */
+export const MAX_MANIFEST_PARSED_BYTES = 8 * 2 ** 20;
+
 /** Parses manifest bytes; an index (or anything not a single artifact) is refused with a way out. */
 export function parseManifest(bytes: Uint8Array, contentType: string | undefined, where: string): ImageManifest {
   let json: Record<string, unknown>;
@@ -48,6 +54,12 @@ export function parseManifest(bytes: Uint8Array, contentType: string | undefined
   // JSON" (red team). The first character says which without parsing.
   if (!/^[\s\uFEFF]*\{/.test(text.slice(0, 1024))) {
     throw new RegistryError('UNSUPPORTED_MANIFEST', `${where}: the manifest is not a JSON object (an OCI manifest starts with "{")`);
+  }
+  // Nor what parses to far more than a manifest: red team 12, 4 MiB of `{"a":[[[...` took a pull
+  // to 368 MB and eight policies on one such registry a reload to 1 GB. An OCI manifest is an
+  // object of descriptors: a few levels deep, and a few KB even with hundreds of layers.
+  if (nestedDeeperThan(bytes, MAX_MANIFEST_DEPTH) || parsedCostOf(bytes) > MAX_MANIFEST_PARSED_BYTES) {
+    throw new RegistryError('UNSUPPORTED_MANIFEST', `${where}: the manifest nests deeper than ${MAX_MANIFEST_DEPTH} levels or holds more than a manifest would; it was not read`);
   }
   try {
     json = JSON.parse(text) as Record<string, unknown>;

@@ -2,7 +2,10 @@
 // that says exactly what is wrong. Nothing past this point re-checks the shape.
 import type { AdmissionRequest, JsonObject, Operation } from '@portcullis/sdk';
 import { ReviewError } from '../errors.ts';
-import { MAX_BODY_DEPTH, PARSED_CONTAINER_BYTES, PARSED_ELEMENT_BYTES, type ReviewScan, type Span } from './scan.ts';
+import { MAX_BODY_DEPTH, type ReviewScan, type Span } from './scan.ts';
+import { nestedDeeperThan } from '../util/json-bytes.ts';
+
+export { nestedDeeperThan, parsedCostOf } from '../util/json-bytes.ts';
 
 export { MAX_BODY_DEPTH };
 
@@ -184,74 +187,3 @@ function describe(value: unknown): string {
   return text.length > 60 ? `${text.slice(0, 60)}…` : text;
 }
 
-/**
- * Whether brackets outside strings nest deeper than `limit`. Only a guard: malformed text is
- * JSON.parse's to refuse, so an unterminated string simply ends the walk. It walks bytes, not
- * a string: over a string (from Buffer.toString, external when over ~1 MB) the same loop fell,
- * at random after a few dozen large bodies, into a state costing ~6 µs a character for the
- * rest of the process: 15-20 s of main thread per 2.5 MB review (red team). UTF-8 never puts a
- * quote or a backslash byte inside a multi-byte character, so bytes say the same as characters.
- */
-export function nestedDeeperThan(bytes: Uint8Array, limit: number): boolean {
-  let depth = 0;
-  const length = bytes.length;
-  for (let at = 0; at < length; at++) {
-    const code = bytes[at]!;
-    if (code === 0x22) {
-      at = closingQuote(bytes, at);
-      if (at < 0) return false;
-    } else if (code === 0x7b || code === 0x5b) {
-      if (++depth > limit) return true;
-    } else if (code === 0x7d || code === 0x5d) {
-      depth--;
-    }
-  }
-  return false;
-}
-
-/** `open` is at a string's opening quote; the index of its closing quote (the next one no odd run of backslashes escapes), or -1. */
-function closingQuote(bytes: Uint8Array, open: number): number {
-  let at = open;
-  for (;;) {
-    at = nextQuote(bytes, at + 1);
-    if (at < 0) return -1;
-    let slashes = 0;
-    while (bytes[at - 1 - slashes] === 0x5c) slashes++;
-    if (slashes % 2 === 0) return at;
-  }
-}
-
-/**
- * The next quote byte from `from`, or -1. Most strings of a review are short, and a call into
- * C++ (Uint8Array.indexOf) per string cost ~14 µs of main thread a 5 KB review, every review
- * (profile); a loop finds a near quote for less, and hands long strings to indexOf.
- */
-function nextQuote(bytes: Uint8Array, from: number): number {
-  const near = Math.min(bytes.length, from + 64);
-  for (let at = from; at < near; at++) if (bytes[at] === 0x22) return at;
-  return near === bytes.length ? -1 : bytes.indexOf(0x22, near);
-}
-
-/**
- * About what parsing `bytes` will cost the heap beyond the bytes themselves (an estimate; the
- * HTTP layer charges it to its body budget before the body is parsed): a body of a million
- * empty objects is 3 MB and ~70 MB parsed (red team: 85 of them at once, within the byte budget,
- * took the host to 2.5 GB). Strings are skipped as in nestedDeeperThan.
- */
-export function parsedCostOf(bytes: Uint8Array): number {
-  let containers = 0;
-  let elements = 0;
-  const length = bytes.length;
-  for (let at = 0; at < length; at++) {
-    const code = bytes[at]!;
-    if (code === 0x22) {
-      at = closingQuote(bytes, at);
-      if (at < 0) break;
-    } else if (code === 0x7b || code === 0x5b) {
-      containers++;
-    } else if (code === 0x2c) {
-      elements++;
-    }
-  }
-  return containers * PARSED_CONTAINER_BYTES + elements * PARSED_ELEMENT_BYTES;
-}

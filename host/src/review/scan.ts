@@ -12,6 +12,7 @@
 // fell, at random after a few dozen large bodies, into ~6 µs a character (red team). UTF-8
 // never puts a byte below 0x80 inside a multi-byte character, so bytes say what characters do.
 import { isUtf8 } from 'node:buffer';
+import { PARSED_CONTAINER_BYTES, PARSED_ELEMENT_BYTES } from '../util/json-bytes.ts';
 
 /**
  * The API server decodes no object nested deeper than 10,000 levels (Go's encoding/json), so a
@@ -19,9 +20,6 @@ import { isUtf8 } from 'node:buffer';
  */
 export const MAX_BODY_DEPTH = 10_010;
 
-/** Heap that JSON.parse makes of one container, and of one more element, beyond its bytes (Node 24: an empty object ~67 bytes + its slot). */
-export const PARSED_CONTAINER_BYTES = 96;
-export const PARSED_ELEMENT_BYTES = 16;
 
 export interface Span {
   start: number;
