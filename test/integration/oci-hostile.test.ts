@@ -3,7 +3,8 @@
 // same layer asked for by several policies at once.
 import { spawn } from 'node:child_process';
 import { mkdtemp, readdir, writeFile } from 'node:fs/promises';
-import type { ServerResponse } from 'node:http';
+import { createServer as createHttpServer, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -171,6 +172,35 @@ describe('answers that are the registry\'s fault, not an outage (no cached copy 
     await expect(fetchOci(`oci://${registry.host}/to-file:v1`, await options())).rejects.toMatchObject({
       code: 'REGISTRY_PROTOCOL', message: expect.stringContaining(`${registry.host} redirected to a file: URL; only http(s) redirects are followed`) as unknown,
     });
+  });
+
+  it('shows no error words from a host the registry redirected to, and sends no credentials to a plain-HTTP realm on another host (red team 12)', async () => {
+    // Another loopback host: what the webhook's own network can reach, and the registry's cannot show.
+    const seen: string[] = [];
+    const internal = createHttpServer((req, res) => {
+      seen.push(`${req.method} ${req.url} ${req.headers.authorization ?? ''}`);
+      res.writeHead(404, { 'content-type': 'application/json' }).end(JSON.stringify({ errors: [{ code: 'SECRET', message: 'db-password=hunter2' }] }));
+    });
+    await new Promise<void>((resolve) => internal.listen(0, '127.0.0.2', resolve));
+    const elsewhere = `127.0.0.2:${(internal.address() as AddressInfo).port}`;
+    try {
+      serve('to-internal', wasmLayerOf(wasmOfSize(100)), (res) => void res.writeHead(302, { location: `http://${elsewhere}/internal/admin` }).end());
+      const error = await fetchOci(`oci://${registry.host}/to-internal:v1`, await options()).then(() => undefined, (e: unknown) => e as Error);
+      expect(error).toMatchObject({ code: 'REGISTRY_NOT_FOUND' });
+      expect(error?.message).not.toContain('hunter2');
+      expect(seen).toEqual(['GET /internal/admin ']);
+      // A realm on another host over plain HTTP gets nothing, though the registry itself is listed as insecure.
+      registry.route('realm-elsewhere', (_kind, _ref, _req, res) => void res.writeHead(401, { 'www-authenticate': `Bearer realm="http://${elsewhere}/token",service="s"` }).end());
+      const dir = await mkdtemp(join(tmpdir(), 'portcullis-oci-realm-'));
+      const dockerConfig = join(dir, 'config.json');
+      await writeFile(dockerConfig, JSON.stringify({ auths: { [registry.host]: { auth: Buffer.from('alice:s3cret').toString('base64') } } }));
+      await expect(fetchOci(`oci://${registry.host}/realm-elsewhere:v1`, await options({ dockerConfig }))).rejects.toMatchObject({
+        code: 'REGISTRY_PROTOCOL', message: expect.stringContaining(`asks for a token from http://${elsewhere}, which is not https; refusing to send credentials there`) as unknown,
+      });
+      expect(seen).toHaveLength(1);
+    } finally {
+      internal.close();
+    }
   });
 
   it('refuses a token that cannot be sent as a header (a line break in it)', async () => {

@@ -13,6 +13,8 @@ export interface ClientOptions {
   repository: string;
   /** Plain HTTP: only for registries the user listed as insecure. */
   insecure: boolean;
+  /** Whether the user listed `host` ("name:port") as insecure: a token realm elsewhere over plain HTTP must be. */
+  insecureHost?: (host: string) => boolean;
   /** Extra CA (PEM) to trust, e.g. a test registry's self-signed certificate. */
   ca?: string;
   credentials: CredentialLookup;
@@ -149,8 +151,11 @@ export class RegistryClient {
     } catch {
       throw new RegistryError('REGISTRY_PROTOCOL', `${what}: ${this.registry} named a token realm that is not a URL: ${foreignText(realm)}`);
     }
-    // The realm gets our password: only over TLS, unless the user accepted plain HTTP here.
-    if (url.protocol !== 'https:' && !(url.protocol === 'http:' && this.#options.insecure)) {
+    // The realm gets our password: only over TLS, unless the user accepted plain HTTP there. An
+    // insecure registry's own host has it in plain text anyway (Basic auth); any other host must
+    // be listed itself (red team 12: a registry named an http realm on another port, and got it).
+    const plainAccepted = url.hostname === this.#base.hostname ? this.#options.insecure : this.#options.insecureHost?.(url.host) ?? false;
+    if (url.protocol !== 'https:' && !(url.protocol === 'http:' && plainAccepted)) {
       throw new RegistryError('REGISTRY_PROTOCOL', `${what}: ${this.registry} asks for a token from ${url.origin}, which is not https; refusing to send credentials there`);
     }
     if (challenge.params.service) url.searchParams.set('service', challenge.params.service);
@@ -175,7 +180,7 @@ export class RegistryClient {
 
   #expect(response: Exchange, statuses: number[], what: string): void {
     if (statuses.includes(response.status)) return;
-    const detail = registryDetail(response);
+    const detail = this.#detail(response);
     const status = `HTTP ${response.status}${detail ? ` ${detail}` : ''}`;
     if (response.status === 401 || response.status === 403) {
       const { credentials, source, helpers } = this.#options.credentials;
@@ -191,8 +196,18 @@ export class RegistryClient {
     throw new RegistryError('REGISTRY_PROTOCOL', `${what}: unexpected answer from ${response.url.host} (${status})`);
   }
 
+  /**
+   * registryDetail, from the registry's own host only (its token service often runs there on
+   * another port): the message goes into errors that /readyz shows on the webhook port, and a
+   * redirect's target is whatever the registry names (red team 12: a blob redirected to an
+   * internal service, whose answer /readyz then showed anyone).
+   */
+  #detail(response: Exchange): string {
+    return response.url.hostname === this.#base.hostname ? registryDetail(response) : '';
+  }
+
   #notFound(response: Exchange, message: string): RegistryError {
-    const detail = registryDetail(response);
+    const detail = this.#detail(response);
     return new RegistryError('REGISTRY_NOT_FOUND', `${message} (HTTP 404${detail ? ` ${detail}` : ''})`);
   }
 }

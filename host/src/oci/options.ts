@@ -91,7 +91,8 @@ export function isInsecure(settings: OciSettings, registry: string): boolean {
 export async function openClient(ref: OciReference, settings: OciSettings, actions: 'pull' | 'pull,push'): Promise<RegistryClient> {
   const credentials = await lookupCredentials(settings.dockerConfig, ref.registry, settings.dockerConfigExplicit);
   return new RegistryClient({
-    registry: ref.registry, repository: ref.repository, insecure: isInsecure(settings, ref.registry), credentials, actions,
+    registry: ref.registry, repository: ref.repository, credentials, actions,
+    insecure: isInsecure(settings, ref.registry), insecureHost: (host) => isInsecure(settings, host),
     ...(settings.ca ? { ca: settings.ca } : {}), ...(settings.timeouts ? { timeouts: settings.timeouts } : {}),
   });
 }
