@@ -22,8 +22,12 @@ const readJson = (path: string): Json => JSON.parse(readFileSync(path, 'utf8')) 
 const rootPackage = readJson(join(root, 'package.json'));
 const rootDev = rootPackage.devDependencies as Record<string, string>;
 
-/** The oldest Node the compiled packages run on (Node 22 and 24 are the LTS lines). */
-const ENGINES = { node: '>=22.12' };
+/**
+ * The oldest Node the compiled packages run on (Node 22 and 24 are the LTS lines): 22.19 has
+ * process.threadCpuUsage, which the sandbox reads (newcomer: on 22.12-22.18 every policy failed to
+ * load), and undici 8 asks for it too.
+ */
+const ENGINES = { node: '>=22.19' };
 /** What `portcullis build` runs: bundler, QuickJS componentizer, AssemblyScript and its libraries, tsc. */
 const COMPILERS = ['esbuild', 'componentize-qjs', 'assemblyscript', '@extism/as-pdk', 'json-as', 'typescript'];
 

@@ -7,9 +7,11 @@ import { homedir } from 'node:os';
 import { join } from 'node:path';
 import { setFlagsFromString } from 'node:v8';
 
-const major = Number(process.versions.node.split('.')[0]);
-if (major < 22) {
-  process.stderr.write(`portcullis: Node ${process.versions.node} is not supported; install Node 22 or 24 (LTS) and run it again\n`);
+// 22.19 brought process.threadCpuUsage, which the sandbox reads: on 22.12-22.18 every policy
+// failed to load, with a message that blamed the policy (newcomer).
+const [major, minor] = process.versions.node.split('.').map(Number);
+if (major < 22 || (major === 22 && minor < 19)) {
+  process.stderr.write(`portcullis: Node ${process.versions.node} is not supported; install Node 22.19 or later, or 24 (LTS), and run it again\n`);
   process.exit(1);
 }
 // `serve` is a long-lived process whose wasm compiler and workers free large blocks of malloc'd

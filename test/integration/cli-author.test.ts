@@ -56,14 +56,15 @@ describe('help and version', () => {
   });
 });
 
-it('on a Node older than 22 (the machine\'s own /usr/bin/node here), says so in one line before loading anything', async () => {
+it('on a Node older than 22.19 (the machine\'s own /usr/bin/node here), says so in one line before loading anything', async () => {
   const system = await run('/usr/bin/node', ['-p', 'process.versions.node']);
   expect(system.code, 'this test needs the machine\'s own Node at /usr/bin/node').toBe(0);
   const version = system.stdout.trim();
   const result = await run('/usr/bin/node', [`${root}host/bin/portcullis.js`, '--version']);
-  if (Number(version.split('.')[0]) < 22) {
+  const [major = 0, minor = 0] = version.split('.').map(Number);
+  if (major < 22 || (major === 22 && minor < 19)) {
     expect(result.code).toBe(1);
-    expect(result.stderr).toBe(`portcullis: Node ${version} is not supported; install Node 22 or 24 (LTS) and run it again\n`);
+    expect(result.stderr).toBe(`portcullis: Node ${version} is not supported; install Node 22.19 or later, or 24 (LTS), and run it again\n`);
   } else {
     expect(result.code).toBe(0);
   }

@@ -3,6 +3,11 @@
 
 /** This thread's CPU time so far (µs): user and system. About 0.3 µs a call (measured on Node 24). */
 export function threadCpuMicros(): number {
+  // Node 22.19 brought it. Before, this was "process.threadCpuUsage is not a function", in a
+  // message that blamed the policy being loaded (newcomer, Node 22.12 through the SDK's tests).
+  if (typeof process.threadCpuUsage !== 'function') {
+    throw new Error(`Portcullis needs Node 22.19 or later, or Node 24; this is Node ${process.versions.node}`);
+  }
   const { user, system } = process.threadCpuUsage();
   return user + system;
 }
