@@ -4,7 +4,7 @@
 import { mkdir, mkdtemp, readFile, readdir, rm, writeFile, access, appendFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { loadConfigFile } from '../../host/src/config/load.ts';
+import { loadConfigFile, parseConfig } from '../../host/src/config/load.ts';
 import { loadPolicySet } from '../../host/src/policy/policy-set.ts';
 import { SandboxPool } from '../../host/src/sandbox/pool.ts';
 import { writeLeb as leb } from '../../host/src/sandbox/memory-cap.ts';
@@ -83,6 +83,9 @@ describe('portcullis new', () => {
     // look up on the public registry, and a scope pinned to one that does not exist.
     expect(pkg.devDependencies).toBeUndefined();
     expect(await readFile(join(project, '.npmrc'), 'utf8')).toMatch(/^@portcullis:registry=https:\/\/[a-z-]+\.invalid\/\n$/);
+    // A development webhook left behind by kill -9 must not stop the cluster: its webhook is Ignore (newcomer).
+    const config = parseConfig(await readFile(join(project, 'portcullis.yaml'), 'utf8'), join(project, 'portcullis.yaml'));
+    expect(config.policies.map((p) => p.failurePolicy)).toEqual(['Ignore']);
   });
 
   it('refuses a folder that is not empty (writing nothing) and a name that cannot be a policy name', async () => {

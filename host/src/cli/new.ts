@@ -199,6 +199,9 @@ spec:
 const SERVE_CONFIG = (name: string, image: string, insecure: string | undefined, port: number) => `# npm run serve: the admission webhook for the cluster in $KUBECONFIG, on this machine.
 # It registers its own ValidatingWebhookConfiguration (webhooks.managed) with its self-signed
 # certificate as the caBundle, and removes it again when stopped. Rules and the settings schema come from the module.
+# Stopped without a chance to remove it (kill -9, a crash, a laptop asleep), the configuration
+# stays: kubectl delete validatingwebhookconfiguration ${name}.portcullis.dev (or start and stop
+# npm run serve again) removes it.
 server:
   host: 127.0.0.1
   port: ${port}
@@ -214,6 +217,10 @@ ${insecure ? `registries:\n  insecure: [${insecure}]\n` : ''}policies:
   - name: ${name}
     module: ${image}   # or, without a registry: ${name}.wasm (from npm run build)
     settings: { label: team }
+    # A denial still refuses; Ignore is what the API server does when it cannot reach this
+    # process, so a development webhook left behind does not stop the cluster. Fail (the
+    # default) is for the webhook in the cluster, whose Deployment keeps it running.
+    failurePolicy: Ignore
 `;
 
 const README = (name: string, lang: Lang, source: string, image: string) => `# ${name}
