@@ -61,6 +61,26 @@ describe('portcullis run', () => {
     expect(code).toBe(1);
   });
 
+  it('with --config and managed webhooks, one per policy, mutates one policy after another as the apiserver calls them; /mutate\'s merge with singleWebhook', async () => {
+    // Newcomer: two policies setting one label differently were a conflict in run --config, and
+    // the cluster (one webhook each, called in turn) admitted the Pod with the second's value.
+    const label = (value: string) => answering({ outcome: 'allow', patch: [{ op: 'add', path: '/metadata/labels', value: { 'checked-by': value } }] });
+    await writeFile(join(dir, 'first.wasm'), await label('first'));
+    await writeFile(join(dir, 'second.wasm'), await label('second'));
+    const policies = `policies:\n  - { name: first, module: ${join(dir, 'first.wasm')} }\n  - { name: second, module: ${join(dir, 'second.wasm')} }\n`;
+    const perPolicy = join(dir, 'per-policy.yaml');
+    await writeFile(perPolicy, `webhooks: { managed: labels.example.com, url: "https://127.0.0.1:8443" }\n${policies}`);
+    const ok = `${root}test/fixtures/reviews/numbers-ok.json`;
+    const inTurn = await cli(['run', '--config', perPolicy, '--request', ok, '--mode', 'mutate', '--show', 'patched']);
+    expect(inTurn.stderr).toBe('');
+    expect(JSON.parse(inTurn.stdout).metadata.labels).toEqual({ 'checked-by': 'second' });
+    const single = join(dir, 'single.yaml');
+    await writeFile(single, `webhooks: { managed: labels.example.com, url: "https://127.0.0.1:8443", singleWebhook: true }\n${policies}`);
+    const merged = await cli(['run', '--config', single, '--request', ok, '--mode', 'mutate']);
+    expect(JSON.parse(merged.stdout).response).toMatchObject({ allowed: false, status: { code: 500, message: expect.stringContaining('its patch conflicts with policy "first"') as unknown } });
+    expect(merged.code).toBe(1);
+  });
+
   it('runs the mutate entry point with --mode mutate, and takes the review on stdin', async () => {
     const { readFile } = await import('node:fs/promises');
     const { code, stdout } = await cli(['run', '--policy', wasm('numbers'), '--request', '-', '--mode', 'mutate'], { input: await readFile(review, 'utf8') });

@@ -173,7 +173,8 @@ function print(review: AdmissionReview, decision: Decision<PatchOperation[]>, pa
 /**
  * --config: every policy of the configuration that matches the request, evaluated and merged as
  * `serve` does (without a mode, the mutating pass runs first and the validating pass sees its
- * result, as in the apiserver's admission chain).
+ * result, as in the apiserver's admission chain). With managed webhooks, one per policy, the
+ * mutating policies run one after another, as the apiserver calls them.
  */
 async function runConfig(
   path: string, review: AdmissionReview, mode: Mode | undefined, patched: boolean, flags: RegistryOptions, insecure: boolean,
@@ -193,19 +194,27 @@ async function runConfig(
     // Policies that failed (crashed, timed out, garbage), and answers the merge could not use:
     // each is a line on stderr and exit status 1, as with --policy (review helper).
     const failures: string[] = [];
-    for (const m of modes) {
-      const selected = set.entries.filter((entry) => policyMatches(entry, m, request));
-      const input = { request, settings: null, headers: {}, sslpeer: null, dryRun: request.dryRun === true, webhook: `/${m}` };
-      const evaluated = await Promise.all(selected.map(async (entry) => ({ policy: entry.config, outcome: await evaluateEntry(pool, entry, m, input) })));
-      for (const { outcome } of evaluated) printLogs(outcome);
-      decision = merge(evaluated, request.operation, request.object).decision;
-      for (const { policy, outcome } of evaluated) if (outcome.status === 'failed') failures.push(`policy "${policy.name}" failed on request ${request.uid}: ${outcome.message}`);
-      if (!decision.allowed && evaluated.every(({ outcome }) => outcome.status === 'allowed')) failures.push(`${decision.status?.message ?? 'the policies\' answers could not be merged'} (request ${request.uid})`);
-      warnings.push(...decision.warnings);
-      if (!decision.allowed) break;
-      if (m === 'mutate' && decision.patch.length > 0 && request.object) {
-        patch.push(...decision.patch);
-        request = { ...request, object: patchedObject(request.object, decision.patch) as typeof request.object };
+    // Managed webhooks, one per policy (not singleWebhook): the apiserver calls the mutating ones
+    // one after another, each on the object as the one before left it, so two patches of the
+    // same field do not conflict there; the last one wins (newcomer: run --config said
+    // "conflict" where the cluster admitted the Pod). Otherwise, as /mutate merges them.
+    const oneByOne = config.webhooks.managed !== undefined && !config.webhooks.singleWebhook;
+    passes: for (const m of modes) {
+      for (const group of m === 'mutate' && oneByOne ? set.entries.map((entry) => [entry]) : [set.entries]) {
+        const selected = group.filter((entry) => policyMatches(entry, m, request));
+        if (selected.length === 0 && group !== set.entries) continue;
+        const input = { request, settings: null, headers: {}, sslpeer: null, dryRun: request.dryRun === true, webhook: `/${m}` };
+        const evaluated = await Promise.all(selected.map(async (entry) => ({ policy: entry.config, outcome: await evaluateEntry(pool, entry, m, input) })));
+        for (const { outcome } of evaluated) printLogs(outcome);
+        decision = merge(evaluated, request.operation, request.object).decision;
+        for (const { policy, outcome } of evaluated) if (outcome.status === 'failed') failures.push(`policy "${policy.name}" failed on request ${request.uid}: ${outcome.message}`);
+        if (!decision.allowed && evaluated.every(({ outcome }) => outcome.status === 'allowed')) failures.push(`${decision.status?.message ?? 'the policies\' answers could not be merged'} (request ${request.uid})`);
+        warnings.push(...decision.warnings);
+        if (!decision.allowed) break passes;
+        if (m === 'mutate' && decision.patch.length > 0 && request.object) {
+          patch.push(...decision.patch);
+          request = { ...request, object: patchedObject(request.object, decision.patch) as typeof request.object };
+        }
       }
     }
     const final: Decision<PatchOperation[]> = { ...decision, warnings, patch: decision.allowed ? patch : [] };
