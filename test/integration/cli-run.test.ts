@@ -81,6 +81,15 @@ describe('portcullis run', () => {
     expect(merged.code).toBe(1);
   });
 
+  it('says to build a source file or a module not built yet, naming what was given (newcomer)', async () => {
+    const hint = 'build it first (`npm run build` in a project `portcullis new` made, or `portcullis build SOURCE -o FILE.wasm`)';
+    const source = await cli(['run', '--policy', `${root}policies/numbers/policy.ts`, '--request', review]);
+    expect(source.stderr).toBe(`portcullis run: policy "policy.ts" could not be loaded: ${root}policies/numbers/policy.ts is a source file, not a built module: ${hint}\n`);
+    expect(source.code).toBe(1);
+    const missing = await cli(['run', '--policy', join(dir, 'not-built.wasm'), '--request', review]);
+    expect(missing.stderr).toBe(`portcullis run: policy "not-built" could not be loaded: ${join(dir, 'not-built.wasm')} does not exist: ${hint}\n`);
+  });
+
   it('runs the mutate entry point with --mode mutate, and takes the review on stdin', async () => {
     const { readFile } = await import('node:fs/promises');
     const { code, stdout } = await cli(['run', '--policy', wasm('numbers'), '--request', '-', '--mode', 'mutate'], { input: await readFile(review, 'utf8') });
@@ -118,7 +127,7 @@ describe('portcullis run', () => {
 
   describe('bad input: one clear line on stderr and a non-zero exit', () => {
     const cases: [string, () => Promise<string[]>, RegExp][] = [
-      ['a missing .wasm', async () => ['--policy', join(dir, 'nope.wasm'), '--request', review], /^portcullis run: policy "nope" could not be loaded: .*nope\.wasm does not exist$/],
+      ['a missing .wasm', async () => ['--policy', join(dir, 'nope.wasm'), '--request', review], /^portcullis run: policy "nope" could not be loaded: .*nope\.wasm does not exist: build it first/],
       ['a corrupt .wasm', async () => {
         await writeFile(join(dir, 'corrupt.wasm'), 'garbage, not wasm');
         return ['--policy', join(dir, 'corrupt.wasm'), '--request', review];

@@ -24,7 +24,7 @@ import { isAdmissionRequest, isObject, requestFor, wholeRequest } from './reques
 import { SandboxPool } from '../sandbox/pool.ts';
 import { DEFAULT_LIMITS } from '../config/limits.ts';
 import { readPointedFile } from '../util/files.ts';
-import { settingsFrom, UsageError } from './usage.ts';
+import { notBuiltYet, settingsFrom, UsageError } from './usage.ts';
 
 export const RUN_USAGE = 'usage: portcullis run (--policy FILE.wasm | --config portcullis.yaml) --request REVIEW|REQUEST|MANIFEST [--settings JSON|FILE]\n' +
   '         [--mode validate|mutate] [--show response|patched] [--context OBJECTS.yaml [--grant apiVersion/Kind ...]]\n' +
@@ -43,7 +43,8 @@ export default async function run(args: string[]): Promise<number> {
   if (values.insecure && values.policy!.startsWith('oci://')) registryFlags.insecure.push(registryOf(values.policy!));
   const module = values.policy!;
   const settings = values.settings === undefined ? {} : await parseSettings(values.settings);
-  const name = basename(module).replace(/\.wasm$/, '');
+  // oci://reg/team/p:v1 is "p", as it is in a configuration (newcomer: it was "p:v1").
+  const name = module.startsWith('oci://') ? basename(module).replace(/[@:].*$/, '') : basename(module).replace(/\.wasm$/, '');
   const limits = {
     ...DEFAULT_LIMITS,
     ...(values['timeout-ms'] ? { timeoutMs: positive(values['timeout-ms'], '--timeout-ms') } : {}),
@@ -57,7 +58,7 @@ export default async function run(args: string[]): Promise<number> {
     const policy = await loadPolicy(pool, {
       name, module, settings, limits, failurePolicy: 'Fail', enforcement: 'enforce', isolation: 'reuse',
       ...(context ? { context: context.grants } : {}),
-    }, undefined, registryFlags).catch(settingsFrom('--settings'));
+    }, undefined, registryFlags).catch(notBuiltYet(module)).catch(settingsFrom('--settings'));
     const mode: Mode = (values.mode) ?? (policy.modes.includes('validate') ? 'validate' : 'mutate');
     if (!policy.modes.includes(mode)) throw new ConfigError(`policy "${name}" (${values.policy}) does not ${mode}; it supports: ${policy.modes.join(', ')}`);
     const outcome = await evaluatePolicy(pool, policy, mode, {

@@ -11,7 +11,7 @@ import type { AdmissionRequest, JsonObject, JsonValue, Mode, PatchOperation, Pee
 import { parse as parseYaml } from 'yaml';
 import { evaluatePolicy } from '../evaluate/evaluate.ts';
 import type { Outcome } from '../sandbox/outcome.ts';
-import { errorMessage, PolicyLoadError, PortcullisError } from '../errors.ts';
+import { errorMessage, PortcullisError } from '../errors.ts';
 import { merge } from '../merge/merge.ts';
 import { patchedObject } from '../merge/patches.ts';
 import { loadPolicy } from '../policy/load.ts';
@@ -30,7 +30,7 @@ import { grantedKinds, kindKey, type Grant } from '../context/grants.ts';
 import { ContextHub } from '../context/hub.ts';
 import { loadContextFile, loadOffline, parseContextObjects } from '../context/offline.ts';
 import { isObject, requestFor, RequestInputError, wholeRequest } from './request.ts';
-import { settingsFrom, UsageError } from './usage.ts';
+import { notBuiltYet, settingsFrom, UsageError } from './usage.ts';
 
 const USAGE = 'usage: portcullis test [FILE.yaml|DIR ...]   (default: the current folder; a folder is searched for *.test.yaml and portcullis-test.yaml)';
 const SUITE_KEYS = new Set(['policy', 'settings', 'policies', 'context', 'cases']);
@@ -319,7 +319,7 @@ async function runSuite(suite: Suite): Promise<CaseResult[]> {
       const policy = await loadPolicy(pool, {
         name: ref.name, module: ref.module, settings: ref.settings, limits: DEFAULT_LIMITS,
         failurePolicy: 'Fail', enforcement: 'enforce', isolation: 'reuse', ...(grants.length > 0 ? { context: grants } : {}),
-      }).catch(notBuiltYet).catch(settingsFrom('the suite'));
+      }).catch(notBuiltYet(ref.module)).catch(settingsFrom('the suite'));
       loaded.push({ ...policy, rules: ref.rules ?? policy.info?.rules ?? [] });
     }
     const results = [];
@@ -339,14 +339,6 @@ async function runSuite(suite: Suite): Promise<CaseResult[]> {
   } finally {
     await pool.close();
   }
-}
-
-/** Outsider: `portcullis test` before the first build said only "policy.wasm does not exist". */
-function notBuiltYet(error: unknown): never {
-  if (error instanceof PolicyLoadError && /\.wasm does not exist$/.test(error.message)) {
-    throw new PolicyLoadError(error.policy, `${error.reason}: build it first (\`npm run build\` in a project \`portcullis new\` made, or \`portcullis build SOURCE -o FILE.wasm\`)`, { cause: error });
-  }
-  throw error;
 }
 
 type RuledPolicy = LoadedPolicy & { rules: RuleWithOperations[] };

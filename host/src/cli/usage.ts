@@ -1,4 +1,4 @@
-import { PolicySettingsError, PortcullisError } from '../errors.ts';
+import { PolicyLoadError, PolicySettingsError, PortcullisError } from '../errors.ts';
 
 /** Wrong words on the command line: exit code 2 and the usage text. */
 export class UsageError extends PortcullisError {
@@ -17,6 +17,22 @@ function plainArgs(message: string): string {
     .replace(/^Unknown option '([^']+)'/, 'unknown option $1')
     .replace(/^Option '(?:-\w, )?(--[\w-]+) <value>' argument missing/, '$1 needs a value')
     .replace(/^Option '(?:-\w, )?(--[\w-]+)' does not take an argument/, '$1 takes no value');
+}
+
+/**
+ * A rejection handler: a module that is not there or is a source file says to build it.
+ * Outsider: `portcullis test` before the first build said only "policy.wasm does not exist";
+ * newcomer: `run --policy src/policy.ts` said only "(bad header)".
+ */
+export function notBuiltYet(module: string): (error: unknown) => never {
+  return (error) => {
+    const source = /\.[cm]?[jt]s$/.test(module) && error instanceof PolicyLoadError && error.reason.endsWith('(bad header)');
+    if (error instanceof PolicyLoadError && (source || /\.wasm does not exist$/.test(error.message))) {
+      const what = source ? `${module} is a source file, not a built module` : error.reason;
+      throw new PolicyLoadError(error.policy, `${what}: build it first (\`npm run build\` in a project \`portcullis new\` made, or \`portcullis build SOURCE -o FILE.wasm\`)`, { cause: error });
+    }
+    throw error;
+  };
 }
 
 /** A rejection handler: a settings refusal names `where` the settings came from, not the configuration. */
