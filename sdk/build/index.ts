@@ -54,11 +54,20 @@ export async function buildPolicy(options: BuildOptions): Promise<BuildResult> {
     const errors = await typeErrors(source);
     if (errors.length > 0) {
       // Syntax errors come this way too: "type error" misnamed them (outsider).
-      throw new BuildError(source, `${errors.length} error(s) from the TypeScript compiler (--no-typecheck builds anyway):\n${errors.slice(0, 20).join('\n')}`);
+      throw new BuildError(source, withBuiltinHint(`${errors.length} error(s) from the TypeScript compiler (--no-typecheck builds anyway):\n${errors.slice(0, 20).join('\n')}`));
     }
   }
   const bytes = language === 'assemblyscript' ? await buildAssemblyScript(source) : await buildTypeScript(source, options.stubWasi ?? true, options.timeoutMs ?? 60_000);
   return { bytes, language };
+}
+
+/**
+ * Newcomer: `import … from 'node:fs'` gave "Cannot find module 'node:fs'" (or esbuild's "Could
+ * not resolve"), which reads as a missing install.
+ */
+function withBuiltinHint(text: string): string {
+  const builtin = /(?:Cannot find module|Could not resolve) ['"](node:[\w/]+|fs|path|os|child_process|net|http|https|crypto)['"]/.exec(text)?.[1];
+  return builtin ? `${text}\n${builtin} is one of Node's own modules, which a policy cannot use: it runs in a sandbox with no files, network, clock or process; read what the request and settings give, and cluster objects through the SDK's context` : text;
 }
 
 const NOT_A_POLICY = 'the default export is not a policy: write `export default definePolicy({ validate(request) { ... } })` (import { definePolicy } from \'@portcullis/sdk\'), not a plain object or function';
@@ -93,7 +102,7 @@ async function buildTypeScript(source: string, stubWasi: boolean, timeoutMs: num
     if (/No matching export in "[^"]*" for import "default"/.test(text)) {
       throw new BuildError(source, 'it has no default export: a policy ends with `export default definePolicy({ ... })` (import { definePolicy } from \'@portcullis/sdk\')');
     }
-    throw new BuildError(source, text);
+    throw new BuildError(source, withBuiltinHint(text));
   }
   // stubWasi: the component imports nothing from WASI, so a policy has no clock, random,
   // files, network or environment unless the host grants a capability interface.

@@ -165,6 +165,22 @@ describe('build, inspect, test on the generated project', () => {
     }
   }, 60_000);
 
+  it('an import of Node\'s own modules says a policy cannot use them, type-checked or not (newcomer)', async () => {
+    const original = await readFile(join(project, 'src/policy.ts'), 'utf8');
+    await writeFile(join(project, 'src/policy.ts'), `import { readFileSync } from 'node:fs';\nexport const files = readFileSync;\n${original}`);
+    try {
+      const hint = 'node:fs is one of Node\'s own modules, which a policy cannot use: it runs in a sandbox with no files, network, clock or process';
+      for (const flags of [[], ['--no-typecheck']]) {
+        const refused = await inProject(['build', 'src/policy.ts', '-o', 'node-fs.wasm', ...flags]);
+        expect(refused.code).toBe(1);
+        expect(refused.stderr).toContain(hint);
+      }
+      await expect(access(join(project, 'node-fs.wasm'))).rejects.toThrow();
+    } finally {
+      await writeFile(join(project, 'src/policy.ts'), original);
+    }
+  }, 60_000);
+
   it('an AssemblyScript project: its typecheck script leaves the built module alone, and --no-check still embeds the modes', async () => {
     const dir = join(scratch, 'as-label');
     expect((await cli(['new', dir, '--lang', 'as'])).code).toBe(0);
