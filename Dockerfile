@@ -72,6 +72,11 @@ COPY --from=build /app/policies/numbers/numbers.wasm policies/numbers/
 COPY --from=build /app/policies/require-labels/require-labels.wasm policies/require-labels/
 COPY --from=build /app/policies/resources-oversell/resources-oversell.wasm policies/resources-oversell/
 COPY --from=build /app/policies/show-auth/show-auth.wasm policies/show-auth/
+# The context-aware examples (policies/context.yaml, with deploy-overlays/context's RBAC): not
+# served by default, as they need to read the cluster (newcomer: the comment offered them in-cluster).
+COPY --from=build /app/policies/context.yaml policies/
+COPY --from=build /app/policies/unique-ingress-host/unique-ingress-host.wasm policies/unique-ingress-host/
+COPY --from=build /app/policies/namespace-owner/namespace-owner.wasm policies/namespace-owner/
 LABEL org.opencontainers.image.title="portcullis" \
       org.opencontainers.image.description="Sandboxed WebAssembly policy runtime for Kubernetes admission control" \
       org.opencontainers.image.version="${VERSION}" \

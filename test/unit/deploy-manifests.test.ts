@@ -65,10 +65,12 @@ describe('deploy/', () => {
   });
 
   it('the Deployment meets Pod Security "restricted" and has what an operator expects', () => {
-    const deployment = find('Deployment', 'portcullis') as unknown as { spec: { replicas: number; template: { spec: Record<string, any> } } }; // eslint-disable-line @typescript-eslint/no-explicit-any
+    const deployment = find('Deployment', 'portcullis') as unknown as { spec: { replicas: number; strategy: unknown; template: { spec: Record<string, any> } } }; // eslint-disable-line @typescript-eslint/no-explicit-any
     const pod = deployment.spec.template.spec;
     const container = pod.containers[0];
     expect(deployment.spec.replicas).toBe(2);
+    // The type written out: else kubectl apply sends $retainKeys and says "configured" on every re-apply (newcomer).
+    expect(deployment.spec.strategy).toEqual({ type: 'RollingUpdate', rollingUpdate: { maxUnavailable: 0, maxSurge: 1 } });
     expect(pod.securityContext).toMatchObject({ runAsNonRoot: true, seccompProfile: { type: 'RuntimeDefault' } });
     expect(container.securityContext).toMatchObject({ allowPrivilegeEscalation: false, readOnlyRootFilesystem: true, capabilities: { drop: ['ALL'] } });
     expect(pod.hostNetwork ?? false).toBe(false);
