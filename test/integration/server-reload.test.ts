@@ -252,7 +252,7 @@ ${policies}`);
     const review = (path: string, dispatcher: Agent) => request(`${url}${path}`, {
       method: 'POST', dispatcher, headers: { 'content-type': 'application/json' }, body: JSON.stringify(admissionReview({ kind: 'ConfigMap', metadata: { name: 'x' } })),
     });
-    return { child, url, exited, output, review, agent: () => new Agent({ connect: { ca } }) };
+    return { child, url, exited, output, review, agent: () => new Agent({ connect: { ca } }), config: join(dir, 'slow.yaml') };
   }
 
   it('with shutdownDelayMs 0, stops accepting on SIGTERM, finishes the review in flight, and exits 0', async () => {
@@ -278,7 +278,7 @@ ${policies}`);
   });
 
   it('on SIGTERM goes on accepting and answering for shutdownDelayMs, each answer closing its connection, then exits 0', async () => {
-    const { child, url, exited, output, review: post, agent: newAgent } = await serve(1500, `
+    const { child, url, exited, output, review: post, agent: newAgent, config } = await serve(1500, `
   - name: quick
     module: ${wasm('spin')}
     settings: { iterations: 10 }
@@ -294,6 +294,8 @@ ${policies}`);
     child.kill('SIGTERM');
     for (let i = 0; i < 100 && !output.stderr.includes('"msg":"shutting down"'); i++) await new Promise((r) => setTimeout(r, 10));
     expect(output.stderr).toContain('"msg":"shutting down","signal":"SIGTERM","drainMs":1500');
+    // Its configuration is no longer watched (newcomer: "configuration reload refused" came 0.5 s after "shutting down").
+    await writeFile(config, 'policies: [');
     // The apiserver may still open a connection here (kube-proxy has not caught up): answered.
     const fresh = newAgent();
     const during = await review(fresh);
@@ -310,6 +312,7 @@ ${policies}`);
     expect(child.exitCode).toBeNull();
     expect(await exited).toBe(0);
     expect(performance.now() - signalled).toBeGreaterThan(1400);
+    expect(output.stderr).not.toContain('configuration reload');
     await expect(review(newAgent())).rejects.toThrow();
     await Promise.all([kept.close(), fresh.close()]);
   });
