@@ -21,6 +21,10 @@ beforeAll(async () => {
     await writeFile(join(dir, `${name}.wasm`), await answering({ outcome: 'allow', patch: [{ op: 'add', path: '/metadata/annotations', value }] }));
     return `  - { name: ${name}, module: ${join(dir, `${name}.wasm`)}, rules: [{ operations: [CREATE], apiGroups: [""], apiVersions: ["*"], resources: ["${name === 'wide' ? 'pods' : 'configmaps'}"] }] }\n`;
   }));
+  // Five copies: cheap to answer, and more than are combined in place (merge/offload.ts).
+  const copies = Array.from({ length: 5 }, (_, i) => ({ op: 'copy', from: '/spec/a', path: `/spec/c${i}` }));
+  await writeFile(join(dir, 'copier.wasm'), await answering({ outcome: 'allow', patch: copies }));
+  entries.push(`  - { name: copier, module: ${join(dir, 'copier.wasm')}, rules: [{ operations: [CREATE], apiGroups: [kopf.dev], apiVersions: ["*"], resources: [kopfexamples] }] }\n`);
   t = await startServer(`server: { tls: { mode: self-signed, hostnames: [127.0.0.1] } }\npolicies:\n${entries.join('')}`);
 }, 60_000);
 afterAll(() => t.close());
@@ -45,3 +49,13 @@ it('a patch below PATCH_TEXT_FROM members is combined in place; one above, on th
   expect(threadsAtNice(10).filter((tid) => !before.includes(tid))).toHaveLength(1);
   expect((await t.get('/healthz')).status).toBe(200);
 });
+
+it('a burst of 128 reviews whose patches go to the merger is merged, none refused on its queue (review: 42 of 128 were, at 16 reviews waiting)', async () => {
+  const object = { apiVersion: 'kopf.dev/v1', kind: 'KopfExample', metadata: { name: 'x' }, spec: { a: 1 } };
+  const sent = Array.from({ length: 128 }, () => t.post('/mutate', admissionReview(object)));
+  const answers = await Promise.all(sent);
+  expect(answers.map((a) => a.status)).toEqual(Array(128).fill(200));
+  expect(answers.filter((a) => a.body.response.allowed !== true).map((a) => a.body.response.status?.message)).toEqual([]);
+  // One policy's patch is only checked: it goes back as the policy wrote it.
+  expect(decodePatch(answers[0]!.body.response)).toEqual(Array.from({ length: 5 }, (_, i) => ({ op: 'copy', from: '/spec/a', path: `/spec/c${i}` })));
+}, 60_000);

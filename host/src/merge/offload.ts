@@ -13,29 +13,37 @@ import type { JsonValue } from '@portcullis/sdk';
 import { PortcullisError } from '../errors.ts';
 import type { DecisionPatch } from '../review/respond.ts';
 import { combinePatches, type CombinedPatch, type PatchRejection, type PolicyPatch } from './patches.ts';
+import { parsePointer, valueAt } from './json-patch.ts';
 
 /** From this many operations in all, several policies' patches are combined off the main thread (~3 ms in place). */
 export const OFFLOAD_FROM_OPERATIONS = 256;
 /** One policy's patch is only checked, ~3 µs an operation: handing it over pays from about this many. */
 export const OFFLOAD_ALONE_FROM_OPERATIONS = 2048;
 /**
- * A copy or a move goes to the merger whatever the count: each clones what it reads, up to
- * MAX_COPIED_BYTES for a patch, once to index it and once to apply it. Red team 11: 150 copies of
- * `/spec`, 6 KB of answer, cost the main thread 10-17 ms before that bound refused them. So does
- * a patch a worker kept as text (sandbox/outcome.ts PATCH_TEXT_FROM): parsing it is the cost.
+ * Copies and moves clone what they read, up to MAX_COPIED_BYTES for a patch, once to index it and
+ * once to apply it: red team 11, 150 copies of `/spec` (6 KB of answer) cost the main thread
+ * 10-17 ms before that bound refused them. A few, from small values of the object, are combined
+ * in place; more go to the merger (review: every single-`move` rename sent there made a burst of
+ * 128 reviews fail on the merger's queue). A copy of a copy doubles, so the count is small.
  */
-const CLONING = new Set(['copy', 'move']);
+const MAX_CLONES_IN_PLACE = 4;
+/** Members and elements, in all, of the values those few may read from the object. */
+const MAX_CLONED_NODES_IN_PLACE = 1000;
 /** Longest a review waits for its merge when the caller gives no deadline. */
 export const MAX_MERGE_MS = 10_000;
 /** A merge running this long is not a merge at the cap (0.1-0.3 s): its thread is stopped. */
 export const HARD_CAP_MS = 3_000;
 /**
- * Reviews waiting for the merger at most. Each holds its object and decoded patches (about
- * 1.5 MB at the cap) until its turn or its deadline: unbounded, a pair of policies at the cap
- * and a burst of matching reviews would pile up hundreds of megabytes. At 0.1-0.3 s a merge,
- * a review later in the line would mostly wait out its deadline anyway.
+ * Reviews waiting for the merger at most, and the patches they bring, as characters of JSON (an
+ * operation of a parsed patch counted as 64). Each review holds its object and patches (about
+ * 1.5 MB for two at the operation cap) until its turn or its deadline: unbounded, a burst of such
+ * reviews would pile up hundreds of megabytes, and at 0.1-0.3 s a merge, one later in the line
+ * would mostly wait out its deadline anyway. Counted by size, not reviews: the merger also takes
+ * ordinary patches (copies, moves, ones a worker kept as text), which a burst of Pod creates
+ * brings by the hundred (review: at 16 reviews, 42 of 128 such reviews failed).
  */
-export const MAX_WAITING_MERGES = 16;
+export const MAX_WAITING_MERGES = 256;
+export const MAX_WAITING_PATCH_CHARS = 16 * 2 ** 20;
 
 /**
  * The object travels as the review's envelope when there is one (shared memory: not copied, and
@@ -67,6 +75,8 @@ export class MergeError extends PortcullisError {
 
 interface Job {
   request: MergeRequest;
+  /** Its patches' size, against MAX_WAITING_PATCH_CHARS. */
+  chars: number;
   resolve: (combined: MergedPatch) => void;
   reject: (error: MergeError) => void;
   /** The review's deadline. */
@@ -99,22 +109,33 @@ export class PatchMerger {
     // A reader is called only if the object is needed here: with an envelope the thread parses it.
     const read = (): JsonValue => (typeof object === 'function' ? object() : object);
     let operations = 0;
-    let apart = false;
+    let chars = 0;
+    // A patch a worker kept as text (sandbox/outcome.ts PATCH_TEXT_FROM) is merged there: parsing it is the cost.
+    let text = false;
+    const clones: { op: 'copy' | 'move'; from: string }[] = [];
     for (const p of patches) {
       operations += p.operations.length;
-      apart ||= !Array.isArray(p.operations) || p.operations.some((op) => CLONING.has(op.op));
+      if (!Array.isArray(p.operations)) {
+        text = true;
+        chars += p.operations.json.length;
+        continue;
+      }
+      chars += p.operations.length * 64;
+      for (const op of p.operations) if (op.op === 'copy' || op.op === 'move') clones.push(op);
     }
-    const large = apart || operations >= (patches.length > 1 ? OFFLOAD_FROM_OPERATIONS : OFFLOAD_ALONE_FROM_OPERATIONS);
+    const large = text || operations >= (patches.length > 1 ? OFFLOAD_FROM_OPERATIONS : OFFLOAD_ALONE_FROM_OPERATIONS)
+      || (clones.length > 0 && !fewSmallClones(clones, read));
     if (!large || this.#closed) return inPlace(read(), patches);
     const ms = Math.min(withinMs, MAX_MERGE_MS);
     if (!(ms > 0)) return Promise.reject(new MergeError('the review\'s deadline had passed before its patches could be merged', true));
-    if (this.#queue.length >= MAX_WAITING_MERGES) {
-      return Promise.reject(new MergeError(`${this.#queue.length} other reviews' large patches were waiting to be merged already`, true));
+    const waiting = this.#queue.reduce((sum, job) => sum + job.chars, 0);
+    if (this.#queue.length >= MAX_WAITING_MERGES || waiting + chars > MAX_WAITING_PATCH_CHARS) {
+      return Promise.reject(new MergeError(`${this.#queue.length} other reviews' patches (${(waiting / 2 ** 20).toFixed(1)} MiB of them) were waiting to be merged already`, true));
     }
     return new Promise((resolve, reject) => {
       const id = ++this.#next;
       const request: MergeRequest = envelope ? { id, patches, envelope } : { id, patches, object: read() };
-      const job: Job = { request, resolve, reject, timer: undefined, settled: false };
+      const job: Job = { request, chars, resolve, reject, timer: undefined, settled: false };
       job.timer = setTimeout(() => this.#late(job, ms), ms);
       this.#queue.push(job);
       this.#start();
@@ -237,4 +258,33 @@ function inPlace(object: JsonValue, patches: PolicyPatch[]): Promise<CombinedPat
   } catch (error) {
     return Promise.reject(new MergeError(error instanceof Error ? error.message : String(error), false));
   }
+}
+
+/**
+ * Whether a patch's copies and moves are few, each from a value of the object (not one the patch
+ * made), and those values small: a walk that stops at the bound, so it costs little either way.
+ */
+function fewSmallClones(clones: { from: string }[], read: () => JsonValue): boolean {
+  if (clones.length > MAX_CLONES_IN_PLACE) return false;
+  const object = read();
+  let left = MAX_CLONED_NODES_IN_PLACE;
+  for (const { from } of clones) {
+    let source: JsonValue | undefined;
+    try {
+      source = valueAt(object, parsePointer(from));
+    } catch {
+      return false; // not a pointer: the merge says so, wherever it runs
+    }
+    if (source === undefined) return false;
+    const stack: JsonValue[] = [source];
+    while (stack.length > 0) {
+      const node = stack.pop()!;
+      if (typeof node !== 'object' || node === null) continue;
+      const children = Array.isArray(node) ? node : Object.values(node);
+      left -= children.length;
+      if (left < 0) return false;
+      stack.push(...children);
+    }
+  }
+  return true;
 }
