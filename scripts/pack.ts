@@ -10,8 +10,8 @@
 //   node scripts/pack.ts --host-js  only compiles the host into .pack/stage/host (no declarations,
 //                                   nothing packed): what the Dockerfile's image runs
 import { execFileSync } from 'node:child_process';
-import { cpSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { join, resolve } from 'node:path';
+import { cpSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { dirname, join, resolve } from 'node:path';
 
 const root = resolve(import.meta.dirname, '..');
 const out = join(root, '.pack');
@@ -44,6 +44,21 @@ function compile(name: string, include: string[], declaration = true): void {
   const file = join(out, `tsconfig.${name}.json`);
   writeFileSync(file, JSON.stringify(config, null, 2));
   execFileSync(join(root, 'node_modules', '.bin', 'tsc'), ['-p', file], { stdio: 'inherit', cwd: root });
+}
+
+/**
+ * Every thread and child the compiled package starts (`new URL(\`./name${extname(…)}\`…)`) must
+ * be in it: a missing one fails only when it is first needed (review: a configuration of 16 KiB
+ * or more would have been refused, and blamed).
+ */
+function checkEntries(name: string): void {
+  const dir = join(stage, name, 'src');
+  const files = readdirSync(dir, { recursive: true, encoding: 'utf8' }).filter((f) => f.endsWith('.js'));
+  for (const file of files) {
+    for (const [, entry] of readFileSync(join(dir, file), 'utf8').matchAll(/new URL\(`\.\/([\w-]+)\$\{extname/g)) {
+      if (!existsSync(join(dir, dirname(file), `${entry}.js`))) throw new Error(`pack: ${file} starts ./${entry}.js, which the compiled package lacks`);
+    }
+  }
 }
 
 /** `./src/x.ts` -> { types: ./src/x.d.ts, default: ./src/x.js }; AssemblyScript sources stay as they are. */
@@ -100,6 +115,7 @@ if (process.argv.includes('--host-js')) {
   // The image: JavaScript starts without type stripping, in the main thread and in every
   // sandbox worker (~0.4 s of a first start with 10 policies, measured outside the image).
   compile('host', ['src/**/*.ts'], false);
+  checkEntries('host');
   cpSync(join(root, 'host', 'bin'), join(stage, 'host', 'bin'), { recursive: true });
   process.exit(0);
 }
@@ -114,6 +130,7 @@ const sdk = stagePackage('sdk', (pkg) => ({
 }));
 
 compile('host', ['src/**/*.ts']);
+checkEntries('host');
 cpSync(join(root, 'host', 'bin'), join(stage, 'host', 'bin'), { recursive: true });
 cpSync(join(root, 'host', 'README.md'), join(stage, 'host', 'README.md'));
 // The --help texts point at docs/ and deploy/ (outsider: not in the package, so nowhere to read them).

@@ -8,8 +8,7 @@ import { validateConfig as validate } from './validators.generated.ts';
 import { ConfigError, errorMessage } from '../errors.ts';
 import { readPointedFile } from '../util/files.ts';
 import { DEFAULT_LIMITS } from './limits.ts';
-import { nonJsonValue } from './json-values.ts';
-import { NotJson, readYaml, readYamlBounded, ReadRefused } from './yaml.ts';
+import { MAX_CONFIG_BYTES, NotJson, readJsonYaml, ReaderFailed, readYamlBounded, ReadRefused } from './yaml.ts';
 import { labelKeyProblem, labelSelectorProblem, labelValueProblem, ruleProblem, webhookUrlProblem } from './apiserver.ts';
 import type {
   Config, Grant, LabelSelector, RuleWithOperations, PolicyConfig, RawConfig, RawPolicy, RawRegistries, RawServer, RawTls, RawWebhooks, TlsConfig,
@@ -20,8 +19,7 @@ export const DEFAULT_PORT: number = defaultOf('server', 'port');
 
 export { nonJsonValue } from './json-values.ts';
 
-/** Far more than any configuration: a ConfigMap holds at most 1 MiB. */
-export const MAX_CONFIG_BYTES = 8 * 2 ** 20;
+export { MAX_CONFIG_BYTES } from './yaml.ts';
 
 /** The file's configuration; a large file is read on a thread of its own, bounded (yaml.ts). */
 export async function loadConfigFile(path: string): Promise<Config> {
@@ -44,9 +42,7 @@ export async function loadConfigFile(path: string): Promise<Config> {
 export function parseConfig(text: string, source: string): Config {
   let raw: unknown;
   try {
-    raw = readYaml(text);
-    const notJson = nonJsonValue(raw);
-    if (notJson) throw new NotJson(notJson);
+    raw = readJsonYaml(text);
   } catch (error) {
     throw unreadable(error, source);
   }
@@ -55,6 +51,7 @@ export function parseConfig(text: string, source: string): Config {
 
 function unreadable(error: unknown, source: string): ConfigError {
   if (error instanceof NotJson || error instanceof ReadRefused) return new ConfigError(`${source}: ${error.message}`);
+  if (error instanceof ReaderFailed) return new ConfigError(`cannot read the configuration ${source}: ${error.message}`);
   return new ConfigError(`${source}: not valid YAML: ${yamlProblem(error)}`);
 }
 
