@@ -108,10 +108,10 @@ describe('registry text in messages', () => {
   const ANSI = '\u001b[2J\u001b[H\u001b[32mOK: policy pulled and verified\u001b[0m\nportcullis pull: done';
   const unprintable = /[\u0000-\u001f\u007f-\u009f]/;
 
-  it('cuts a 4 MiB manifest media type to a few hundred characters', async () => {
-    registry.route('hugetype', (_kind, _ref, _req, res) => send(res, Buffer.from(JSON.stringify({ schemaVersion: 2, mediaType: 'x'.repeat(4 * MiB - 100) }))));
+  it('cuts a 200 KB manifest media type to a few hundred characters', async () => {
+    registry.route('hugetype', (_kind, _ref, _req, res) => send(res, Buffer.from(JSON.stringify({ schemaVersion: 2, mediaType: 'x'.repeat(200_000) }))));
     const error = await refusal(`oci://${registry.host}/hugetype:v1`);
-    expect(error).toMatchObject({ code: 'UNSUPPORTED_MANIFEST', message: expect.stringContaining(`${'x'.repeat(200)}… (${4 * MiB - 300} more characters cut) is not supported`) });
+    expect(error).toMatchObject({ code: 'UNSUPPORTED_MANIFEST', message: expect.stringContaining(`${'x'.repeat(200)}… (${200_000 - 200} more characters cut) is not supported`) });
     expect(error.message.length).toBeLessThan(500);
   });
 
@@ -135,11 +135,11 @@ describe('registry text in messages', () => {
     expect(stderr.trimEnd()).not.toMatch(unprintable);
   });
 
-  it('names a few of 10,000 layers, not all of them', async () => {
-    const layers = Array.from({ length: 10_000 }, (_, i) => ({ mediaType: 'application/octet-stream', digest: sha256(String(i)), size: 1, annotations: { 'org.opencontainers.image.title': `file-${i}` } }));
+  it('names a few of 1,000 layers, not all of them', async () => {
+    const layers = Array.from({ length: 1000 }, (_, i) => ({ mediaType: 'application/octet-stream', digest: sha256(String(i)), size: 1, annotations: { 'org.opencontainers.image.title': `file-${i}` } }));
     registry.route('manylayers', (_kind, _ref, _req, res) => send(res, manifestOf(layers)));
     const error = await refusal(`oci://${registry.host}/manylayers:v1`);
-    expect(error).toMatchObject({ code: 'NO_WASM_LAYER', message: expect.stringContaining('file-4 (application/octet-stream) and 9995 more)') });
+    expect(error).toMatchObject({ code: 'NO_WASM_LAYER', message: expect.stringContaining('file-4 (application/octet-stream) and 995 more)') });
     expect(error.message.length).toBeLessThan(800);
   });
 });
@@ -159,10 +159,20 @@ describe('manifest shapes a registry should not send', () => {
 });
 
 describe('answers that are the registry\'s fault, not an outage (no cached copy stands in)', () => {
-  it('refuses a manifest that is not a JSON object without parsing it (4 MB of nested arrays)', async () => {
+  it('refuses a manifest that is not a JSON object, or longer than MAX_MANIFEST_BYTES, without parsing it (2 MB of nested arrays)', async () => {
     registry.route('deep-array', (_kind, _ref, _req, res) => send(res, Buffer.from(`${'['.repeat(1_000_000)}${']'.repeat(1_000_000)}`)));
     await expect(fetchOci(`oci://${registry.host}/deep-array:v1`, await options())).rejects.toMatchObject({
-      code: 'UNSUPPORTED_MANIFEST', message: `oci://${registry.host}/deep-array:v1: the manifest is not a JSON object (an OCI manifest starts with "{")`,
+      code: 'UNSUPPORTED_MANIFEST', message: `manifest of oci://${registry.host}/deep-array:v1: the manifest is 2000000 bytes; a policy's manifest is a few KB, and at most 256 KiB is read`,
+    });
+    registry.route('short-array', (_kind, _ref, _req, res) => send(res, Buffer.from(`${'['.repeat(1000)}${']'.repeat(1000)}`)));
+    await expect(fetchOci(`oci://${registry.host}/short-array:v1`, await options())).rejects.toMatchObject({
+      code: 'UNSUPPORTED_MANIFEST', message: `oci://${registry.host}/short-array:v1: the manifest is not a JSON object (an OCI manifest starts with "{")`,
+    });
+    // Red team 13: one map of 470,000 keys in 4 MiB passed every other bound, 0.3 s of main thread to parse.
+    const keys = Object.fromEntries(Array.from({ length: 30_000 }, (_, i) => [`k${i}`, 'v']));
+    registry.route('many-keys', (_kind, _ref, _req, res) => send(res, Buffer.from(JSON.stringify({ schemaVersion: 2, annotations: keys }))));
+    await expect(fetchOci(`oci://${registry.host}/many-keys:v1`, await options())).rejects.toMatchObject({
+      code: 'UNSUPPORTED_MANIFEST', message: expect.stringContaining('at most 256 KiB is read') as unknown,
     });
   });
 
@@ -179,6 +189,7 @@ describe('answers that are the registry\'s fault, not an outage (no cached copy 
     const seen: string[] = [];
     const internal = createHttpServer((req, res) => {
       seen.push(`${req.method} ${req.url} ${req.headers.authorization ?? ''}`);
+      if (req.url === '/json') return void res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ mediaType: 'db-password=hunter2' }));
       res.writeHead(404, { 'content-type': 'application/json' }).end(JSON.stringify({ errors: [{ code: 'SECRET', message: 'db-password=hunter2' }] }));
     });
     await new Promise<void>((resolve) => internal.listen(0, '127.0.0.2', resolve));
@@ -189,6 +200,12 @@ describe('answers that are the registry\'s fault, not an outage (no cached copy 
       expect(error).toMatchObject({ code: 'REGISTRY_NOT_FOUND' });
       expect(error?.message).not.toContain('hunter2');
       expect(seen).toEqual(['GET /internal/admin ']);
+      // Nor a manifest from there (red team 13: its fields were echoed into errors /readyz shows).
+      registry.route('manifest-elsewhere', (_kind, _ref, _req, res) => void res.writeHead(302, { location: `http://${elsewhere}/json` }).end());
+      const moved = await fetchOci(`oci://${registry.host}/manifest-elsewhere:v1`, await options()).then(() => undefined, (e: unknown) => e as Error);
+      expect(moved).toMatchObject({ code: 'REGISTRY_PROTOCOL', message: expect.stringContaining(`sent the manifest from another host (${elsewhere}); a manifest is read only from the registry itself`) as unknown });
+      expect(moved?.message).not.toContain('hunter2');
+      seen.length = 0;
       // A realm on another host over plain HTTP gets nothing, though the registry itself is listed as insecure.
       registry.route('realm-elsewhere', (_kind, _ref, _req, res) => void res.writeHead(401, { 'www-authenticate': `Bearer realm="http://${elsewhere}/token",service="s"` }).end());
       const dir = await mkdtemp(join(tmpdir(), 'portcullis-oci-realm-'));
@@ -197,7 +214,7 @@ describe('answers that are the registry\'s fault, not an outage (no cached copy 
       await expect(fetchOci(`oci://${registry.host}/realm-elsewhere:v1`, await options({ dockerConfig }))).rejects.toMatchObject({
         code: 'REGISTRY_PROTOCOL', message: expect.stringContaining(`asks for a token from http://${elsewhere}, which is not https; refusing to send credentials there`) as unknown,
       });
-      expect(seen).toHaveLength(1);
+      expect(seen).toEqual([]);
     } finally {
       internal.close();
     }

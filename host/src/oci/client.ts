@@ -36,6 +36,11 @@ export const DEFAULT_TIMEOUTS: Timeouts = { requestMs: 60_000, blobBytesPerSecon
 
 /** Manifests, tokens, error bodies (distribution's own manifest cap). */
 export const MAX_SMALL = 4 * 1024 * 1024;
+/**
+ * Longest manifest read: a policy's is a few KB (a config and a layer or two). Red team 13: 4 MiB
+ * of one annotations map of 470,000 keys passed every other bound and cost 0.3 s to parse.
+ */
+export const MAX_MANIFEST_BYTES = 256 * 1024;
 
 type Request = Omit<SendOptions, 'origin' | 'allowHttp' | 'authorization' | 'limit' | 'deadlineMs'> & { limit?: number; deadlineMs?: number };
 
@@ -64,6 +69,14 @@ export class RegistryClient {
     const response = await this.#send(this.#path('manifests', reference), { method: 'GET', headers: { accept: accept.join(', ') }, what });
     if (response.status === 404) throw this.#notFound(response, `${what}: the registry has no such manifest (push it first, or check the tag or digest)`);
     this.#expect(response, [200], what);
+    // A manifest's fields go into errors that /readyz shows: only the registry's own host gets to
+    // write them (red team 13: a manifest GET redirected to an internal service showed its answer there).
+    if (response.url.hostname !== this.#base.hostname) {
+      throw new RegistryError('REGISTRY_PROTOCOL', `${what}: ${this.registry} sent the manifest from another host (${response.url.host}); a manifest is read only from the registry itself`);
+    }
+    if (response.body.length > MAX_MANIFEST_BYTES) {
+      throw new RegistryError('UNSUPPORTED_MANIFEST', `${what}: the manifest is ${response.body.length} bytes; a policy's manifest is a few KB, and at most ${MAX_MANIFEST_BYTES / 1024} KiB is read`);
+    }
     const type = response.headers['content-type'];
     return { bytes: response.body, mediaType: typeof type === 'string' ? type.split(';')[0]!.trim() : undefined };
   }
