@@ -43,8 +43,8 @@ const ROUTE = /^\/(validate|mutate)(?:\/([^/?#]+))?\/?$/;
  */
 class BodyBudget {
   #held = 0;
-  /** Bytes of bodies still arriving, by client address. */
-  readonly #arriving = new Map<string, number>();
+  /** Bodies still arriving, by client address. */
+  readonly #arriving = new Map<string, Holder>();
   readonly limit: number;
   constructor(limit: number) {
     this.limit = limit;
@@ -52,28 +52,45 @@ class BodyBudget {
 
   /**
    * An account for one request from `address`: grow() says why `bytes` more cannot be held, or
-   * undefined when they are; arrived() once the whole body is in. While its body arrives, what
-   * one address holds so counts against ARRIVING_SHARE of the limit (red team 12: one client
-   * refilling bodies short of their last byte got 66 of 70 reviews from another address refused
-   * 503). Whole bodies are not shared out: under overload the apiserver, one address, holds
-   * thousands of them, and a share of those refused it (session 39, the benchmark's overload).
+   * undefined when they are; arrived() once the whole body is in; `cut` ends the request, when
+   * the budget is full and its address holds more of it in bodies still arriving than the one
+   * asking. While its body arrives, what one address holds so counts against ARRIVING_SHARE of
+   * the limit (red team 12: one client refilling bodies short of their last byte got 66 of 70
+   * reviews from another address refused 503; red team 13: two clients, 35 of 40). Whole
+   * bodies are not shared out: under overload the apiserver, one address, holds thousands of
+   * them, and a share of those refused it (session 39, the benchmark's overload).
    */
-  open(address: string): { grow: (bytes: number) => 'full' | 'share' | undefined; arrived: () => void; release: () => void } {
-    let mine = 0;
+  open(address: string, cut: () => void): { grow: (bytes: number) => 'full' | 'share' | undefined; arrived: () => void; release: () => void } {
+    const account: Arriving = { bytes: 0, cut: () => {
+      release();
+      cut();
+    } };
     let arriving = true;
     let released = false;
+    let mine = 0;
     const leave = () => {
-      const left = (this.#arriving.get(address) ?? 0) - mine;
-      if (left > 0) this.#arriving.set(address, left);
-      else this.#arriving.delete(address);
+      const holder = this.#arriving.get(address);
+      if (!holder?.accounts.delete(account)) return;
+      holder.bytes -= account.bytes;
+      if (holder.accounts.size === 0) this.#arriving.delete(address);
+    };
+    const release = () => {
+      if (released) return;
+      if (arriving) leave();
+      released = true;
+      this.#held -= mine;
     };
     return {
       grow: (bytes) => {
-        if (released || this.#held + bytes > this.limit) return 'full';
+        if (released) return 'full';
+        if (this.#held + bytes > this.limit && !this.#makeRoom(address, bytes)) return 'full';
         if (arriving) {
-          const theirs = this.#arriving.get(address) ?? 0;
-          if (theirs + bytes > this.limit * ARRIVING_SHARE) return 'share';
-          this.#arriving.set(address, theirs + bytes);
+          const holder = this.#arriving.get(address) ?? { accounts: new Set<Arriving>(), bytes: 0 };
+          if (holder.bytes + bytes > this.limit * ARRIVING_SHARE) return 'share';
+          holder.accounts.add(account);
+          holder.bytes += bytes;
+          this.#arriving.set(address, holder);
+          account.bytes += bytes;
         }
         this.#held += bytes;
         mine += bytes;
@@ -81,17 +98,42 @@ class BodyBudget {
       },
       arrived: () => {
         if (!arriving || released) return;
-        arriving = false;
         leave();
+        arriving = false;
       },
-      release: () => {
-        if (released) return;
-        if (arriving) leave();
-        released = true;
-        this.#held -= mine;
-      },
+      release,
     };
   }
+
+  /**
+   * Cuts the largest bodies still arriving from whichever address holds the most of them, while
+   * that is more than `address` would hold, until `bytes` fit. Which address is fine: each one
+   * cut is replaced only by a caller holding less.
+   */
+  #makeRoom(address: string, bytes: number): boolean {
+    const mine = (this.#arriving.get(address)?.bytes ?? 0) + bytes;
+    while (this.#held + bytes > this.limit) {
+      let top: Holder | undefined;
+      for (const [other, holder] of this.#arriving) if (other !== address && holder.bytes > (top?.bytes ?? 0)) top = holder;
+      if (!top || top.bytes <= mine) return false;
+      let largest: Arriving | undefined;
+      for (const account of top.accounts) if (!largest || account.bytes > largest.bytes) largest = account;
+      largest!.cut();
+    }
+    return true;
+  }
+}
+
+/** A body still arriving: its bytes so far, and how to end its request. */
+interface Arriving {
+  bytes: number;
+  cut: () => void;
+}
+
+/** One address's bodies still arriving, and their bytes in all. */
+interface Holder {
+  accounts: Set<Arriving>;
+  bytes: number;
 }
 
 /** Of maxBodyBytesInFlight, what the bodies still arriving from one client address may hold. */
@@ -207,7 +249,8 @@ async function handle(config: ServerConfig, deps: HttpDeps, bodies: BodyBudget, 
     return refuse(deps, res, new HttpError('UNSUPPORTED_MEDIA_TYPE', `expected Content-Type application/json, got ${contentType ? JSON.stringify(contentType) : 'none'}`));
   }
   const address = req.socket.remoteAddress ?? '';
-  const account = bodies.open(address);
+  // Cut to make room for a caller holding less (BodyBudget): its connection goes, as a slow body's does.
+  const account = bodies.open(address, () => req.socket.destroy());
   res.once('close', account.release);
   const busy = (why: 'full' | 'share') => {
     res.setHeader('connection', 'close');
