@@ -3,6 +3,7 @@
 import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { existsSync } from 'node:fs';
+import { isBuiltin } from 'node:module';
 import { basename, dirname, extname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Worker } from 'node:worker_threads';
@@ -66,8 +67,8 @@ export async function buildPolicy(options: BuildOptions): Promise<BuildResult> {
  * not resolve"), which reads as a missing install.
  */
 function withBuiltinHint(text: string): string {
-  const builtin = /(?:Cannot find module|Could not resolve) ['"](node:[\w/]+|fs|path|os|child_process|net|http|https|crypto)['"]/.exec(text)?.[1];
-  return builtin ? `${text}\n${builtin} is one of Node's own modules, which a policy cannot use: it runs in a sandbox with no files, network, clock or process; read what the request and settings give, and cluster objects through the SDK's context` : text;
+  const builtin = /(?:Cannot find module|Could not resolve) ['"]([\w:/]+)['"]/.exec(text)?.[1];
+  return builtin && isBuiltin(builtin) ? `${text}\n${builtin} is one of Node's own modules, which a policy cannot use: it runs in a sandbox with no files, network, clock or process; read what the request and settings give, and cluster objects through the SDK's context` : text;
 }
 
 const NOT_A_POLICY = 'the default export is not a policy: write `export default definePolicy({ validate(request) { ... } })` (import { definePolicy } from \'@portcullis/sdk\'), not a plain object or function';

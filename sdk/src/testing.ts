@@ -60,7 +60,9 @@ export async function testPolicy(path: string, options: TestOptions = {}): Promi
     host.loadOffline(hub, options.context ?? [], grants);
     hub.attach(pool);
   }
-  const name = path.replace(/^.*[\\/]/, '').replace(/\.wasm$/, '');
+  // As the host's policyNameOf: the file's name, or an oci:// repository's.
+  const last = path.replace(/^.*[\\/]/, '');
+  const name = path.startsWith('oci://') ? last.replace(/[@:].*$/, '') : last.replace(/\.wasm$/, '');
   const limits = {
     ...host.DEFAULT_LIMITS, ...(options.timeoutMs ? { timeoutMs: options.timeoutMs } : {}), ...(options.memoryMiB ? { memoryMiB: options.memoryMiB } : {}),
   };

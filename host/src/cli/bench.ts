@@ -1,7 +1,6 @@
 // `portcullis bench`: how fast and how big one policy is in the real sandbox, as `kwctl bench`
 // does for Kubewarden. Evaluations run one after another on one worker, so the figures are the
 // policy's own cost (guest call plus the hop into the sandbox), not the server's throughput.
-import { basename } from 'node:path';
 import { parseArgs } from 'node:util';
 import type { Mode } from '@portcullis/sdk';
 import { evaluatePolicy } from '../evaluate/evaluate.ts';
@@ -12,6 +11,7 @@ import { DEFAULT_LIMITS } from '../config/limits.ts';
 import { mib } from '../util/text.ts';
 import { parseSettings, positive, readRequest } from './run.ts';
 import { settingsFrom, UsageError } from './usage.ts';
+import { policyNameOf } from '../policy/source.ts';
 
 export const BENCH_USAGE = 'usage: portcullis bench --policy FILE.wasm --request REVIEW|REQUEST|MANIFEST [--settings JSON|FILE] [--mode validate|mutate]\n' +
   '         [--iterations N (default 1000)] [--warmup N (default 100)] [--json]';
@@ -36,7 +36,7 @@ export default async function bench(args: string[]): Promise<number> {
   const warmup = values.warmup ? Math.round(positive(values.warmup, '--warmup')) : 100;
   const review = await readRequest(values);
   const settings = values.settings === undefined ? {} : await parseSettings(values.settings);
-  const name = basename(values.policy).replace(/\.wasm$/, '');
+  const name = policyNameOf(values.policy);
   const rssBefore = process.memoryUsage().rss;
   const pool = new SandboxPool(1);
   try {

@@ -200,8 +200,8 @@ const SERVE_CONFIG = (name: string, image: string, insecure: string | undefined,
 # It registers its own ValidatingWebhookConfiguration (webhooks.managed) with its self-signed
 # certificate as the caBundle, and removes it again when stopped. Rules and the settings schema come from the module.
 # Stopped without a chance to remove it (kill -9, a crash, a laptop asleep), the configuration
-# stays: kubectl delete validatingwebhookconfiguration ${name}.portcullis.dev (or start and stop
-# npm run serve again) removes it.
+# stays: kubectl delete validatingwebhookconfiguration ${name}.portcullis.dev removes it (so
+# does npm run serve again, stopped once it has run for 15 s, when the old lease has expired).
 server:
   host: 127.0.0.1
   port: ${port}
@@ -217,9 +217,9 @@ ${insecure ? `registries:\n  insecure: [${insecure}]\n` : ''}policies:
   - name: ${name}
     module: ${image}   # or, without a registry: ${name}.wasm (from npm run build)
     settings: { label: team }
-    # A denial still refuses; Ignore is what the API server does when it cannot reach this
-    # process, so a development webhook left behind does not stop the cluster. Fail (the
-    # default) is for the webhook in the cluster, whose Deployment keeps it running.
+    # A denial still refuses. With Ignore, the API server admits what it cannot have reviewed
+    # (this process gone), so a development webhook left behind does not stop the cluster. Fail
+    # (the default) is for the webhook in the cluster, whose Deployment keeps it running.
     failurePolicy: Ignore
 `;
 

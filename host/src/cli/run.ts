@@ -3,7 +3,7 @@
 // plain manifest (JSON or YAML) that flags turn into a request. Exit 0 whatever the decision; 1
 // when the command could not produce a decision (unreadable input, a policy that failed to load,
 // crashed, timed out, returned garbage or a patch that does not apply), with one line on stderr saying why.
-import { basename, resolve } from 'node:path';
+import { resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import type { JsonValue, Mode, PatchOperation } from '@portcullis/sdk';
 import { parse as parseYaml } from 'yaml';
@@ -18,7 +18,7 @@ import { parseReview, type AdmissionReview } from '../review/parse.ts';
 import { respond, type Decision } from '../review/respond.ts';
 import { loadConfigFile, nonJsonValue, yamlProblem } from '../config/load.ts';
 import { loadPolicySet } from '../policy/policy-set.ts';
-import type { RegistryOptions } from '../policy/source.ts';
+import { policyNameOf, type RegistryOptions } from '../policy/source.ts';
 import { policyMatches } from '../select/match.ts';
 import { isAdmissionRequest, isObject, requestFor, wholeRequest } from './request.ts';
 import { SandboxPool } from '../sandbox/pool.ts';
@@ -43,8 +43,7 @@ export default async function run(args: string[]): Promise<number> {
   if (values.insecure && values.policy!.startsWith('oci://')) registryFlags.insecure.push(registryOf(values.policy!));
   const module = values.policy!;
   const settings = values.settings === undefined ? {} : await parseSettings(values.settings);
-  // oci://reg/team/p:v1 is "p", as it is in a configuration (newcomer: it was "p:v1").
-  const name = module.startsWith('oci://') ? basename(module).replace(/[@:].*$/, '') : basename(module).replace(/\.wasm$/, '');
+  const name = policyNameOf(module);
   const limits = {
     ...DEFAULT_LIMITS,
     ...(values['timeout-ms'] ? { timeoutMs: positive(values['timeout-ms'], '--timeout-ms') } : {}),
@@ -198,13 +197,16 @@ async function runConfig(
     // Managed webhooks, one per policy (not singleWebhook): the apiserver calls the mutating ones
     // one after another, each on the object as the one before left it, so two patches of the
     // same field do not conflict there; the last one wins (newcomer: run --config said
-    // "conflict" where the cluster admitted the Pod). Otherwise, as /mutate merges them.
+    // "conflict" where the cluster admitted the Pod). Otherwise, as /mutate merges them. Not
+    // done: the apiserver's second call of a reinvocationPolicy IfNeeded policy.
     const oneByOne = config.webhooks.managed !== undefined && !config.webhooks.singleWebhook;
     passes: for (const m of modes) {
       for (const group of m === 'mutate' && oneByOne ? set.entries.map((entry) => [entry]) : [set.entries]) {
         const selected = group.filter((entry) => policyMatches(entry, m, request));
         if (selected.length === 0 && group !== set.entries) continue;
-        const input = { request, settings: null, headers: {}, sslpeer: null, dryRun: request.dryRun === true, webhook: `/${m}` };
+        // The endpoint the guest is told is the one its webhook calls.
+        const webhook = group === set.entries ? `/${m}` : `/${m}/${group[0]!.config.name}`;
+        const input = { request, settings: null, headers: {}, sslpeer: null, dryRun: request.dryRun === true, webhook };
         const evaluated = await Promise.all(selected.map(async (entry) => ({ policy: entry.config, outcome: await evaluateEntry(pool, entry, m, input) })));
         for (const { outcome } of evaluated) printLogs(outcome);
         decision = merge(evaluated, request.operation, request.object).decision;

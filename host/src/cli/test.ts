@@ -31,6 +31,7 @@ import { ContextHub } from '../context/hub.ts';
 import { loadContextFile, loadOffline, parseContextObjects } from '../context/offline.ts';
 import { isObject, requestFor, RequestInputError, wholeRequest } from './request.ts';
 import { notBuiltYet, settingsFrom, UsageError } from './usage.ts';
+import { policyNameOf } from '../policy/source.ts';
 
 const USAGE = 'usage: portcullis test [FILE.yaml|DIR ...]   (default: the current folder; a folder is searched for *.test.yaml and portcullis-test.yaml)';
 const SUITE_KEYS = new Set(['policy', 'settings', 'policies', 'context', 'cases']);
@@ -182,7 +183,7 @@ function parsePolicies(doc: Record<string, unknown>, base: string): PolicyRef[] 
     const unknown = doc.policies !== undefined ? Object.keys(entry).filter((k) => !POLICY_KEYS.has(k)) : [];
     if (unknown.length > 0) throw new SuiteError(`${where} has unknown field(s) ${unknown.join(', ')} (known: ${[...POLICY_KEYS].join(', ')})`);
     const module = /^[a-z]+:\/\//i.test(entry.module) || isAbsolute(entry.module) ? entry.module : join(base, entry.module);
-    const name = typeof entry.name === 'string' ? entry.name : entry.module.replace(/^.*[\\/]/, '').replace(/\.wasm$/, '');
+    const name = typeof entry.name === 'string' ? entry.name : policyNameOf(entry.module);
     return { name, module, settings: (entry.settings ?? {}) as JsonValue, rules: parseRules(entry.rules, where), grants: parseGrants(entry.context, where) };
   });
   if (new Set(refs.map((r) => r.name)).size !== refs.length) throw new SuiteError('two policies have the same name; give each a "name"');

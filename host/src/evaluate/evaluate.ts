@@ -13,16 +13,16 @@ import { stringifyDeep } from '../util/deep-json.ts';
 import { operationsOf } from '../util/patch-text.ts';
 import { decodeOutput, MalformedOutput, PATCH_FROM_VALIDATE, type Outcome } from '../sandbox/outcome.ts';
 
+/** An outcome as the host's API gives it: its patch as operations. */
+export type PublicOutcome = Outcome<PatchOperation[]>;
+
 /**
  * `answerWithinMs`: how long the caller (the apiserver's `?timeout=`) will still wait. A call may
  * then wait for a worker only as long as it could still finish in time (at least MIN_WAIT_MS):
  * one that waited its whole deadline and then ran for it was answered long after the apiserver
  * had given up, and kept a worker busy for nobody (red team: 17.6 s for a 10 s webhook).
+ * `judged`: the caller asked the pool's refusals() for this review in the same turn (see SandboxPool.call).
  */
-/** An outcome as the host's API gives it: its patch as operations. */
-export type PublicOutcome = Outcome<PatchOperation[]>;
-
-/** `judged`: the caller asked the pool's refusals() for this review in the same turn (see SandboxPool.call). */
 export async function evaluatePolicy(
   pool: SandboxPool, policy: LoadedPolicy, mode: Mode, input: EvaluationInput | string, answerWithinMs?: number, judged = false,
 ): Promise<PublicOutcome> {

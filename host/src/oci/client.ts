@@ -169,7 +169,7 @@ export class RegistryClient {
     // be listed itself (red team 12: a registry named an http realm on another port, and got it).
     const plainAccepted = url.hostname === this.#base.hostname ? this.#options.insecure : this.#options.insecureHost?.(url.host) ?? false;
     if (url.protocol !== 'https:' && !(url.protocol === 'http:' && plainAccepted)) {
-      throw new RegistryError('REGISTRY_PROTOCOL', `${what}: ${this.registry} asks for a token from ${url.origin}, which is not https; refusing to send credentials there`);
+      throw new RegistryError('REGISTRY_PROTOCOL', `${what}: ${this.registry} asks for a token from ${url.origin}, which is not https; refusing to send credentials there (list ${url.host} in registries.insecure or PORTCULLIS_INSECURE_REGISTRIES if plain HTTP is really meant)`);
     }
     if (challenge.params.service) url.searchParams.set('service', challenge.params.service);
     const scopes = new Set([`repository:${this.repository}:${this.#options.actions}`, ...(challenge.params.scope?.split(' ').filter(Boolean) ?? [])]);

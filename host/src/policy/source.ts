@@ -9,6 +9,16 @@ import type { RegistryOptions } from '../oci/options.ts';
 
 export type { RegistryOptions };
 
+/**
+ * The name a policy gets from its module when none is given: the file's, or the repository's
+ * (`oci://reg/team/p:v1` and `…/p@sha256:…` are "p", as a configuration would name them;
+ * newcomer: the CLI named it "p:v1").
+ */
+export function policyNameOf(module: string): string {
+  const last = module.replace(/^.*[\\/]/, '');
+  return module.startsWith('oci://') ? last.replace(/[@:].*$/, '') : last.replace(/\.wasm$/, '');
+}
+
 
 /**
  * Reads a policy module; a file larger than `maxBytes` is refused before it is read. oci://
