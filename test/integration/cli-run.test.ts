@@ -81,6 +81,17 @@ describe('portcullis run', () => {
     expect(merged.code).toBe(1);
   });
 
+  it('with --config, applies a patch the worker handed over as text (2,000 members) as any other', async () => {
+    const value = Object.fromEntries(Array.from({ length: 2000 }, (_, i) => [`k${i}`, 'v']));
+    await writeFile(join(dir, 'wide.wasm'), await answering({ outcome: 'allow', patch: [{ op: 'add', path: '/metadata/annotations', value }] }));
+    const config = join(dir, 'wide.yaml');
+    await writeFile(config, `policies:\n  - { name: wide, module: ${join(dir, 'wide.wasm')} }\n`);
+    const { code, stdout, stderr } = await cli(['run', '--config', config, '--request', `${root}test/fixtures/reviews/numbers-ok.json`, '--mode', 'mutate', '--show', 'patched']);
+    expect(stderr).toBe('');
+    expect(code).toBe(0);
+    expect(JSON.parse(stdout).metadata.annotations).toEqual(value);
+  });
+
   it('says to build a source file or a module not built yet, naming what was given (newcomer)', async () => {
     const hint = 'build it first (`npm run build` in a project `portcullis new` made, or `portcullis build SOURCE -o FILE.wasm`)';
     const source = await cli(['run', '--policy', `${root}policies/numbers/policy.ts`, '--request', review]);

@@ -868,4 +868,15 @@ describe('what a guest answers is read off the main thread (red-team findings)',
     });
     await stillServes();
   }, 60_000);
+
+  it('a large patch reaches the main thread as text, and the host\'s API (evaluatePolicy) still gives its operations', async () => {
+    const value = Object.fromEntries(Array.from({ length: 2000 }, (_, i) => [`k${i}`, 'v']));
+    const patch = [{ op: 'add', path: '/metadata/annotations', value }];
+    const policy = await loadBytes('wide-patch', await answering({ outcome: 'allow', patch }));
+    const reply = await pool.call(policy.key, 'mutate', { envelope: sharedInput(input(), policy).envelope, settings: '{}' }, 5000);
+    expect(reply.ok && reply.compact && JSON.parse(reply.output)).toMatchObject({ outcome: 'allow', patchLength: 1, patchText: JSON.stringify(patch) });
+    const outcome = await evaluatePolicy(pool, policy, 'mutate', input());
+    expect(outcome).toMatchObject({ status: 'allowed', patch });
+    expect(outcome.status === 'allowed' && Array.isArray(outcome.patch)).toBe(true);
+  }, 60_000);
 });

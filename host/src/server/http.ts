@@ -258,7 +258,7 @@ async function handle(config: ServerConfig, deps: HttpDeps, bodies: BodyBudget, 
     const mib = Math.round(bodies.limit / 2 ** 20);
     refuse(deps, res, new HttpError('SERVER_BUSY', why === 'full'
       ? `the webhook holds ${mib} MiB of request bodies already; retry shortly`
-      : `bodies still arriving from ${address} hold half of the ${mib} MiB of request bodies the webhook takes at once; retry shortly`));
+      : `bodies still arriving from ${address || 'this client'} would hold more than half of the ${mib} MiB of request bodies the webhook takes at once; retry shortly`));
   };
   let refusal: 'full' | 'share' | undefined;
   const body = await readBody(req, config, (bytes) => !(refusal = account.grow(bytes)));
