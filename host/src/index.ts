@@ -3,8 +3,8 @@ export { PortcullisError, PolicyLoadError, PolicySettingsError, ReviewError, Con
 export { evaluatePolicy } from './evaluate/evaluate.ts';
 export type { PublicOutcome as Outcome } from './evaluate/evaluate.ts';
 export type { FailureKind } from './sandbox/outcome.ts';
-export { merge } from './merge/merge.ts';
-export type { Evaluated, MergeResult } from './merge/merge.ts';
+export { merge } from './public-merge.ts';
+export type { Evaluated, MergeResult } from './public-merge.ts';
 export { loadPolicy } from './policy/load.ts';
 export type { LoadedPolicy, PolicyOptions, FailurePolicy, Enforcement, Isolation } from './policy/loaded.ts';
 export { parseReview, parseReviewText } from './review/parse.ts';
