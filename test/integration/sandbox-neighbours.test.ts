@@ -250,18 +250,27 @@ it('a policy is costly over 10 ms a call and normal again only under 5 ms, so a 
   // The fastest of three probes: one slowed by a busy machine would make the 7.5 ms calls shorter.
   const probes = [];
   for (let i = 0; i < 3; i++) probes.push((await evaluatePolicy(pool, policy, 'mutate', input())).guestMicros ?? 1000);
-  const perMs = 1e6 / Math.max(1, Math.min(...probes) / 1000);
+  let perMs = 1e6 / Math.max(1, Math.min(...probes) / 1000);
   /** One call spinning about `ms` of guest time (the iterations given as its settings); the standing after it. */
   const spend = async (ms: number) => {
     const { envelope } = sharedInput(input(), policy);
-    const reply = await pool.call(policy.key, 'mutate', { envelope, settings: JSON.stringify({ iterations: Math.round(ms * perMs) }) }, limits.timeoutMs);
+    const iterations = Math.round(ms * perMs);
+    const reply = await pool.call(policy.key, 'mutate', { envelope, settings: JSON.stringify({ iterations }) }, limits.timeoutMs);
     expect(reply.ok).toBe(true);
-    return pool.standing(policy.key);
+    return { standing: pool.standing(policy.key), perMs: reply.ok ? iterations / Math.max(1, reply.guestMicros / 1000) : perMs };
   };
   const standings = { over: [] as string[], between: [] as string[], under: [] as string[] };
-  for (let i = 0; i < 4; i++) standings.over.push(await spend(40));
-  for (let i = 0; i < 12; i++) standings.between.push(await spend(7.5));
-  for (let i = 0; i < 12; i++) standings.under.push(await spend(0.5));
+  const rates: number[] = [];
+  for (let i = 0; i < 4; i++) {
+    const { standing, perMs: rate } = await spend(40);
+    standings.over.push(standing);
+    rates.push(rate);
+  }
+  // Measured again on calls of 40 ms: the loop runs faster once the engine has optimized it (a
+  // CI run's "7.5 ms" calls took under 5 ms, and the policy was normal again at the first short call).
+  perMs = Math.max(...rates);
+  for (let i = 0; i < 12; i++) standings.between.push((await spend(7.5)).standing);
+  for (let i = 0; i < 12; i++) standings.under.push((await spend(0.5)).standing);
   expect(standings.over.at(-1)).toBe('costly');
   expect(standings.between).toEqual(Array(12).fill('costly'));
   expect(standings.under.at(-1)).toBe('normal');
