@@ -104,7 +104,11 @@ function valueOf(doc: Document): unknown {
 
 /** readYaml and nonJsonValue: the value, or a YamlProblem or NotJson. */
 export function readJsonYaml(text: string): unknown {
-  const value = readYaml(text);
+  return jsonValueOf(parsed(text).doc);
+}
+
+function jsonValueOf(doc: Document): unknown {
+  const value = valueOf(doc);
   const problem = nonJsonValue(value);
   if (problem) throw new NotJson(problem);
   return value;
@@ -122,12 +126,7 @@ export type ReadReply = { ok: true; json: string } | { ok: false; message: strin
 export async function readYamlBounded(text: string, limits: { ms?: number; heapMiB?: number } = {}): Promise<unknown> {
   if (Buffer.byteLength(text) < READ_APART_FROM_BYTES) {
     const { doc, aliases } = parsed(text);
-    if (aliases <= MAX_ALIASES_HERE) {
-      const value = valueOf(doc);
-      const problem = nonJsonValue(value);
-      if (problem) throw new NotJson(problem);
-      return value;
-    }
+    if (aliases <= MAX_ALIASES_HERE) return jsonValueOf(doc);
   }
   const reply = await readApart(text, limits.ms ?? MAX_READ_MS, limits.heapMiB ?? READ_HEAP_MIB);
   if (!reply.ok) throw reply.kind === 'yaml' ? new YamlProblem(reply.message) : reply.kind === 'json' ? new NotJson(reply.message) : new ReadRefused(reply.message);
