@@ -297,9 +297,11 @@ describe('inline lane', () => {
   });
 
   it('meters a core module in a thread of its own: the main thread stays free while it does (red team 8b: a ~1 s stall)', async () => {
-    // 240 KB of 40,000 small functions: under the lane's 256 KiB, but its metered copy is far over.
+    // 240 KB of 27,000 small functions, each with a loop (so charged where it runs, not folded
+    // into callers): under the lane's 256 KiB, but its metered copy is far over.
     const validate = { name: 'validate', kind: 'func' as const, index: 0 };
-    const bytes = module({ memories: [{ min: 1 }], exports: [{ name: 'memory', kind: 'memory', index: 0 }, validate], functions: new Array(40_000).fill(RETURN_0) });
+    const loopThenReturn0 = [0x03, 0x40, 0x0b, ...RETURN_0];
+    const bytes = module({ memories: [{ min: 1 }], exports: [{ name: 'memory', kind: 'memory', index: 0 }, validate], functions: new Array(27_000).fill(loopThenReturn0) });
     const { prepareSandbox, meteredCopy } = await import('../../host/src/sandbox/prepare.ts');
     const spec = await prepareSandbox('many-functions', bytes, DEFAULT_LIMITS, false);
     let longest = 0;

@@ -3,7 +3,8 @@
 import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { HOST_CALL_COST, RUNTIME_COST } from '../../host/src/sandbox/code-walk.ts';
+import { checkCodeSection, FOLD_MAX_COST, HOST_CALL_COST, RUNTIME_COST, type CodeMeter } from '../../host/src/sandbox/code-walk.ts';
+import { readLayout, readLeb } from '../../host/src/sandbox/memory-cap.ts';
 import { FUEL_EXPORT, meterModule, setRefill, START_EXPORT } from '../../host/src/sandbox/metering.ts';
 import { moduleKind } from '../../host/src/sandbox/module-kind.ts';
 import { root, wasm } from '../helpers/policies.ts';
@@ -290,3 +291,77 @@ describe('metering charges the longest path, and every path', () => {
     expect(made).toBeLessThanOrEqual(600_000 / 3000);
   });
 });
+
+describe('metering folds small loop-free functions into their callers\' charges', () => {
+  const turns = '(global $turns (export "turns") (mut i32) (i32.const 0))';
+  const bump = '(global.set $turns (i32.add (global.get $turns) (i32.const 1)))';
+
+  /** Where metering would charge each body of `text` (code-walk.ts BodyPlan), as meterModule plans it. */
+  async function plans(text: string) {
+    const bytes = await wat(text);
+    const { codeSection } = readLayout(bytes);
+    const compiled = new WebAssembly.Module(bytes);
+    const imported = WebAssembly.Module.imports(compiled).filter((i) => i.kind === 'function').length;
+    // The host's entries, as metering.ts reads them: these modules export one function, $run, their last.
+    const last = imported + countBodies(bytes, codeSection!) - 1;
+    const entries = new Set(WebAssembly.Module.exports(compiled).length > 0 ? [last] : []);
+    const meter: CodeMeter = { importedFunctions: imported, bodies: [], atomics: false, entries };
+    checkCodeSection(bytes, codeSection!.start, codeSection!.end, meter);
+    return meter.bodies;
+  }
+
+  it('gives a small helper without loops no charge of its own, and charges its cost in the loop that calls it', async () => {
+    const bodies = await plans(`(module (func $helper ${nops(300)}) (func $run (export "run") (loop $l (call $helper) (br $l))))`);
+    expect(bodies[0]!.folded).toBe(true);
+    expect(bodies[0]!.charges).toEqual([]);
+    // The loop's charge: the call, the branch, and the helper's 300 and its end.
+    expect(bodies[1]!.charges[1]!.cost).toBeGreaterThanOrEqual(302);
+    expect(bodies[1]!.folded).toBe(false);
+  });
+
+  it('charges a chain of folded helpers whole, on every turn', async () => {
+    // $a costs 400 and calls $b, which costs 400: a turn must pay 800, not the 400 of $a alone.
+    const made = await turnsOn(`(module ${turns} (func $b ${nops(400)}) (func $a ${nops(400)} (call $b))
+      (func (export "run") (loop $l ${bump} (call $a) (br $l))))`, 800_000);
+    expect(made).toBeLessThanOrEqual(800_000 / 800);
+    expect(made).toBeGreaterThan(800_000 / 1000);
+  });
+
+  it('charges a helper reached by a tail call, and an exported helper keeps its own charge', async () => {
+    const made = await turnsOn(`(module ${turns} (func $b ${nops(600)}) (func $a (return_call $b))
+      (func (export "run") (loop $l ${bump} (call $a) (br $l))))`, 600_000);
+    expect(made).toBeLessThanOrEqual(600_000 / 600);
+    const { exports, fuel } = await instance(await wat(`(module (func (export "f") ${nops(10)}))`));
+    fuel.value = 0n;
+    expect(() => exports.f!()).toThrow(/unreachable/);
+  });
+
+  it('still stops recursion through loop-free functions that are not exported: one of each cycle keeps its charge', async () => {
+    for (const text of [
+      '(module (func $d (call $d)) (func (export "run") (call $d)))',
+      '(module (func $a (call $b)) (func $b (call $c)) (func $c (call $a)) (func (export "run") (call $a)))',
+      '(module (func $a (call $b)) (func $b (return_call $a)) (func (export "run") (call $b)))',
+    ]) {
+      const { exports, fuel } = await instance(await wat(text));
+      // Little enough that the fuel, not the stack, ends it: a frame costs a few units.
+      fuel.value = 1000n;
+      expect(() => exports.run!(), text).toThrow(/unreachable/);
+    }
+    const bodies = await plans('(module (func $a (call $b)) (func $b (call $c)) (func $c (call $a)) (func $run (export "run") (call $a)))');
+    expect(bodies.slice(0, 3).filter((b) => !b.folded)).toHaveLength(1);
+  });
+
+  it('keeps the charge of a helper that costs more than an indirect call is charged', async () => {
+    const bodies = await plans(`(module (func $big ${nops(FOLD_MAX_COST + 10)}) (func $small ${nops(10)}) (func $run (export "run") (call $big) (call $small)))`);
+    expect(bodies.map((b) => b.folded)).toEqual([false, true, false]);
+    // Through a table, a folded function is paid for by the indirect call's charge.
+    const made = await turnsOn(`(module ${turns} (type $v (func)) (table 1 funcref) (elem (i32.const 0) $small) (func $small ${nops(FOLD_MAX_COST - 10)})
+      (func (export "run") (loop $l ${bump} (call_indirect (type $v) (i32.const 0)) (br $l))))`, 1_000_000);
+    expect(made).toBeLessThanOrEqual(1_000_000 / FOLD_MAX_COST);
+  });
+});
+
+/** How many function bodies the code section holds. */
+function countBodies(bytes: Uint8Array, codeSection: { start: number; end: number }): number {
+  return readLeb(bytes, codeSection.start, codeSection.end)[0];
+}

@@ -12,7 +12,8 @@
 // each, a host call HOST_CALL_COST, bulk memory and table operations by their count (bytes, or
 // entries), memory.grow by the pages it adds. Only `loop` branches backwards, so the charge at
 // a function's start or a loop's head, the longest path from there (code-walk.ts BodyPlan),
-// covers everything that can run before the next charge.
+// covers everything that can run before the next charge. A small function without loops is
+// charged on its callers' paths instead of at its start (code-walk.ts foldCalls).
 //
 // The module was checked by code-walk.ts, which also found the places to charge; this file
 // reads only the few sections it needs, already bounded by readLayout.
@@ -69,19 +70,21 @@ export function meterModule(bytes: Uint8Array): Metering {
   const imports = sections.get(2) ? readImports(bytes, sections.get(2)!) : { functions: 0, globals: 0, tables: 0, memory64: false };
   if (!imports) return { unmetered: 'it imports something of a kind the host does not know' };
   if (imports.memory64) return { unmetered: 'it imports a 64-bit memory or table' };
-  const meter: CodeMeter = { importedFunctions: imports.functions, bodies: [], atomics: false };
+  const exported = sections.get(EXPORT_SECTION);
+  const startSection = sections.get(START_SECTION);
+  const start = startSection ? readLeb(bytes, startSection.start, startSection.end)[0] : undefined;
+  const entries = exported ? exportedFunctions(bytes, exported) : new Set<number>();
+  if (start !== undefined) entries.add(start);
+  const meter: CodeMeter = { importedFunctions: imports.functions, bodies: [], atomics: false, entries };
   checkCodeSection(bytes, layout.codeSection.start, layout.codeSection.end, meter);
   // memory.atomic.wait blocks its thread until another writes: the thread must be a worker.
   if (meter.atomics) return { unmetered: 'it uses atomic instructions' };
   // A module may export nothing (a component's table fixup, run by its start function): it gets
   // an export section for the counter.
-  const exported = sections.get(EXPORT_SECTION);
   const names = exported ? exportNames(bytes, exported) : new Set<string>();
   for (const taken of [FUEL_EXPORT, START_EXPORT, REFILL_EXPORT]) if (names.has(taken)) return { unmetered: `it exports a name of its own called ${taken}` };
   // Extism calls hs_init as it instantiates, before the host could set the counter.
   if (names.has('hs_init')) return { unmetered: 'it exports hs_init, which Extism runs while instantiating' };
-  const startSection = sections.get(START_SECTION);
-  const start = startSection ? readLeb(bytes, startSection.start, startSection.end)[0] : undefined;
   const fuel = imports.globals + layout.globals;
   const params = paramCounts(bytes, sections.get(1), sections.get(3));
   if (params.length !== meter.bodies.length) return { unmetered: 'its function and code sections disagree' };
@@ -201,6 +204,19 @@ function exportNames(bytes: Uint8Array, span: SectionSpan): Set<string> {
     c.leb();
   }
   return names;
+}
+
+/** The function indices the module exports. */
+function exportedFunctions(bytes: Uint8Array, span: SectionSpan): Set<number> {
+  const c = new Reader(bytes, span.start, span.end);
+  const out = new Set<number>();
+  for (let i = c.leb(); i > 0; i--) {
+    c.skip(c.leb());
+    const kind = c.byte();
+    const index = c.leb();
+    if (kind === 0x00) out.add(index);
+  }
+  return out;
 }
 
 /** Parameters of each function the module defines, in order. */
