@@ -3,7 +3,7 @@
 import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { checkCodeSection, FOLD_MAX_COST, HOST_CALL_COST, RUNTIME_COST, type CodeMeter } from '../../host/src/sandbox/code-walk.ts';
+import { checkCodeSection, FOLD_MAX_COST, FOLD_REGION_MAX, HOST_CALL_COST, RUNTIME_COST, type CodeMeter } from '../../host/src/sandbox/code-walk.ts';
 import { readLayout, readLeb } from '../../host/src/sandbox/memory-cap.ts';
 import { FUEL_EXPORT, meterModule, setRefill, START_EXPORT } from '../../host/src/sandbox/metering.ts';
 import { moduleKind } from '../../host/src/sandbox/module-kind.ts';
@@ -311,26 +311,28 @@ describe('metering folds small loop-free functions into their callers\' charges'
   }
 
   it('gives a small helper without loops no charge of its own, and charges its cost in the loop that calls it', async () => {
-    const bodies = await plans(`(module (func $helper ${nops(300)}) (func $run (export "run") (loop $l (call $helper) (br $l))))`);
+    const bodies = await plans(`(module (func $helper ${nops(60)}) (func $run (export "run") (loop $l (call $helper) (br $l))))`);
     expect(bodies[0]!.folded).toBe(true);
     expect(bodies[0]!.charges).toEqual([]);
-    // The loop's charge: the call, the branch, and the helper's 300 and its end.
-    expect(bodies[1]!.charges[1]!.cost).toBeGreaterThanOrEqual(302);
+    // The loop's charge: the call, the branch, and the helper's 60 and its end.
+    expect(bodies[1]!.charges[1]!.cost).toBeGreaterThanOrEqual(62);
     expect(bodies[1]!.folded).toBe(false);
   });
 
   it('charges a chain of folded helpers whole, on every turn', async () => {
-    // $a costs 400 and calls $b, which costs 400: a turn must pay 800, not the 400 of $a alone.
-    const made = await turnsOn(`(module ${turns} (func $b ${nops(400)}) (func $a ${nops(400)} (call $b))
-      (func (export "run") (loop $l ${bump} (call $a) (br $l))))`, 800_000);
-    expect(made).toBeLessThanOrEqual(800_000 / 800);
-    expect(made).toBeGreaterThan(800_000 / 1000);
+    // $a costs 40 and calls $b, which costs 40: a turn must pay 80 and more, not the 40 of $a alone.
+    const text = `(module ${turns} (func $b ${nops(40)}) (func $a ${nops(40)} (call $b))
+      (func $run (export "run") (loop $l ${bump} (call $a) (br $l))))`;
+    expect((await plans(text)).map((b) => b.folded)).toEqual([true, true, false]);
+    const made = await turnsOn(text, 800_000);
+    expect(made).toBeLessThanOrEqual(800_000 / 80);
+    expect(made).toBeGreaterThan(800_000 / 100);
   });
 
   it('charges a helper reached by a tail call, and an exported helper keeps its own charge', async () => {
-    const made = await turnsOn(`(module ${turns} (func $b ${nops(600)}) (func $a (return_call $b))
+    const made = await turnsOn(`(module ${turns} (func $b ${nops(80)}) (func $a (return_call $b))
       (func (export "run") (loop $l ${bump} (call $a) (br $l))))`, 600_000);
-    expect(made).toBeLessThanOrEqual(600_000 / 600);
+    expect(made).toBeLessThanOrEqual(600_000 / 80);
     const { exports, fuel } = await instance(await wat(`(module (func (export "f") ${nops(10)}))`));
     fuel.value = 0n;
     expect(() => exports.f!()).toThrow(/unreachable/);
@@ -351,13 +353,28 @@ describe('metering folds small loop-free functions into their callers\' charges'
     expect(bodies.slice(0, 3).filter((b) => !b.folded)).toHaveLength(1);
   });
 
-  it('keeps the charge of a helper that costs more than an indirect call is charged', async () => {
+  it('keeps the charge of a helper that costs more than FOLD_MAX_COST; through a table, the indirect call\'s charge pays for a folded one', async () => {
     const bodies = await plans(`(module (func $big ${nops(FOLD_MAX_COST + 10)}) (func $small ${nops(10)}) (func $run (export "run") (call $big) (call $small)))`);
     expect(bodies.map((b) => b.folded)).toEqual([false, true, false]);
-    // Through a table, a folded function is paid for by the indirect call's charge.
     const made = await turnsOn(`(module ${turns} (type $v (func)) (table 1 funcref) (elem (i32.const 0) $small) (func $small ${nops(FOLD_MAX_COST - 10)})
       (func (export "run") (loop $l ${bump} (call_indirect (type $v) (i32.const 0)) (br $l))))`, 1_000_000);
-    expect(made).toBeLessThanOrEqual(1_000_000 / FOLD_MAX_COST);
+    expect(made).toBeLessThanOrEqual(1_000_000 / HOST_CALL_COST);
+  });
+
+  it('pays for at most FOLD_REGION_MAX of folded work in one charge: a helper called too often in one stretch keeps its charge (red team, fold 1)', async () => {
+    // 3.9 s of the main thread on one charge: 125,000 calls of a folded pointer chase in one body.
+    const helper = `(func $chase ${nops(FOLD_MAX_COST - 10)})`;
+    const calls = (n: number) => Array(n).fill('(call $chase)').join(' ');
+    const perCall = FOLD_MAX_COST - 10 + 1;
+    const under = Math.floor(FOLD_REGION_MAX / perCall) - 5;
+    expect((await plans(`(module ${helper} (func $run (export "run") ${calls(under)}))`))[0]!.folded).toBe(true);
+    const over = await plans(`(module ${helper} (func $run (export "run") ${calls(under + 20)}))`);
+    expect(over[0]!.folded).toBe(false);
+    expect(over[1]!.charges[0]!.folded).toBe(0);
+    // Indirect calls may land on any folded function: a stretch with too many of them folds nothing in the module.
+    const indirect = Array(FOLD_REGION_MAX / FOLD_MAX_COST + 1).fill('(call_indirect (type $v) (i32.const 0))').join(' ');
+    const table = await plans(`(module (type $v (func)) (table 1 funcref) (func $small ${nops(10)}) (func $other (call $small)) (func $run (export "run") ${indirect}))`);
+    expect(table.map((b) => b.folded)).toEqual([false, false, false]);
   });
 });
 

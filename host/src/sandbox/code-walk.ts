@@ -119,22 +119,41 @@ export interface BodyPlan {
    * It was the sum of all that code: an interpreter's dispatch loop (QuickJS) was charged every
    * opcode's handler on each opcode, 10.7 million units for a 60 µs call.
    */
-  charges: { at: number; cost: number }[];
+  charges: Charge[];
   /** Bulk instructions (their first byte), charged by their count operand shifted left by `shift`. */
   bulk: { at: number; shift: number; cap?: number }[];
   /** The functions this body calls directly (`call`, `return_call`), by body index, once per call: the module's own, not imports. */
   calls: number[];
+  /** For each of `calls`, the index of the charge whose code holds it. */
+  callCharges: number[];
   /** Charged by its callers instead of at its entry (foldCalls): it has no charge of its own. */
   folded: boolean;
 }
 
+export interface Charge {
+  at: number;
+  cost: number;
+  /** What the folded functions its code calls cost, summed over the call sites (foldCalls). */
+  folded: number;
+  /** Indirect calls in its code (call_indirect, call_ref), each of which may land on a folded function. */
+  indirect: number;
+}
+
 /**
  * The most a function may cost, with the functions it calls (folded themselves), to be charged
- * by its callers instead of at its own entry (foldCalls). An indirect call is charged
- * HOST_CALL_COST, which then covers whichever folded function it lands on, and the host calling
- * an exported one runs at most this much unmetered.
+ * by its callers instead of at its own entry (foldCalls). Small: a folded call on a path rarely
+ * taken is charged on every pass all the same (the charge is the longest path), and the
+ * AssemblyScript example gained as much from folding functions up to 50 as up to 1,000.
  */
-export const FOLD_MAX_COST = 1000;
+export const FOLD_MAX_COST = 100;
+/**
+ * The most folded work one charge may pay for in advance: its folded calls' costs summed over
+ * their call sites, and FOLD_MAX_COST for each indirect call. The host looks at the clock only
+ * when a charge runs the counter dry, and the work a charge pays for runs unlooked-at: red team
+ * (fold 1): one body of 125,000 calls of a folded pointer chase held the main thread 3.9 s on one
+ * charge. Unfolded, the unlooked-at work of a charge is its own code's, about a unit a byte.
+ */
+export const FOLD_REGION_MAX = 100_000;
 
 /**
  * What a call to a host function is charged: about what one costs, in instructions. An indirect
@@ -189,21 +208,50 @@ export function checkCodeSection(bytes: Uint8Array, start: number, end: number, 
  * next charge. Recursion is what an entry charge stops without a loop: among loop-free functions
  * that call each other in a cycle, one of each cycle keeps its charge (a depth-first search's
  * back edges point at them; without them no cycle is left). A function that costs more than
- * FOLD_MAX_COST, an indirect call's charge, keeps its own too, and so do the functions the host
- * calls (CodeMeter.entries). Each body whose costs change is
- * walked again, callees first, with the folded costs known.
+ * FOLD_MAX_COST keeps its own too (an indirect call, charged HOST_CALL_COST, covers whichever
+ * folded function it lands on), and so do the functions the host calls (CodeMeter.entries), and
+ * those called where a charge would pay for more than FOLD_REGION_MAX. Each body whose costs
+ * change is walked again, callees first, with the folded costs known.
  */
 function foldCalls(bytes: Uint8Array, meter: CodeMeter): void {
+  const unfolded = meter.bodies.slice();
+  // An indirect call may land on any folded function: a charge with many of them would pay for
+  // more unlooked-at work than FOLD_REGION_MAX. Which functions a table holds is not read here,
+  // so such a module folds nothing.
+  if (unfolded.some((plan) => plan.charges.some((c) => c.indirect * FOLD_MAX_COST > FOLD_REGION_MAX))) return;
+  const keeps = new Uint8Array(unfolded.length);
+  for (let f = 0; f < unfolded.length; f++) if (meter.entries.has(meter.importedFunctions + f)) keeps[f] = 1;
+  // Folding fewer functions only lowers what each charge pays for, so the functions a charge
+  // paid too much for, kept, settle it in one more round; the bound is for safety's sake.
+  for (let round = 0; round < 4; round++) {
+    meter.bodies = unfolded.slice();
+    const cost = foldOnce(bytes, meter, keeps);
+    let over = false;
+    for (const plan of meter.bodies) {
+      plan.charges.forEach((charge, i) => {
+        if (charge.folded + charge.indirect * FOLD_MAX_COST <= FOLD_REGION_MAX) return;
+        over = true;
+        plan.calls.forEach((g, site) => {
+          if (plan.callCharges[site] === i && cost[g]! > 0) keeps[g] = 1;
+        });
+      });
+    }
+    if (!over) return;
+  }
+  meter.bodies = unfolded;
+}
+
+/** One folding of the module's functions but `keeps`: the plans, and what a call of each costs its caller (0: it charges itself). */
+function foldOnce(bytes: Uint8Array, meter: CodeMeter, keeps: Uint8Array): Float64Array {
   const bodies = meter.bodies;
   const count = bodies.length;
   // An index past the bodies is the compiler's to refuse; here it is a function that is not folded.
   const loopFree = (f: number) => bodies[f]?.charges.length === 1;
+  const onCycle = new Uint8Array(count);
   // Post-order over the loop-free functions: every callee that is not on the search's stack
   // finishes before its caller. A callee found on the stack closes a cycle: it keeps its charge.
   const state = new Uint8Array(count); // 0: not seen, 1: on the stack, 2: finished
-  const keeps = new Uint8Array(count);
   const order: number[] = [];
-  for (let f = 0; f < count; f++) if (meter.entries.has(meter.importedFunctions + f)) keeps[f] = 1;
   for (let root = 0; root < count; root++) {
     if (state[root] !== 0 || !loopFree(root)) continue;
     state[root] = 1;
@@ -216,7 +264,7 @@ function foldCalls(bytes: Uint8Array, meter: CodeMeter): void {
       if (next[top]! < calls.length) {
         const g = calls[next[top]!++]!;
         if (!loopFree(g)) continue;
-        if (state[g] === 1) keeps[g] = 1;
+        if (state[g] === 1) onCycle[g] = 1;
         else if (state[g] === 0) {
           state[g] = 1;
           stack.push(g);
@@ -230,7 +278,7 @@ function foldCalls(bytes: Uint8Array, meter: CodeMeter): void {
       }
     }
   }
-  const cost = new Float64Array(count); // what a direct call of each costs its caller's charge: 0 if it charges itself
+  const cost = new Float64Array(count);
   const walked = new Uint8Array(count);
   const rewalk = (f: number): void => {
     const plan = bodies[f]!;
@@ -238,18 +286,24 @@ function foldCalls(bytes: Uint8Array, meter: CodeMeter): void {
     walked[f] = 1;
   };
   for (const f of order) {
-    if (keeps[f]) continue;
+    if (keeps[f] || onCycle[f]) continue;
     if (bodies[f]!.calls.some((g) => cost[g]! > 0)) rewalk(f);
     const plan = bodies[f]!;
     const entry = plan.charges[0]!.cost;
     if (entry > FOLD_MAX_COST) continue;
     cost[f] = entry;
-    plan.charges = [];
-    plan.folded = true;
+    // A copy: the plan of the first walk is kept for a round that folds less.
+    bodies[f] = { ...plan, charges: [], folded: true };
   }
   for (let f = 0; f < count; f++) {
     if (!walked[f] && !bodies[f]!.folded && bodies[f]!.calls.some((g) => cost[g]! > 0)) rewalk(f);
   }
+  return cost;
+}
+
+/** A charge at `at`, of `cost` so far. */
+function charge0(at: number, cost: number): Charge {
+  return { at, cost, folded: 0, indirect: 0 };
 }
 
 // Metering's walk state, by block depth (the body itself is depth 1). One walk runs at a time.
@@ -280,6 +334,7 @@ const entryCost = new Float64Array(MAX_NESTING + 2);
 /** `try_table`: the depths of the blocks its catch clauses branch to. */
 const catchTargets: number[][] = [];
 
+
 /**
  * Walks one body; with `meter`, returns where to charge it. `folded`: by body index, what a
  * direct call of each costs on the caller's path besides the call itself (foldCalls).
@@ -295,7 +350,7 @@ function checkBody(r: Reader, index: number, meter?: CodeMeter, folded?: Float64
   }
   // The entry's charge counts the locals too: V8 zeroes them on every call.
   const plan: BodyPlan | undefined = meter
-    ? { start, codeStart: r.at, end: r.end, declaredLocals, charges: [{ at: r.at, cost: declaredLocals }], bulk: [], calls: [], folded: false }
+    ? { start, codeStart: r.at, end: r.end, declaredLocals, charges: [charge0(r.at, declaredLocals)], bulk: [], calls: [], callCharges: [], folded: false }
     : undefined;
   // The charge the code being read counts towards: the innermost open loop's, or the entry's.
   let charge = 0;
@@ -346,7 +401,7 @@ function checkBody(r: Reader, index: number, meter?: CodeMeter, folded?: Float64
             outerCharge[depth] = charge;
             outerTry[depth] = activeTry;
             charge = plan.charges.length;
-            plan.charges.push({ at: r.at, cost: 0 });
+            plan.charges.push(charge0(r.at, 0));
             level++;
             activeTry = 0;
             cost = 0;
@@ -398,8 +453,12 @@ function checkBody(r: Reader, index: number, meter?: CodeMeter, folded?: Float64
           const own = callee - meter!.importedFunctions;
           if (own < 0) add(HOST_CALL_COST);
           else {
-            if (folded && folded[own]! > 0) add(folded[own]!);
+            if (folded && folded[own]! > 0) {
+              add(folded[own]!);
+              plan.charges[charge]!.folded += folded[own]!;
+            }
             plan.calls.push(own);
+            plan.callCharges.push(charge);
           }
           if (op === 0x12) cost = NONE;
         }
@@ -421,6 +480,7 @@ function checkBody(r: Reader, index: number, meter?: CodeMeter, folded?: Float64
       }
       case 0x14: case 0x15: // call_ref, return_call_ref
         r.leb();
+        if (plan) plan.charges[charge]!.indirect++;
         if (plan && op === 0x15) cost = NONE;
         break;
       case 0x20: case 0x21: case 0x22: case 0x23: case 0x24: case 0x25: case 0x26:
@@ -439,6 +499,7 @@ function checkBody(r: Reader, index: number, meter?: CodeMeter, folded?: Float64
       case 0x11: case 0x13: // call_indirect, return_call_indirect
         r.leb();
         r.leb();
+        if (plan) plan.charges[charge]!.indirect++;
         if (plan && op === 0x13) cost = NONE;
         break;
       case 0x1c: { // select with types
