@@ -334,7 +334,6 @@ const entryCost = new Float64Array(MAX_NESTING + 2);
 /** `try_table`: the depths of the blocks its catch clauses branch to. */
 const catchTargets: number[][] = [];
 
-
 /**
  * Walks one body; with `meter`, returns where to charge it. `folded`: by body index, what a
  * direct call of each costs on the caller's path besides the call itself (foldCalls).
