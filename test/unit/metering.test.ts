@@ -330,8 +330,10 @@ describe('metering folds small loop-free functions into their callers\' charges'
   });
 
   it('charges a helper reached by a tail call, and an exported helper keeps its own charge', async () => {
-    const made = await turnsOn(`(module ${turns} (func $b ${nops(80)}) (func $a (return_call $b))
-      (func (export "run") (loop $l ${bump} (call $a) (br $l))))`, 600_000);
+    const text = `(module ${turns} (func $b ${nops(80)}) (func $a (return_call $b))
+      (func $run (export "run") (loop $l ${bump} (call $a) (br $l))))`;
+    expect((await plans(text)).map((b) => b.folded)).toEqual([true, true, false]);
+    const made = await turnsOn(text, 600_000);
     expect(made).toBeLessThanOrEqual(600_000 / 80);
     const { exports, fuel } = await instance(await wat(`(module (func (export "f") ${nops(10)}))`));
     fuel.value = 0n;
@@ -356,9 +358,51 @@ describe('metering folds small loop-free functions into their callers\' charges'
   it('keeps the charge of a helper that costs more than FOLD_MAX_COST; through a table, the indirect call\'s charge pays for a folded one', async () => {
     const bodies = await plans(`(module (func $big ${nops(FOLD_MAX_COST + 10)}) (func $small ${nops(10)}) (func $run (export "run") (call $big) (call $small)))`);
     expect(bodies.map((b) => b.folded)).toEqual([false, true, false]);
-    const made = await turnsOn(`(module ${turns} (type $v (func)) (table 1 funcref) (elem (i32.const 0) $small) (func $small ${nops(FOLD_MAX_COST - 10)})
-      (func (export "run") (loop $l ${bump} (call_indirect (type $v) (i32.const 0)) (br $l))))`, 1_000_000);
+    const text = `(module ${turns} (type $v (func)) (table 1 funcref) (elem (i32.const 0) $small) (func $small ${nops(FOLD_MAX_COST - 10)})
+      (func $run (export "run") (loop $l ${bump} (call_indirect (type $v) (i32.const 0)) (br $l))))`;
+    expect((await plans(text))[0]!.folded).toBe(true);
+    const made = await turnsOn(text, 1_000_000);
     expect(made).toBeLessThanOrEqual(1_000_000 / HOST_CALL_COST);
+  });
+
+  it('folds no function that could reach itself again through a table: an indirect call costs more than a folded function may (review)', async () => {
+    expect(FOLD_MAX_COST).toBeLessThan(HOST_CALL_COST);
+    const text = `(module (type $v (func)) (table 1 funcref) (elem (i32.const 0) $f)
+      (func $f (call_indirect (type $v) (i32.const 0))) (func $run (export "run") (call $f)))`;
+    expect((await plans(text))[0]!.folded).toBe(false);
+    const { exports, fuel } = await instance(await wat(text));
+    fuel.value = 100_000n;
+    expect(() => exports.run!()).toThrow(/unreachable/);
+  });
+
+  it('tells a function\'s index from its body\'s when the module imports functions (review)', async () => {
+    const imported = '(import "h" "f" (func $imported))';
+    const imports = { h: { f: () => {} } };
+    // The exported function and the start function keep their charge: at zero fuel they trap.
+    const exported = await instance(await wat(`(module ${imported} (func $x ${nops(5)}) (func (export "f") ${nops(10)}))`), imports);
+    exported.fuel.value = 0n;
+    expect(() => exported.exports.f!()).toThrow(/unreachable/);
+    const started = await instance(await wat(`(module ${imported} (func $x ${nops(5)}) (func $s ${nops(10)}) (start $s) (func (export "g") (call $x)))`), imports);
+    started.fuel.value = 0n;
+    expect(() => started.exports[START_EXPORT]!()).toThrow(/unreachable/);
+    // A folded chain is paid in full on every turn; a stretch over the bound pays per call.
+    const chain = await turnsOn(`(module ${imported} ${turns} (func $b ${nops(40)}) (func $a ${nops(40)} (call $b))
+      (func (export "run") (loop $l ${bump} (call $a) (br $l))))`, 800_000, imports);
+    expect(chain).toBeLessThanOrEqual(800_000 / 80);
+    expect(chain).toBeGreaterThan(800_000 / 100);
+    const calls = Array(1200).fill('(call $mid)').join(' ');
+    const over = await turnsOn(`(module ${imported} ${turns} (func $leaf ${nops(40)}) (func $mid ${nops(40)} (call $leaf))
+      (func (export "run") (loop $l ${bump} ${calls} (br $l))))`, 10_000_000, imports);
+    expect(over).toBeLessThanOrEqual(10_000_000 / (1200 * 80));
+    // Recursion through loop-free functions, past an import.
+    for (const text of [
+      `(module ${imported} (func $a (call $b)) (func $b (return_call $a)) (func (export "run") (call $b)))`,
+      `(module ${imported} (func $a (call $b) (call $b)) (func $b (call $c)) (func $c (call $a)) (func (export "run") (call $a)))`,
+    ]) {
+      const { exports, fuel } = await instance(await wat(text), imports);
+      fuel.value = 1000n;
+      expect(() => exports.run!(), text).toThrow(/unreachable/);
+    }
   });
 
   it('pays for at most FOLD_REGION_MAX of folded work in one charge: a helper called too often in one stretch keeps its charge (red team, fold 1)', async () => {
@@ -370,7 +414,7 @@ describe('metering folds small loop-free functions into their callers\' charges'
     expect((await plans(`(module ${helper} (func $run (export "run") ${calls(under)}))`))[0]!.folded).toBe(true);
     const over = await plans(`(module ${helper} (func $run (export "run") ${calls(under + 20)}))`);
     expect(over[0]!.folded).toBe(false);
-    expect(over[1]!.charges[0]!.folded).toBe(0);
+    expect(over[1]!.charges[0]!.foldedCost).toBe(0);
     // Indirect calls may land on any folded function: a stretch with too many of them folds nothing in the module.
     const indirect = Array(FOLD_REGION_MAX / FOLD_MAX_COST + 1).fill('(call_indirect (type $v) (i32.const 0))').join(' ');
     const table = await plans(`(module (type $v (func)) (table 1 funcref) (func $small ${nops(10)}) (func $other (call $small)) (func $run (export "run") ${indirect}))`);

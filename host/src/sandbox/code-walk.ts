@@ -122,7 +122,7 @@ export interface BodyPlan {
   charges: Charge[];
   /** Bulk instructions (their first byte), charged by their count operand shifted left by `shift`. */
   bulk: { at: number; shift: number; cap?: number }[];
-  /** The functions this body calls directly (`call`, `return_call`), by body index, once per call: the module's own, not imports. */
+  /** The functions this body calls directly (`call`, `return_call`), by body index, one entry per call site: the module's own, not imports. */
   calls: number[];
   /** For each of `calls`, the index of the charge whose code holds it. */
   callCharges: number[];
@@ -134,7 +134,7 @@ export interface Charge {
   at: number;
   cost: number;
   /** What the folded functions its code calls cost, summed over the call sites (foldCalls). */
-  folded: number;
+  foldedCost: number;
   /** Indirect calls in its code (call_indirect, call_ref), each of which may land on a folded function. */
   indirect: number;
 }
@@ -144,6 +144,10 @@ export interface Charge {
  * by its callers instead of at its own entry (foldCalls). Small: a folded call on a path rarely
  * taken is charged on every pass all the same (the charge is the longest path), and the
  * AssemblyScript example gained as much from folding functions up to 50 as up to 1,000.
+ * IT MUST STAY BELOW HOST_CALL_COST: an indirect call (or a host call, which may call back into
+ * the guest) then costs more than a folded function may, so no folded function makes one, and
+ * none can reach itself again but through a direct call, which foldCalls sees (review: at 2,000,
+ * a folded function calling itself through its table recursed with no charge). A test holds it.
  */
 export const FOLD_MAX_COST = 100;
 /**
@@ -207,11 +211,12 @@ export function checkCodeSection(bytes: Uint8Array, start: number, end: number, 
  * of the code that calls it, raised by its cost, still covers everything that runs before the
  * next charge. Recursion is what an entry charge stops without a loop: among loop-free functions
  * that call each other in a cycle, one of each cycle keeps its charge (a depth-first search's
- * back edges point at them; without them no cycle is left). A function that costs more than
- * FOLD_MAX_COST keeps its own too (an indirect call, charged HOST_CALL_COST, covers whichever
- * folded function it lands on), and so do the functions the host calls (CodeMeter.entries), and
- * those called where a charge would pay for more than FOLD_REGION_MAX. Each body whose costs
- * change is walked again, callees first, with the folded costs known.
+ * back edges point at them; without them no cycle is left; a folded function makes no indirect or
+ * host call, see FOLD_MAX_COST). A function that costs more than FOLD_MAX_COST keeps its own too
+ * (an indirect call elsewhere, charged HOST_CALL_COST, covers whichever folded function it lands
+ * on), and so do the functions the host calls (CodeMeter.entries), and those called where a
+ * charge would pay for more than FOLD_REGION_MAX. Each body whose costs change is walked again,
+ * callees first, with the folded costs known.
  */
 function foldCalls(bytes: Uint8Array, meter: CodeMeter): void {
   const unfolded = meter.bodies.slice();
@@ -221,15 +226,16 @@ function foldCalls(bytes: Uint8Array, meter: CodeMeter): void {
   if (unfolded.some((plan) => plan.charges.some((c) => c.indirect * FOLD_MAX_COST > FOLD_REGION_MAX))) return;
   const keeps = new Uint8Array(unfolded.length);
   for (let f = 0; f < unfolded.length; f++) if (meter.entries.has(meter.importedFunctions + f)) keeps[f] = 1;
-  // Folding fewer functions only lowers what each charge pays for, so the functions a charge
-  // paid too much for, kept, settle it in one more round; the bound is for safety's sake.
+  // Folding fewer functions only lowers what each charge pays for, and a charge that paid too
+  // much has all its folded callees kept, paying nothing for folded calls in the next round: one
+  // more round settles it. The bound is for safety's sake (then nothing is folded).
   for (let round = 0; round < 4; round++) {
     meter.bodies = unfolded.slice();
     const cost = foldOnce(bytes, meter, keeps);
     let over = false;
     for (const plan of meter.bodies) {
       plan.charges.forEach((charge, i) => {
-        if (charge.folded + charge.indirect * FOLD_MAX_COST <= FOLD_REGION_MAX) return;
+        if (charge.foldedCost + charge.indirect * FOLD_MAX_COST <= FOLD_REGION_MAX) return;
         over = true;
         plan.calls.forEach((g, site) => {
           if (plan.callCharges[site] === i && cost[g]! > 0) keeps[g] = 1;
@@ -241,7 +247,11 @@ function foldCalls(bytes: Uint8Array, meter: CodeMeter): void {
   meter.bodies = unfolded;
 }
 
-/** One folding of the module's functions but `keeps`: the plans, and what a call of each costs its caller (0: it charges itself). */
+/**
+ * One folding of the module's functions but `keeps`: replaces meter.bodies' plans (folded ones
+ * by copies, walked-again ones by new plans) and returns what a direct call of each costs its
+ * caller's charge (0: it charges itself).
+ */
 function foldOnce(bytes: Uint8Array, meter: CodeMeter, keeps: Uint8Array): Float64Array {
   const bodies = meter.bodies;
   const count = bodies.length;
@@ -302,8 +312,8 @@ function foldOnce(bytes: Uint8Array, meter: CodeMeter, keeps: Uint8Array): Float
 }
 
 /** A charge at `at`, of `cost` so far. */
-function charge0(at: number, cost: number): Charge {
-  return { at, cost, folded: 0, indirect: 0 };
+function newCharge(at: number, cost: number): Charge {
+  return { at, cost, foldedCost: 0, indirect: 0 };
 }
 
 // Metering's walk state, by block depth (the body itself is depth 1). One walk runs at a time.
@@ -335,10 +345,11 @@ const entryCost = new Float64Array(MAX_NESTING + 2);
 const catchTargets: number[][] = [];
 
 /**
- * Walks one body; with `meter`, returns where to charge it. `folded`: by body index, what a
- * direct call of each costs on the caller's path besides the call itself (foldCalls).
+ * Walks one body; with `meter`, returns where to charge it. `callCost`: by body index, what a
+ * direct call of each costs on the caller's path besides the call itself (foldCalls; 0 for a
+ * function that charges itself).
  */
-function checkBody(r: Reader, index: number, meter?: CodeMeter, folded?: Float64Array): BodyPlan | undefined {
+function checkBody(r: Reader, index: number, meter?: CodeMeter, callCost?: Float64Array): BodyPlan | undefined {
   const start = r.at;
   const groups = r.leb();
   if (groups > r.end - r.at) throw new CodeWalkError(`function body ${index} claims ${groups} local groups`);
@@ -349,7 +360,7 @@ function checkBody(r: Reader, index: number, meter?: CodeMeter, folded?: Float64
   }
   // The entry's charge counts the locals too: V8 zeroes them on every call.
   const plan: BodyPlan | undefined = meter
-    ? { start, codeStart: r.at, end: r.end, declaredLocals, charges: [charge0(r.at, declaredLocals)], bulk: [], calls: [], callCharges: [], folded: false }
+    ? { start, codeStart: r.at, end: r.end, declaredLocals, charges: [newCharge(r.at, declaredLocals)], bulk: [], calls: [], callCharges: [], folded: false }
     : undefined;
   // The charge the code being read counts towards: the innermost open loop's, or the entry's.
   let charge = 0;
@@ -400,7 +411,7 @@ function checkBody(r: Reader, index: number, meter?: CodeMeter, folded?: Float64
             outerCharge[depth] = charge;
             outerTry[depth] = activeTry;
             charge = plan.charges.length;
-            plan.charges.push(charge0(r.at, 0));
+            plan.charges.push(newCharge(r.at, 0));
             level++;
             activeTry = 0;
             cost = 0;
@@ -452,9 +463,9 @@ function checkBody(r: Reader, index: number, meter?: CodeMeter, folded?: Float64
           const own = callee - meter!.importedFunctions;
           if (own < 0) add(HOST_CALL_COST);
           else {
-            if (folded && folded[own]! > 0) {
-              add(folded[own]!);
-              plan.charges[charge]!.folded += folded[own]!;
+            if (callCost && callCost[own]! > 0) {
+              add(callCost[own]!);
+              plan.charges[charge]!.foldedCost += callCost[own]!;
             }
             plan.calls.push(own);
             plan.callCharges.push(charge);

@@ -233,10 +233,11 @@ const cappedBytes = new WeakMap<WebAssembly.Module, Uint8Array<ArrayBuffer>>();
 /**
  * The core policy's module with a fuel counter (metering.ts), compiled after its own compile
  * trial, for the inline lane; or why there is none. Made only when the lane wants it: metering
- * costs a guest time (an AssemblyScript call on the benchmark review: 25 µs as it came, 41
- * metered), so workers keep running the module as it came. Its memory is capped again at `memoryBytes` (the main thread keeps little), and it must have one
- * memory, exported, so that the lane sees all of it (red team: an unexported second memory held
- * 56 MiB per policy in the main thread).
+ * costs a guest time (an AssemblyScript call on the benchmark review, alone in a loop: 25 µs as
+ * it came, 41 metered), so workers keep running the module as it came. Its memory is capped
+ * again at `memoryBytes` (the main thread keeps little), and it must have one memory, exported,
+ * so that the lane sees all of it (red team: an unexported second memory held 56 MiB per policy
+ * in the main thread).
  */
 export async function meteredCopy(spec: SandboxSpec, bounds: { maxBytes: number; memoryBytes: number }): Promise<WebAssembly.Module | Unmetered> {
   const core = spec.kind === 'core' ? spec.modules['policy.wasm'] : undefined;
