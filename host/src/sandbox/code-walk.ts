@@ -220,10 +220,10 @@ export function checkCodeSection(bytes: Uint8Array, start: number, end: number, 
  */
 function foldCalls(bytes: Uint8Array, meter: CodeMeter): void {
   const unfolded = meter.bodies.slice();
-  // An indirect call may land on any folded function: a charge with many of them would pay for
-  // more unlooked-at work than FOLD_REGION_MAX. Which functions a table holds is not read here,
-  // so such a module folds nothing.
-  if (unfolded.some((plan) => plan.charges.some((c) => c.indirect * FOLD_MAX_COST > FOLD_REGION_MAX))) return;
+  // An indirect call may land on any folded function: a charge with many of them (before any
+  // folding, the only thing paysTooMuch counts) would pay for more unlooked-at work than
+  // FOLD_REGION_MAX. Which functions a table holds is not read here, so such a module folds nothing.
+  if (unfolded.some((plan) => plan.charges.some(paysTooMuch))) return;
   const keeps = new Uint8Array(unfolded.length);
   for (let f = 0; f < unfolded.length; f++) if (meter.entries.has(meter.importedFunctions + f)) keeps[f] = 1;
   // Folding fewer functions only lowers what each charge pays for, and a charge that paid too
@@ -234,12 +234,13 @@ function foldCalls(bytes: Uint8Array, meter: CodeMeter): void {
     const cost = foldOnce(bytes, meter, keeps);
     let over = false;
     for (const plan of meter.bodies) {
-      plan.charges.forEach((charge, i) => {
-        if (charge.foldedCost + charge.indirect * FOLD_MAX_COST <= FOLD_REGION_MAX) return;
-        over = true;
-        plan.calls.forEach((g, site) => {
-          if (plan.callCharges[site] === i && cost[g]! > 0) keeps[g] = 1;
-        });
+      // A folded body has no charge; what it calls is in its own cost, at most FOLD_MAX_COST.
+      if (plan.folded) continue;
+      plan.calls.forEach((g, site) => {
+        if (cost[g]! > 0 && paysTooMuch(plan.charges[plan.callCharges[site]!]!)) {
+          keeps[g] = 1;
+          over = true;
+        }
       });
     }
     if (!over) return;
@@ -309,6 +310,11 @@ function foldOnce(bytes: Uint8Array, meter: CodeMeter, keeps: Uint8Array): Float
     if (!walked[f] && !bodies[f]!.folded && bodies[f]!.calls.some((g) => cost[g]! > 0)) rewalk(f);
   }
   return cost;
+}
+
+/** Whether a charge pays in advance for more folded work than FOLD_REGION_MAX (its indirect calls counted at the most a folded function costs). */
+function paysTooMuch(charge: Charge): boolean {
+  return charge.foldedCost + charge.indirect * FOLD_MAX_COST > FOLD_REGION_MAX;
 }
 
 /** A charge at `at`, of `cost` so far. */

@@ -70,18 +70,17 @@ export function meterModule(bytes: Uint8Array): Metering {
   const imports = sections.get(2) ? readImports(bytes, sections.get(2)!) : { functions: 0, globals: 0, tables: 0, memory64: false };
   if (!imports) return { unmetered: 'it imports something of a kind the host does not know' };
   if (imports.memory64) return { unmetered: 'it imports a 64-bit memory or table' };
+  // A module may export nothing (a component's table fixup, run by its start function): it gets
+  // an export section for the counter.
   const exported = sections.get(EXPORT_SECTION);
   const startSection = sections.get(START_SECTION);
   const start = startSection ? readLeb(bytes, startSection.start, startSection.end)[0] : undefined;
-  const entries = exported ? exportedFunctions(bytes, exported) : new Set<number>();
+  const { names, functions: entries } = readExports(bytes, exported);
   if (start !== undefined) entries.add(start);
   const meter: CodeMeter = { importedFunctions: imports.functions, bodies: [], atomics: false, entries };
   checkCodeSection(bytes, layout.codeSection.start, layout.codeSection.end, meter);
   // memory.atomic.wait blocks its thread until another writes: the thread must be a worker.
   if (meter.atomics) return { unmetered: 'it uses atomic instructions' };
-  // A module may export nothing (a component's table fixup, run by its start function): it gets
-  // an export section for the counter.
-  const names = exported ? exportNames(bytes, exported) : new Set<string>();
   for (const taken of [FUEL_EXPORT, START_EXPORT, REFILL_EXPORT]) if (names.has(taken)) return { unmetered: `it exports a name of its own called ${taken}` };
   // Extism calls hs_init as it instantiates, before the host could set the counter.
   if (names.has('hs_init')) return { unmetered: 'it exports hs_init, which Extism runs while instantiating' };
@@ -192,31 +191,22 @@ function readImports(bytes: Uint8Array, span: SectionSpan): { functions: number;
   return { functions, globals, tables, memory64 };
 }
 
-function exportNames(bytes: Uint8Array, span: SectionSpan): Set<string> {
-  const c = new Reader(bytes, span.start, span.end);
+/** The export section's names, and the function indices among what it exports (none when there is no section). */
+function readExports(bytes: Uint8Array, span: SectionSpan | undefined): { names: Set<string>; functions: Set<number> } {
   const names = new Set<string>();
+  const functions = new Set<number>();
+  if (!span) return { names, functions };
+  const c = new Reader(bytes, span.start, span.end);
   const decoder = new TextDecoder();
   for (let i = c.leb(); i > 0; i--) {
     const length = c.leb();
     names.add(decoder.decode(bytes.subarray(c.at, c.at + length)));
     c.skip(length);
-    c.byte();
-    c.leb();
-  }
-  return names;
-}
-
-/** The function indices the module exports. */
-function exportedFunctions(bytes: Uint8Array, span: SectionSpan): Set<number> {
-  const c = new Reader(bytes, span.start, span.end);
-  const out = new Set<number>();
-  for (let i = c.leb(); i > 0; i--) {
-    c.skip(c.leb());
     const kind = c.byte();
     const index = c.leb();
-    if (kind === 0x00) out.add(index);
+    if (kind === 0x00) functions.add(index);
   }
-  return out;
+  return { names, functions };
 }
 
 /** Parameters of each function the module defines, in order. */
