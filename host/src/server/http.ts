@@ -67,7 +67,6 @@ class BodyBudget {
     } };
     let arriving = true;
     let released = false;
-    let mine = 0;
     const leave = () => {
       const holder = this.#arriving.get(address);
       if (!holder?.accounts.delete(account)) return;
@@ -78,7 +77,7 @@ class BodyBudget {
       if (released) return;
       if (arriving) leave();
       released = true;
-      this.#held -= mine;
+      this.#held -= account.bytes;
     };
     return {
       grow: (bytes) => {
@@ -90,10 +89,10 @@ class BodyBudget {
           holder.accounts.add(account);
           holder.bytes += bytes;
           this.#arriving.set(address, holder);
-          account.bytes += bytes;
         }
+        // Counted arrived or not: a cut looks only at accounts still held by an address.
+        account.bytes += bytes;
         this.#held += bytes;
-        mine += bytes;
         return undefined;
       },
       arrived: () => {
@@ -124,7 +123,7 @@ class BodyBudget {
   }
 }
 
-/** A body still arriving: its bytes so far, and how to end its request. */
+/** A request's body: the bytes it holds (while arriving, the body's so far; then also what parsing it costs), and how to end its request. */
 interface Arriving {
   bytes: number;
   cut: () => void;
