@@ -19,9 +19,9 @@ export const MAX_CONFIG_BYTES = 8 * 2 ** 20;
 /** Files from this size are read on a thread of their own (~60 ms to start it; real ones are a few KB, ~10 ms here at most). */
 export const READ_APART_FROM_BYTES = 16 * 2 ** 10;
 /** Aliases a file read on this thread may hold: resolving each scans those before it. */
-export const MAX_ALIASES_HERE = 64;
+const MAX_ALIASES_HERE = 64;
 /** Longest a file may take to read there; a 1 MB map of 36,000 keys takes ~0.6 s. */
-export const MAX_READ_MS = 10_000;
+const MAX_READ_MS = 10_000;
 /** That thread's heap, far above what a file of MAX_CONFIG_BYTES of plain maps and lists needs. */
 const READ_HEAP_MIB = 256;
 /** Aliases a file may expand: the yaml package's default, which refuses a "billion laughs" file. */

@@ -44,7 +44,7 @@ export interface ImageManifest {
 /** Deepest a manifest may nest: the object, its layers, a descriptor, its annotations, with room to spare. */
 export const MAX_MANIFEST_DEPTH = 16;
 /** Most heap a manifest may parse into (parsedCostOf): ~85,000 containers, far past any artifact's. */
-export const MAX_MANIFEST_PARSED_BYTES = 8 * 2 ** 20;
+const MAX_MANIFEST_PARSED_BYTES = 8 * 2 ** 20;
 
 /** Parses manifest bytes; an index (or anything not a single artifact) is refused with a way out. */
 export function parseManifest(bytes: Uint8Array, contentType: string | undefined, where: string): ImageManifest {
