@@ -183,6 +183,12 @@ describe('metering', () => {
     expect(await reason('(module (func (export "hs_init")))')).toMatch(/hs_init/);
     expect(await reason('(module (memory 1 1 shared) (func (export "f") (drop (memory.atomic.notify (i32.const 0) (i32.const 1)))))')).toMatch(/atomic/);
     expect(await reason('(module (memory i64 1) (func (export "f")))')).toMatch(/64-bit/);
+    // V8 copies every value a call, return or branch carries, which a charge per instruction
+    // does not count (red team: 1,000 results up 50 frames, 59 ms a slice of fuel).
+    const wide = (n: number) => `(module (type (func (result ${'i64 '.repeat(n)}))) (func (export "f") (block (type 0) ${'(i64.const 0) '.repeat(n)}) ${'(drop) '.repeat(n)}))`;
+    expect(await reason(wide(33))).toMatch(/has 33 parameters and results \(at most 32/);
+    expect(await reason(wide(32))).toBe('metered');
+    expect(await reason('(module (func (export "f") (param i32 i32 i32 i32 i32 i32 i32 i32 i32 i32 i32 i32 i32 i32 i32 i32 i32 i32 i32 i32 i32 i32 i32 i32 i32 i32 i32 i32 i32 i32 i32 i32 i32)))')).toMatch(/has 33 parameters/);
   });
 
   it('keeps every real module valid: the examples and every core fixture', () => {
