@@ -290,9 +290,14 @@ describe('selection', () => {
     expect(resourceSelectorMatches({ ...frozen, fieldSelector: 'spec.mode=locked' }, request({
       operation: 'UPDATE', object: { metadata: { name: 'a', labels: { frozen: 'true' } }, spec: { mode: 'open' } }, oldObject: { metadata: { name: 'a' }, spec: { mode: 'locked' } },
     }))).toBe(false);
-    // DELETE: the old object; no object at all: no labels.
+    // DELETE: the old object. No object, or none with metadata (PodExecOptions), matches no
+    // selector but an empty one, not even DoesNotExist: the apiserver would not send it.
     expect(resourceSelectorMatches(frozen, request({ operation: 'DELETE', object: null, oldObject: { metadata: { name: 'a', labels: { frozen: 'true' } } } }))).toBe(true);
-    expect(resourceSelectorMatches({ labelSelector: { matchExpressions: [{ key: 'frozen', operator: 'DoesNotExist' }] } }, request({ operation: 'CONNECT', object: null, oldObject: null }))).toBe(true);
+    const unfrozen = { labelSelector: { matchExpressions: [{ key: 'frozen', operator: 'DoesNotExist' as const }] } };
+    expect(resourceSelectorMatches(unfrozen, request({ operation: 'CONNECT', object: null, oldObject: null }))).toBe(false);
+    expect(resourceSelectorMatches(unfrozen, request({ operation: 'CONNECT', object: { kind: 'PodExecOptions' }, oldObject: null }))).toBe(false);
+    expect(resourceSelectorMatches({ labelSelector: {} }, request({ operation: 'CONNECT', object: null, oldObject: null }))).toBe(true);
+    expect(resourceSelectorMatches(unfrozen, request({ operation: 'CREATE', object: { metadata: { name: 'a' } } }))).toBe(true);
   });
 
   it('matches name and namespace globs in time linear in the value: no backtracking (red team)', () => {

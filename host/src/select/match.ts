@@ -54,10 +54,13 @@ function listHas(list: string[], value: string): boolean {
  * DoesNotExist selector selected every DELETE whatever the old object's labels).
  */
 function objectSelectorMatches(selector: LabelSelector, request: AdmissionRequest): boolean {
+  return labelsMatch(selector, request.object) || labelsMatch(selector, request.oldObject);
+}
+
+/** One object against an objectSelector, as the apiserver matches it. */
+function labelsMatch(selector: LabelSelector, object: JsonObject | null | undefined): boolean {
   if (Object.keys(selector.matchLabels ?? {}).length === 0 && (selector.matchExpressions ?? []).length === 0) return true;
-  const matches = (object: JsonObject | null | undefined): boolean =>
-    hasMetadata(object) && labelSelectorMatches(selector, labelsOf(object) ?? {});
-  return matches(request.object) || matches(request.oldObject);
+  return hasMetadata(object) && labelSelectorMatches(selector, labelsOf(object) ?? {});
 }
 
 function hasMetadata(object: JsonObject | null | undefined): boolean {
@@ -88,11 +91,12 @@ export function resourceSelectorMatches(selector: ResourceSelector, request: Adm
   if (selector.name !== undefined && !glob(selector.name, request.name ?? '')) return false;
   if (!selector.labelSelector && !selector.fieldSelector) return true;
   // As the apiserver's objectSelector, which a single match entry's labelSelector becomes on its
-  // webhook (webhooks/build.ts): the object or the old object. Red team: an UPDATE that removed
-  // the selected label was sent here for the old object's label, then the policy was left out.
+  // webhook (webhooks/build.ts): the object or the old object, both selectors on the same one.
+  // Red team: an UPDATE that removed the selected label was sent here for the old object's
+  // label, then the policy was left out.
   const present = [request.object, request.oldObject].filter((object): object is JsonObject => object !== null && object !== undefined);
   return (present.length > 0 ? present : [null]).some((object) =>
-    (!selector.labelSelector || labelSelectorMatches(selector.labelSelector, labelsOf(object) ?? {}))
+    (!selector.labelSelector || labelsMatch(selector.labelSelector, object))
     && (!selector.fieldSelector || fieldSelectorMatches(selector.fieldSelector, object)));
 }
 
