@@ -4,7 +4,7 @@
 // never reads took the main thread 130-240 ms a review.
 import { describe, expect, it } from 'vitest';
 import { WarningList } from '../../host/src/merge/warnings.ts';
-import { COMPACT_FROM_CHARS, compactOutput, decodeOutput, MAX_PATCH_MEMBERS, MAX_PATCH_OPERATIONS, PATCH_FROM_VALIDATE, PATCH_TEXT_FROM } from '../../host/src/sandbox/outcome.ts';
+import { COMPACT_FROM_CHARS, compactOutput, decodeOutput, MAX_PATCH_MEMBERS, MAX_PATCH_OPERATIONS, PATCH_FROM_VALIDATE, PATCH_TEXT_FROM, PATCH_TEXT_FROM_PATH_WORK } from '../../host/src/sandbox/outcome.ts';
 import { operationsOf } from '../../host/src/util/patch-text.ts';
 
 /** `answer` with a member the host never reads, long enough to be compacted. */
@@ -130,6 +130,24 @@ describe('PATCH_TEXT_FROM', () => {
     const short = JSON.stringify({ outcome: 'allow', patch: [{ op: 'add', path: '/spec/x', value: Array.from({ length: 4000 }, () => 0) }] });
     expect(short.length).toBeLessThan(COMPACT_FROM_CHARS);
     expect(compactOutput(short, 'mutate')).toEqual({ output: short, compact: false });
+  });
+
+  it('hands over as text a patch of few operations whose paths are long and deep (red team: 76 of them held the main thread 300 ms)', () => {
+    // Keys of slashes, each escaped to ~1 in the path: what costs the combine most per character.
+    const deep = (i: number) => ({ op: 'replace', path: `/spec/${Array(16).fill('~1'.repeat(30)).join('/')}/k${i}`, value: i });
+    const work = (patch: { path: string }[]) => patch.reduce((n, op) => n + op.path.length * op.path.split('/').length - op.path.length, 0);
+    const under = Array.from({ length: Math.floor(PATCH_TEXT_FROM_PATH_WORK / work([deep(0)])) - 1 }, (_, i) => deep(i));
+    const over = [...under, deep(under.length), deep(under.length + 1)];
+    expect(work(under)).toBeLessThan(PATCH_TEXT_FROM_PATH_WORK);
+    expect(work(over)).toBeGreaterThanOrEqual(PATCH_TEXT_FROM_PATH_WORK);
+    const read = (patch: object[]) => {
+      const compact = compactOutput(padded({ outcome: 'allow', patch }), 'mutate');
+      return decodeOutput('p', compact.output, compact.compact);
+    };
+    const text = read(over);
+    expect(text.status === 'allowed' && !Array.isArray(text.patch)).toBe(true);
+    if (text.status === 'allowed') expect(operationsOf(text.patch)).toEqual(over);
+    expect(read(under)).toMatchObject({ status: 'allowed', patch: under });
   });
 });
 

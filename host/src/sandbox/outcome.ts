@@ -94,7 +94,7 @@ export function compactOutput(text: string, fn: 'validate' | 'mutate'): { output
     case 'allowed':
       // The patch a validating policy may not return is not handed over: the failure evaluate.ts would give.
       if (fn === 'validate' && outcome.patch.length > 0) return compact({ outcome: 'error', message: PATCH_FROM_VALIDATE });
-      if (outcome.patch.length + count.members >= PATCH_TEXT_FROM) return compact({ outcome: 'allow', patchText: JSON.stringify(outcome.patch), patchLength: outcome.patch.length });
+      if (outcome.patch.length + count.members >= PATCH_TEXT_FROM || (Array.isArray(outcome.patch) && pathWork(outcome.patch) >= PATCH_TEXT_FROM_PATH_WORK)) return compact({ outcome: 'allow', patchText: JSON.stringify(outcome.patch), patchLength: outcome.patch.length });
       return compact({ outcome: 'allow', patch: outcome.patch });
     case 'denied':
       return compact({ outcome: 'deny', code: outcome.code, message: outcome.message });
@@ -111,6 +111,27 @@ export function compactOutput(text: string, fn: 'validate' | 'mutate'): { output
  * Pod's whole spec holds a few hundred members.
  */
 export const PATCH_TEXT_FROM = 1024;
+/**
+ * Likewise for a patch whose paths cost much to index: combining indexes every ancestor of each
+ * path (merge/patches.ts), its segments escaped again, so a path costs about its length times
+ * its depth. Red team (session 48): 76 operations 64 levels deep, each key 60 slashes (574 KiB
+ * of answer, 38 million of this measure), held the main thread 275-310 ms a review; about 8 ns a
+ * unit. A thousand labels, `/metadata/labels/name`, are 60,000.
+ */
+export const PATCH_TEXT_FROM_PATH_WORK = 250_000;
+
+/** Each path's (and from's) length times its depth, summed: see PATCH_TEXT_FROM_PATH_WORK. */
+function pathWork(patch: readonly { path: string; from?: string }[]): number {
+  let work = 0;
+  for (const op of patch) {
+    for (const pointer of op.from === undefined ? [op.path] : [op.path, op.from]) {
+      let depth = 0;
+      for (let at = pointer.indexOf('/'); at >= 0; at = pointer.indexOf('/', at + 1)) depth++;
+      work += pointer.length * depth;
+    }
+  }
+  return work;
+}
 
 /** What a validating policy's answer with a patch fails with. */
 export const PATCH_FROM_VALIDATE = 'returned a patch from validate; only mutate may change the object';
