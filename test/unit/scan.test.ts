@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { ReviewError } from '../../host/src/errors.ts';
-import { hasObject, MAX_BODY_DEPTH, PARSED_WHOLE_BELOW, parsedCostOf, parseReviewText, parseScannedReview } from '../../host/src/review/parse.ts';
+import { hasObject, MAX_BODY_DEPTH, MAX_PARSED_OUTSIDE_OBJECTS, PARSED_WHOLE_BELOW, parsedCostOf, parseReviewText, parseScannedReview } from '../../host/src/review/parse.ts';
 import { scanReview } from '../../host/src/review/scan.ts';
 import { reviewBody } from '../../bench/review.ts';
 
@@ -200,6 +200,26 @@ describe('parseScannedReview: the object parsed when first read', () => {
     expect(hasObject(lazy.request)).toBe(false);
     const deleting = Buffer.from(reviewBody().replace('"operation":"CREATE"', '"operation":"DELETE"').replace('"object":{', '"object":null,"x":{').replace('"oldObject":null', '"oldObject":{}'));
     expect(hasObject(parseScannedReview(deleting, scanReview(deleting)).request)).toBe(false);
+  });
+
+  it('refuses a request holding more values outside its object and oldObject than MAX_PARSED_OUTSIDE_OBJECTS, before parsing them (red team)', () => {
+    // Tiny maps with keys of their own cost JSON.parse the most: 1-2 MiB held the main thread 100-430 ms.
+    const junk = (maps: number) => Array.from({ length: maps }, (_, i) => `{"k${i}":0}`).join(',');
+    const over = Math.ceil(MAX_PARSED_OUTSIDE_OBJECTS / 112) + 1;
+    const under = Math.floor(MAX_PARSED_OUTSIDE_OBJECTS / 112) - 100;
+    const withJunk = (maps: number, text = reviewBody()) => Buffer.from(text.replace('"operation":"CREATE"', `"operation":"CREATE","junk":[${junk(maps)}]`));
+    const refused = /^the request holds too many JSON values outside its object and oldObject \(about 1\.\d MiB once parsed, over the 1 MiB this host takes\)/;
+    const heavy = withJunk(over);
+    expect(() => parseScannedReview(heavy, scanReview(heavy))).toThrow(refused);
+    const light = withJunk(under);
+    expect(parseScannedReview(light, scanReview(light)).request.uid).toBeTruthy();
+    // Without an object to leave out (a CONNECT's null), the whole body is counted.
+    const noObject = withJunk(over, reviewBody().replace('"object":{', '"object":null,"x":{'));
+    expect(scanReview(noObject).object).toBeUndefined();
+    expect(() => parseScannedReview(noObject, scanReview(noObject))).toThrow(refused);
+    // Values inside the object are not counted: it is parsed only when read.
+    const inObject = Buffer.from(reviewBody().replace('"restartPolicy":"Always"', `"restartPolicy":"Always","junk":[${junk(over)}]`));
+    expect(parseScannedReview(inObject, scanReview(inObject)).request.uid).toBeTruthy();
   });
 
   it('checks the request\'s own fields as the whole parse does', () => {

@@ -3,7 +3,7 @@
 import type { AdmissionRequest, JsonObject, Operation } from '@portcullis/sdk';
 import { ReviewError } from '../errors.ts';
 import { MAX_BODY_DEPTH, type ReviewScan, type Span } from './scan.ts';
-import { nestedDeeperThan } from '../util/json-bytes.ts';
+import { nestedDeeperThan, parsedCostOf } from '../util/json-bytes.ts';
 
 export { nestedDeeperThan, parsedCostOf } from '../util/json-bytes.ts';
 
@@ -64,15 +64,32 @@ export function parseScannedReview(bytes: Buffer, scan: ReviewScan): AdmissionRe
   if (scan.tooDeep) throw new ReviewError(TOO_DEEP);
   if (!scan.valid && bytes.length >= PARSED_WHOLE_BELOW) throw new ReviewError(notJson(bytes, scan.stoppedAt ?? 0));
   const spans = [scan.object, scan.oldObject].filter((span) => span !== undefined).sort((a, b) => a.start - b.start);
-  if (!scan.valid || spans.length === 0) return parseWhole(bytes);
+  if (!scan.valid) return parseWhole(bytes);
+  if (spans.length === 0) {
+    if (scan.parsedCost > MAX_PARSED_OUTSIDE_OBJECTS) throw new ReviewError(tooManyValues(scan.parsedCost));
+    return parseWhole(bytes);
+  }
   // The body with each lazily read value replaced by null: the spans lie on ASCII bytes.
   let text = '';
   let from = 0;
+  let outside = 0;
   for (const span of spans) {
     text += `${bytes.toString('utf8', from, span.start)}null`;
+    outside += span.start - from;
     from = span.end;
   }
   text += bytes.toString('utf8', from);
+  outside += bytes.length - from;
+  if (outside >= PARSED_WHOLE_BELOW) {
+    // Between the spans lie whole values, so each stretch is read as JSON tokens.
+    let cost = parsedCostOf(bytes.subarray(from));
+    let at = 0;
+    for (const span of spans) {
+      cost += parsedCostOf(bytes.subarray(at, span.start));
+      at = span.end;
+    }
+    if (cost > MAX_PARSED_OUTSIDE_OBJECTS) throw new ReviewError(tooManyValues(cost));
+  }
   let value: unknown;
   try {
     value = JSON.parse(text);
@@ -82,6 +99,21 @@ export function parseScannedReview(bytes: Buffer, scan: ReviewScan): AdmissionRe
   const review = parseReview(value);
   readLater(review.request, bytes, scan.object, scan.oldObject);
   return review;
+}
+
+/**
+ * The most the request may hold outside its object and oldObject, as parsedCostOf counts it
+ * (about 10,000 maps, or 65,000 list elements), which the main thread parses on arrival: an
+ * API server's review holds a few hundred values there (its user's groups are the most).
+ * Parsing costs by values, and most for maps with keys of their own: red team (session 48), a
+ * review of 1-2 MiB with `{"k0":0},{"k1":0},…` in a member the host never reads held the main
+ * thread 100-430 ms; at this bound it takes about 8 ms.
+ */
+export const MAX_PARSED_OUTSIDE_OBJECTS = 2 ** 20;
+
+function tooManyValues(cost: number): string {
+  return `the request holds too many JSON values outside its object and oldObject (about ${(cost / 2 ** 20).toFixed(1)} MiB once parsed, `
+    + `over the ${MAX_PARSED_OUTSIDE_OBJECTS / 2 ** 20} MiB this host takes); the API server sends no such review`;
 }
 
 function notJson(bytes: Buffer, at: number): string {
