@@ -4,7 +4,7 @@ import type { JsonObject, PatchOperation } from '@portcullis/sdk';
 import { afterEach, describe, expect, it } from 'vitest';
 import type { Outcome } from '../../host/src/sandbox/outcome.ts';
 import { merge, patchesToCombine, type Evaluated } from '../../host/src/merge/merge.ts';
-import { MAX_WAITING_MERGES, MAX_WAITING_PATCH_CHARS, MergeError, OFFLOAD_ALONE_FROM_OPERATIONS, OFFLOAD_FROM_OPERATIONS, PatchMerger, type MergedPatch } from '../../host/src/merge/offload.ts';
+import { MAX_WAITING_MERGES, MAX_WAITING_PATCH_CHARS, MergeError, OFFLOAD_ALONE_FROM_OPERATIONS, OFFLOAD_FROM_ENVELOPE_BYTES, OFFLOAD_FROM_OPERATIONS, PatchMerger, type MergedPatch } from '../../host/src/merge/offload.ts';
 import { patchOperations, respond } from '../../host/src/review/respond.ts';
 import { combinePatches, type PolicyPatch } from '../../host/src/merge/patches.ts';
 import { niceByThread, thisThread, threadsAtNice } from '../helpers/threads.ts';
@@ -51,6 +51,28 @@ describe('the patch merger', () => {
     // Small patches are merged in place: read once.
     await merger.combine(reader, [{ policy: 'a', operations: labels('a', 2) }]);
     expect(reads).toBe(1);
+  });
+
+  it('merges even one small patch on its thread when the review is large, never parsing its object on the main thread (red team)', async () => {
+    merger = new PatchMerger();
+    const envelopeOf = (object: JsonObject) => {
+      const text = JSON.stringify({ request: { object } });
+      const envelope = new Uint8Array(new SharedArrayBuffer(Buffer.byteLength(text)));
+      envelope.set(Buffer.from(text));
+      return envelope;
+    };
+    // A megabyte of tiny maps with keys of their own: what costs JSON.parse the most.
+    const heavy = { ...pod(), spec: { junk: Array.from({ length: OFFLOAD_FROM_ENVELOPE_BYTES / 10 }, (_, i) => ({ [`k${i}`]: 0 })) } };
+    const small = { ...pod(), spec: { junk: Array.from({ length: OFFLOAD_FROM_ENVELOPE_BYTES / 24 }, (_, i) => ({ [`k${i}`]: 0 })) } };
+    expect(envelopeOf(heavy).length).toBeGreaterThanOrEqual(OFFLOAD_FROM_ENVELOPE_BYTES);
+    expect(envelopeOf(small).length).toBeLessThan(OFFLOAD_FROM_ENVELOPE_BYTES);
+    const patches = [{ policy: 'a', operations: labels('a', 1) }];
+    let reads = 0;
+    const before = niceThreads();
+    expect(decoded(await merger.combine(() => (reads++, small), patches, undefined, envelopeOf(small)))).toEqual(combinePatches(small, patches));
+    expect([reads, niceThreads()]).toEqual([1, before]);
+    expect(decoded(await merger.combine(() => (reads++, heavy), patches, undefined, envelopeOf(heavy)))).toEqual(combinePatches(heavy, patches));
+    expect([reads, niceThreads()]).toEqual([1, before + 1]);
   });
 
   it('sends a large merge back as JSON text, which merge and the response carry as they are, unparsed', async () => {

@@ -29,6 +29,13 @@ export const OFFLOAD_ALONE_FROM_OPERATIONS = 2048;
 const MAX_CLONES_IN_PLACE = 4;
 /** Members and elements, in all, of the values those few may read from the object. */
 const MAX_CLONED_NODES_IN_PLACE = 1000;
+/**
+ * A review this large (its envelope: the request's bytes) is merged on the thread, which parses
+ * its object there: parsing costs by values, and a body sent straight to the webhook may hold a
+ * megabyte of tiny maps in its object (red team, session 48: 100-430 ms of the main thread for
+ * 1-2 MiB of them elsewhere in the request). A Pod's review is a few KB.
+ */
+export const OFFLOAD_FROM_ENVELOPE_BYTES = 128 * 1024;
 /** Longest a review waits for its merge when the caller gives no deadline. */
 export const MAX_MERGE_MS = 10_000;
 /** A merge running this long is not a merge at the cap (0.1-0.3 s): its thread is stopped. */
@@ -124,6 +131,7 @@ export class PatchMerger {
       for (const op of p.operations) if (op.op === 'copy' || op.op === 'move') clones.push(op);
     }
     const large = text || operations >= (patches.length > 1 ? OFFLOAD_FROM_OPERATIONS : OFFLOAD_ALONE_FROM_OPERATIONS)
+      || (envelope !== undefined && envelope.length >= OFFLOAD_FROM_ENVELOPE_BYTES)
       || (clones.length > 0 && !fewSmallClones(clones, read));
     if (!large || this.#closed) return inPlace(read(), patches);
     const ms = Math.min(withinMs, MAX_MERGE_MS);
