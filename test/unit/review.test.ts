@@ -22,6 +22,8 @@ describe('parsing an AdmissionReview', () => {
     [JSON.stringify({ ...good, apiVersion: 'admission.k8s.io/v2' }), 'unsupported apiVersion "admission.k8s.io/v2"; expected admission.k8s.io/v1 or admission.k8s.io/v1beta1'],
     [JSON.stringify({ ...good, request: undefined }), 'the AdmissionReview has no "request" object'],
     [withRequest({ uid: '' }), 'request.uid is missing or not a non-empty string'],
+    // Echoed in every error, answer and log line about the request (red team: 4 MiB of it).
+    [withRequest({ uid: 'u'.repeat(257) }), 'request.uid is 257 characters long; the API server\'s are 36 and this host takes at most 256'],
     [withRequest({ operation: 'PATCH' }), 'request u-1: request.operation must be CREATE, UPDATE, DELETE or CONNECT'],
     [withRequest({ kind: 'Pod' }), 'request u-1: request.kind must be {group, version, kind} strings'],
     [withRequest({ object: 'x' }), 'request u-1: request.object must be an object or null'],

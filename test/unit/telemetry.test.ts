@@ -53,6 +53,22 @@ it('recordReview logs a repeated policy failure once, and still counts every one
   expect(text).toMatch(/portcullis_sandbox_faults_total\{policy="p",kind="temporary"\} 50/);
 });
 
+it('recordReview cuts a name, namespace, kind and user no API server would send to 256 characters in its line (red team)', () => {
+  const lines: Record<string, unknown>[] = [];
+  const log = createLogger('info', (line) => void lines.push(JSON.parse(line) as Record<string, unknown>));
+  const long = 'n'.repeat(2 ** 20);
+  const request = {
+    uid: 'u1', operation: 'CREATE', kind: { group: '', version: 'v1', kind: long }, name: long, namespace: long, userInfo: { username: long },
+  } as unknown as AdmissionRequest;
+  const denied: Outcome = { policy: 'q', status: 'denied', code: 403, message: 'no', warnings: [] };
+  const decision = { allowed: false, patch: [], warnings: [], status: { code: 403, message: 'no' } } as never;
+  recordReview({ metrics: new Metrics(idlePool), log }, {
+    caller: { endpoint: '/validate', mode: 'validate', headers: {}, sslpeer: null }, request, policies: ['q'], outcomes: [denied], audited: [], decision, deciding: denied, seconds: 0.001,
+  });
+  const cut = `${'n'.repeat(256)}… (${2 ** 20 - 256} more characters cut)`;
+  expect(lines.find((l) => l.msg === 'denied')).toMatchObject({ name: cut, namespace: cut, kind: cut, user: cut, uid: 'u1' });
+});
+
 it('counts survive repeated scrapes exactly, and a refused call (never started) has no duration', async () => {
   const metrics = new Metrics(idlePool);
   const refused: Outcome = { policy: 'p', status: 'failed', failure: 'temporary', message: 'not started: the sandboxes are overloaded', warnings: [] };

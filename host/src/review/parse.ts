@@ -18,6 +18,7 @@ export interface AdmissionReview {
   normalized?: true;
 }
 
+const MAX_UID_LENGTH = 256;
 const VERSIONS = new Set<string>(['admission.k8s.io/v1', 'admission.k8s.io/v1beta1']);
 const OPERATIONS = new Set<string>(['CREATE', 'UPDATE', 'DELETE', 'CONNECT']);
 
@@ -186,6 +187,9 @@ export function parseReview(value: unknown): AdmissionReview {
   const request = value.request;
   if (!isObject(request)) throw new ReviewError('the AdmissionReview has no "request" object');
   if (typeof request.uid !== 'string' || request.uid === '') throw new ReviewError('request.uid is missing or not a non-empty string');
+  // Echoed in every error about the request, its answer and the log's lines (red team: a 4 MiB
+  // uid made each refused request's log line and answer 4 MiB). The API server's is a UUID.
+  if (request.uid.length > MAX_UID_LENGTH) throw new ReviewError(`request.uid is ${request.uid.length} characters long; the API server's are 36 and this host takes at most ${MAX_UID_LENGTH}`);
   const uid = request.uid;
   const fail = (field: string, expected: string): never => {
     throw new ReviewError(`request ${uid}: request.${field} ${expected}`);

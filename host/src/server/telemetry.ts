@@ -5,6 +5,7 @@ import type { AdmissionRequest } from '@portcullis/sdk';
 import type { Outcome } from '../sandbox/outcome.ts';
 import type { MergeResult } from '../merge/merge.ts';
 import type { Level, Logger } from '../util/log.ts';
+import { cutField } from '../util/text.ts';
 import type { Caller } from './caller.ts';
 import type { Metrics } from './metrics.ts';
 
@@ -61,8 +62,9 @@ export function recordReview(deps: TelemetryDeps, r: ReviewRecord): void {
   const heldBack = failed ? throttleOf(deps.log).admit(`denied\0${failed.policy}\0${failed.failure}`) : 0;
   if (heldBack === undefined) return;
   const fields = {
-    uid: request.uid, endpoint: caller.endpoint, operation: request.operation, kind: request.kind.kind,
-    namespace: request.namespace, name: request.name, user: request.userInfo.username ?? null, decision: label,
+    uid: request.uid, endpoint: caller.endpoint, operation: request.operation, kind: cutField(request.kind.kind),
+    // A caller other than the API server may send names of megabytes: each line would be as long.
+    namespace: cutField(request.namespace), name: cutField(request.name), user: cutField(request.userInfo.username) ?? null, decision: label,
     policies: r.policies, ms: Math.round(r.seconds * 1e4) / 10,
   };
   if (!decision.allowed) {

@@ -18,6 +18,15 @@ export function cutMessage(text: string): string {
   return `${Buffer.from(text.slice(0, MAX_MESSAGE_LENGTH)).toString()}… (${text.length - MAX_MESSAGE_LENGTH} more characters cut)`;
 }
 
+/** Longest a name from a request is written to the log: Kubernetes names are at most 253 characters. */
+const MAX_FIELD_LENGTH = 256;
+
+/** A request's name (namespace, user) for a log line, cut when no API server would have sent it. */
+export function cutField<T extends string | undefined>(text: T): T {
+  if (text === undefined || text.length <= MAX_FIELD_LENGTH) return text;
+  return `${text.slice(0, MAX_FIELD_LENGTH)}… (${text.length - MAX_FIELD_LENGTH} more characters cut)` as T;
+}
+
 /** What the apiserver keeps of one warning, in characters: it cuts the rest (merge/warnings.ts). */
 export const MAX_WARNING_LENGTH = 256;
 /**
