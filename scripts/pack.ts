@@ -14,6 +14,8 @@ import { cpSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, write
 import { dirname, join, resolve } from 'node:path';
 
 const root = resolve(import.meta.dirname, '..');
+/** Where the project is published: the packages' repository, and where their docs link the README. */
+const published = 'https://github.com/portcullis-dev/portcullis';
 const out = join(root, '.pack');
 const stage = join(out, 'stage');
 
@@ -84,7 +86,7 @@ function stagePackage(name: 'sdk' | 'host', extra: (pkg: Json) => Json): string 
     exports: compiledExports(source.exports as Record<string, string>),
     engines: ENGINES,
     license: 'Apache-2.0',
-    repository: { type: 'git', url: 'https://github.com/portcullis-dev/portcullis' },
+    repository: { type: 'git', url: published },
     // npm's field for the commit a package was made from; `portcullis --version` and
     // portcullis_build_info show it, so a tarball older than the checkout can be told apart.
     gitHead: revision,
@@ -136,6 +138,19 @@ cpSync(join(root, 'host', 'README.md'), join(stage, 'host', 'README.md'));
 // The --help texts point at docs/ and deploy/ (outsider: not in the package, so nowhere to read them).
 cpSync(join(root, 'docs'), join(stage, 'host', 'docs'), { recursive: true });
 cpSync(join(root, 'deploy'), join(stage, 'host', 'deploy'), { recursive: true });
+// What the docs link to beside them (newcomer: the 1.20 overlay the README names, the schema,
+// the context example's RBAC were broken links in the package). The links are made to fit where
+// these land in it; the repository's README is linked where it is published.
+cpSync(join(root, 'deploy-overlays'), join(stage, 'host', 'deploy-overlays'), { recursive: true });
+cpSync(join(root, 'host', 'config.schema.json'), join(stage, 'host', 'config.schema.json'));
+mkdirSync(join(stage, 'host', 'policies'));
+cpSync(join(root, 'policies', 'context.yaml'), join(stage, 'host', 'policies', 'context.yaml'));
+for (const file of readdirSync(join(stage, 'host', 'docs')).filter((f) => f.endsWith('.md'))) {
+  const path = join(stage, 'host', 'docs', file);
+  writeFileSync(path, readFileSync(path, 'utf8')
+    .replaceAll('](../host/config.schema.json)', '](../config.schema.json)')
+    .replaceAll('](../README.md', `](${published}/blob/main/README.md`));
+}
 const sdkVersion = readJson(join(root, 'sdk', 'package.json')).version as string;
 const host = stagePackage('host', (pkg) => ({
   dependencies: { ...(pkg.dependencies as Json), '@portcullis/sdk': sdkVersion },

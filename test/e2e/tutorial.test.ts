@@ -3,7 +3,7 @@
 // only the registry address and the port swapped for this run's. The last command must be
 // denied by the real kube-apiserver calling the webhook the tutorial's `serve` registered.
 import { spawn, type ChildProcess } from 'node:child_process';
-import { readFile, readdir, rm } from 'node:fs/promises';
+import { readFile, readdir, rm, stat } from 'node:fs/promises';
 import { dirname, join, resolve } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startRegistry, type TestRegistry } from '../helpers/registry.ts';
@@ -113,8 +113,16 @@ describe.each([['tutorial-ts', 'my-policy'], ['tutorial-as', 'my-as-policy']])('
     expect(bare.code).toBe(2);
     expect(bare.stderr).toMatch(/portcullis serve: give --config FILE, or run it where a portcullis\.yaml is: the installed package has no built-in example policies/);
     // The docs and manifests the help texts name are in the package.
-    for (const file of ['docs/configuration.md', 'docs/tutorial.md', 'deploy/10-rbac.yaml']) {
-      await expect(readFile(join(dirname(cwd), 'node_modules/@portcullis/host', file), 'utf8')).resolves.toMatch(/\S/);
+    const installed = join(dirname(cwd), 'node_modules/@portcullis/host');
+    for (const file of ['docs/configuration.md', 'docs/tutorial.md', 'deploy/10-rbac.yaml', 'deploy-overlays/kubernetes-1.20/kustomization.yaml']) {
+      await expect(readFile(join(installed, file), 'utf8')).resolves.toMatch(/\S/);
+    }
+    // And every relative link of those docs leads to a file of the package (newcomer: four did not).
+    for (const doc of (await readdir(join(installed, 'docs'))).filter((f) => f.endsWith('.md'))) {
+      const text = await readFile(join(installed, 'docs', doc), 'utf8');
+      for (const [, target] of text.matchAll(/\]\((?!https?:|#|mailto:)([^)#\s]+)/g)) {
+        await expect(stat(join(installed, 'docs', target!)).then(() => target), `docs/${doc} links to ${target}`).resolves.toBe(target);
+      }
     }
     // The packed CLI says which commit it was made from, so a stale tarball shows.
     const version = await sh('npx --no -- portcullis --version', cwd);
