@@ -162,6 +162,17 @@ describe.each([['tutorial-ts', 'my-policy'], ['tutorial-as', 'my-as-policy']])('
   });
 });
 
+it('a project made outside the folder the packages are installed in is told to install them first, and that works (newcomer)', async () => {
+  // Told only `npm test`, it failed with `portcullis: not found`: no node_modules above it.
+  const outside = join(await tempDir('portcullis-elsewhere-'), 'elsewhere');
+  const made = await sh(`npx --no -- portcullis new ${outside}`, home);
+  expect(made.code, made.stderr).toBe(0);
+  expect(made.stdout).toContain(`next: cd ${outside} && npm install && npm test\n`);
+  const first = await sh('npm install --prefer-offline --no-audit --no-fund && npm test', outside);
+  expect(first.code, first.stdout + first.stderr).toBe(0);
+  expect(first.stdout).toMatch(/2 passed, 0 failed/);
+}, 300_000);
+
 afterAll(async () => {
   await rm(home, { recursive: true, force: true }).catch(() => undefined);
 });

@@ -97,6 +97,20 @@ describe('portcullis new', () => {
     expect(badName.stderr).toMatch(/"Bad_Name" cannot be a policy name: use lowercase letters, digits and dashes/);
     await expect(access(join(scratch, 'Bad_Name'))).rejects.toThrow();
     expect((await cli(['new', join(scratch, 'x'), '--lang', 'rust'])).stderr).toMatch(/--lang must be ts or as, not "rust"/);
+    expect((await cli(['new', join(scratch, 'x'), '--registry', 'ghcr.io/My Org'])).stderr).toMatch(/--registry must be HOST, HOST:PORT or either with a repository prefix \(ghcr.io\/my-org\), not "ghcr.io\/My Org"/);
+  });
+
+  it('takes a registry with a repository prefix of one\'s own (newcomer: ghcr.io/my-org was refused)', async () => {
+    const made = await cli(['new', join(scratch, 'prefixed'), '--registry', 'ghcr.io/my-org/team']);
+    expect(made.code).toBe(0);
+    expect(made.stdout).toBe(`created ${join(scratch, 'prefixed')} (TypeScript policy "prefixed")\nnext: cd ${join(scratch, 'prefixed')} && npm test\n`);
+    const pkg = JSON.parse(await readFile(join(scratch, 'prefixed', 'package.json'), 'utf8')) as { scripts: Record<string, string> };
+    expect(pkg.scripts.push).toBe('portcullis push prefixed.wasm oci://ghcr.io/my-org/team/prefixed:v0.1.0');
+    expect(await readFile(join(scratch, 'prefixed', 'portcullis.yaml'), 'utf8')).toContain('module: oci://ghcr.io/my-org/team/prefixed:v0.1.0');
+    const local = await cli(['new', join(scratch, 'local'), '--registry', '127.0.0.1:5001']);
+    expect(local.code).toBe(0);
+    const localPkg = JSON.parse(await readFile(join(scratch, 'local', 'package.json'), 'utf8')) as { scripts: Record<string, string> };
+    expect(localPkg.scripts.push).toBe('portcullis push local.wasm oci://127.0.0.1:5001/policies/local:v0.1.0 --insecure');
   });
 });
 

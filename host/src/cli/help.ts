@@ -1,6 +1,6 @@
 // Every command's help text in one place, so `portcullis <command> --help` answers without
 // loading the command (serve alone pulls in the Kubernetes client).
-export const NEW_HELP = `usage: portcullis new DIR [--lang ts|as] [--registry HOST:PORT] [--port N]
+export const NEW_HELP = `usage: portcullis new DIR [--lang ts|as] [--registry HOST[:PORT][/PREFIX]] [--port N]
 
 Creates a policy project in DIR (which must not exist or be empty):
   package.json     scripts: build, test (builds, then runs the suites), typecheck, push, serve
@@ -12,7 +12,9 @@ Creates a policy project in DIR (which must not exist or be empty):
 
 options:
   --lang ts|as           TypeScript (default) or AssemblyScript
-  --registry HOST:PORT   where "npm run push" publishes and portcullis.yaml pulls (default localhost:5000)
+  --registry HOST[:PORT][/PREFIX]
+                         where "npm run push" publishes and portcullis.yaml pulls: the module is
+                         HOST[:PORT]/PREFIX/DIR (default localhost:5000, prefix policies)
   --port N               where "npm run serve" listens and the apiserver calls it (default 8443)
 
 The name of DIR is the policy's name: lowercase letters, digits and dashes.

@@ -2,7 +2,7 @@
 // generated, so an author starts from green and changes one thing at a time. The example
 // policy is the smallest useful one: Pods must carry a label named in the settings.
 import { mkdir, readdir, readFile, writeFile } from 'node:fs/promises';
-import { basename, dirname, isAbsolute, join, relative, resolve } from 'node:path';
+import { basename, dirname, isAbsolute, join, relative, resolve, sep } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { errorMessage } from '../errors.ts';
@@ -23,8 +23,11 @@ export default async function newProject(args: string[]): Promise<number> {
   if (!target || extra.length > 0) throw new UsageError(NEW_HELP);
   const lang = values.lang ?? 'ts';
   if (lang !== 'ts' && lang !== 'as') throw new UsageError(`--lang must be ts or as, not "${lang}"`);
-  const registry = values.registry ?? 'localhost:5000';
-  if (!/^[a-z0-9.-]+(:\d+)?$/i.test(registry)) throw new UsageError(`--registry must be HOST or HOST:PORT, not "${registry}"`);
+  // A repository prefix of one's own (ghcr.io/my-org): newcomer, only a host was taken.
+  const given = values.registry ?? 'localhost:5000';
+  const parts = /^([a-z0-9.-]+(?::\d+)?)((?:\/[a-z0-9]+(?:[._-][a-z0-9]+)*)*)\/?$/i.exec(given);
+  if (!parts) throw new UsageError(`--registry must be HOST, HOST:PORT or either with a repository prefix (ghcr.io/my-org), not "${given}"`);
+  const registry = { host: parts[1]!, prefix: parts[2] ? parts[2].slice(1).toLowerCase() : 'policies' };
   const port = Number(values.port ?? 8443);
   if (!Number.isInteger(port) || port < 1 || port > 65535) throw new UsageError(`--port must be 1..65535, not "${values.port}"`);
   const dir = resolve(target);
@@ -34,14 +37,26 @@ export default async function newProject(args: string[]): Promise<number> {
   }
   const existing = await readdir(dir).catch((error: NodeJS.ErrnoException) => (error.code === 'ENOENT' ? [] : Promise.reject(error)));
   if (existing.length > 0) throw new Error(`${dir} is not empty; give a new folder (nothing was written)`);
-  const files = projectFiles(name, lang, registry, port, await tarballsFor(dir));
+  const { installer, tarballs } = await installedFrom(dir);
+  const files = projectFiles(name, lang, registry, port, tarballs);
   for (const [path, content] of Object.entries(files)) {
     await mkdir(join(dir, path, '..'), { recursive: true });
     await writeFile(join(dir, path), content);
   }
   process.stdout.write(`created ${target} (${lang === 'ts' ? 'TypeScript' : 'AssemblyScript'} policy "${name}")\n` +
-    `next: cd ${target} && npm test\n`);
+    `next: ${[dir === process.cwd() ? '' : `cd ${target}`, ...firstSteps(dir, installer, tarballs), 'npm test'].filter(Boolean).join(' && ')}\n`);
   return 0;
+}
+
+/**
+ * What the project needs before its first `npm test`: nothing inside the folder the packages are
+ * installed in (its scripts find the CLI in a node_modules above); elsewhere, an install of them
+ * (newcomer: a project made in another folder was told `npm test`, which said `portcullis: not found`).
+ */
+function firstSteps(dir: string, installer: string | undefined, tarballs: Record<string, string>): string[] {
+  if (installer === undefined || dir === installer || dir.startsWith(installer + sep)) return [];
+  if (Object.keys(tarballs).length === 2) return ['npm install'];
+  return ['npm install --save-dev <the @portcullis/host and @portcullis/sdk tarballs>'];
 }
 
 /**
@@ -51,16 +66,16 @@ export default async function newProject(args: string[]): Promise<number> {
  * installed from, when the folder that installed it says so (`file:` specs), else on nothing:
  * its scripts find the CLI in a node_modules above.
  */
-async function tarballsFor(projectDir: string): Promise<Record<string, string>> {
+async function installedFrom(projectDir: string): Promise<{ installer?: string; tarballs: Record<string, string> }> {
   // This file is <package>/src/cli/new.(ts|js); the package sits in <folder>/node_modules/@portcullis/host.
   const pkgDir = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
   const installer = dirname(dirname(dirname(pkgDir)));
-  if (basename(dirname(dirname(pkgDir))) !== 'node_modules') return {};
+  if (basename(dirname(dirname(pkgDir))) !== 'node_modules') return { tarballs: {} };
   let manifest: { dependencies?: Record<string, string>; devDependencies?: Record<string, string> };
   try {
     manifest = JSON.parse(await readFile(join(installer, 'package.json'), 'utf8')) as typeof manifest;
   } catch {
-    return {};
+    return { installer, tarballs: {} };
   }
   const specs = { ...manifest.dependencies, ...manifest.devDependencies };
   const found: Record<string, string> = {};
@@ -70,12 +85,15 @@ async function tarballsFor(projectDir: string): Promise<Record<string, string>> 
     const tarball = spec.slice('file:'.length);
     found[name] = `file:${relative(projectDir, isAbsolute(tarball) ? tarball : join(installer, tarball)).split('\\').join('/')}`;
   }
-  return found;
+  return { installer, tarballs: found };
 }
 
-function projectFiles(name: string, lang: Lang, registry: string, port: number, tarballs: Record<string, string>): Record<string, string> {
+/** Where the project's module is published: `oci://<host>/<prefix>/<name>`. */
+interface Publish { host: string; prefix: string }
+
+function projectFiles(name: string, lang: Lang, { host: registry, prefix }: Publish, port: number, tarballs: Record<string, string>): Record<string, string> {
   const source = lang === 'ts' ? 'src/policy.ts' : 'assembly/index.ts';
-  const image = `oci://${registry}/policies/${name}:v0.1.0`;
+  const image = `oci://${registry}/${prefix}/${name}:v0.1.0`;
   const loopback = /^(localhost|127\.|\[::1\])/.test(registry);
   const pkg = {
     name, version: '0.1.0', private: true, type: 'module',
