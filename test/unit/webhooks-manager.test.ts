@@ -272,6 +272,25 @@ describe('WebhookManager', () => {
     expect(lines.filter((l) => l.includes('could not remove the webhooks on exit'))).toEqual([]);
   });
 
+  it('on stop with the apiserver never reached, says this host registered nothing (newcomer: told to remove webhooks never created)', async () => {
+    const { api } = fakeAdmission();
+    const refused = () => Promise.reject(new TypeError('fetch failed', { cause: Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:6443'), { code: 'ECONNREFUSED' }) }));
+    const coordination = { readNamespacedLease: refused, createNamespacedLease: refused, replaceNamespacedLease: refused } as unknown as CoordinationV1Api;
+    const lines: string[] = [];
+    const manager = new WebhookManager({
+      clients: { admission: api, coordination, version: { getCode: refused } as unknown as VersionApi, server: 'https://fake' },
+      log: createLogger('info', (line) => lines.push(line)), policies: () => policies, identity: 'me',
+      webhooks: () => ({ ...webhooks, leaderElection: true, leaseDurationSeconds: 1 }),
+    });
+    manager.start();
+    await new Promise((r) => setTimeout(r, 100));
+    await manager.stop({ timeoutMs: 1_000 });
+    const exit = lines.filter((l) => l.includes('"level":"error"') && l.includes('on exit'));
+    expect(exit).toHaveLength(1);
+    expect(exit[0]).toContain('this host registered none');
+    expect(lines.some((l) => l.includes('left the webhooks in place'))).toBe(false);
+  });
+
   it('on stop, retries a transient failure within the grace period, and gives up on a permanent one with one line', async () => {
     for (const [status, removed] of [[503, true], [403, false]] as const) {
       const { store, api } = fakeAdmission();

@@ -302,8 +302,13 @@ export class WebhookManager {
           ? 'webhook configurations: removed the webhooks of non-persistent policies where ours; a same-named configuration another installation owns was left alone'
           : 'webhook configurations: removed the webhooks of non-persistent policies', { name: this.name, validating: results[0], mutating: results[1] });
       } catch (error) {
-        this.#log.error('webhook configurations: could not remove the webhooks on exit; remove them by hand if the host is not coming back',
-          { name: this.name, message: errorMessage(error) });
+        // A host that never registered any (the apiserver unreachable all along) has none of its
+        // own to leave: an earlier run's may still be there (newcomer: told to remove webhooks
+        // that were never created).
+        this.#log.error(this.#applied === undefined
+          ? 'webhook configurations: could not reach the apiserver on exit; this host registered none, but one an earlier run left stays until removed by hand (or by this host next time it stops)'
+          : 'webhook configurations: could not remove the webhooks on exit; remove them by hand if the host is not coming back',
+        { name: this.name, message: errorMessage(error) });
       }
     }
     this.#lastOut = false;
@@ -334,8 +339,10 @@ export class WebhookManager {
       }
       this.#log.info('webhook configurations: left to the replicas still running', { name: this.name });
     } catch (error) {
-      this.#log.error('webhook configurations: could not read the lease to tell whether another replica leads; left the webhooks in place: remove them by hand if no host is coming back',
-        { name: this.name, lease: `${this.namespace}/${this.name}`, message: errorMessage(error) });
+      this.#log.error(this.#applied === undefined
+        ? 'webhook configurations: could not reach the apiserver on exit; this host registered none, but one an earlier run or another replica left stays until removed by hand'
+        : 'webhook configurations: could not read the lease to tell whether another replica leads; left the webhooks in place: remove them by hand if no host is coming back',
+      { name: this.name, lease: `${this.namespace}/${this.name}`, message: errorMessage(error) });
     }
     return false;
   }
