@@ -89,6 +89,18 @@ export class Patch {
         if (index < arr.length) child = arr.at(index);
       } else child = obj!.get(key);
       if (child == null || (child.type != JSON.Types.Object && child.type != JSON.Types.Array)) {
+        // Appending to a list that is not there: the list is added empty first (with the maps
+        // missing above it), then the append is made as into a list that was there, so that
+        // another policy's append to the same missing list composes with this one (as the
+        // TypeScript SDK does).
+        const list = firstAppend(path, i + 1);
+        if (child == null && arr == null && list > i) {
+          const empty = nested(path.slice(0, list), i + 1, '[]');
+          this.ops.push(op('add', pointer(path, i + 1), empty));
+          setParsed(obj!, key, empty);
+          this.setRaw(path, json);
+          return;
+        }
         const value = nested(path, i + 1, json);
         this.ops.push(op(child == null ? 'add' : 'replace', pointer(path, i + 1), value));
         if (arr != null) putParsed(arr, index, value);
@@ -130,6 +142,12 @@ export class Patch {
 
   /** Same as apply (kept for older policies). */
   raw(operationJson: string): void { this.ops.push(operationJson); }
+}
+
+/** Where the first `-` of path[from..] is (the path creates a list there), or -1. */
+function firstAppend(path: string[], from: i32): i32 {
+  for (let j = from; j < path.length; j++) if (path[j] == '-') return j;
+  return -1;
 }
 
 /** The missing parents from path[from] down, as JSON text holding `json`: maps, or a list for `-`. */

@@ -52,6 +52,15 @@ export class Patch {
       const child = getChild(parent, segments[i]!);
       if (!isContainer(child)) {
         if (value === null) return this; // deleting below something absent: nothing to do
+        // Appending to a list that is not there: the list is added empty first (with the maps
+        // missing above it), then the append is made as into a list that was there. Another
+        // policy appending to the same missing list then composes with this one in the host's
+        // merge (newcomer: one `add` of the whole new list conflicted with theirs).
+        const list = segments.indexOf('-', i + 1);
+        if (child === undefined && isPlainObject(parent) && list > i) {
+          this.#record({ op: 'add', path: toPointer(segments.slice(0, i + 1)), value: nest(segments.slice(0, list), i + 1, []) });
+          return this.set(path, value);
+        }
         const nested = nest(segments, i + 1, value, typeof path === 'string' ? undefined : path);
         const op = child === undefined ? 'add' : 'replace';
         return this.#record({ op, path: toPointer(segments.slice(0, i + 1)), value: nested });

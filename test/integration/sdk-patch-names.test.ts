@@ -55,6 +55,11 @@ it('writes under maps it created, through list indexes, and appends with "-", as
       .set(['spec', 'tolerations', '-'], { key: 'k', operator: 'Exists' })
       .set(['spec', 'containers', '-'], { name: 'added', image: 'x:1' });
     expect(result.patched).toEqual(expected.result);
+    // Appends to a missing list as the TypeScript Patch writes them: the empty list first, so
+    // that they compose with another policy's appends there (sdk/src/patch.ts).
+    const lists = (ops: readonly { path: string }[]) => ops.filter((o) => /^\/spec\/(tolerations|containers\/0\/env)/.test(o.path));
+    expect(lists(result.patch)).toEqual(lists(expected.operations));
+    expect(result.patch).toContainEqual({ op: 'add', path: '/spec/tolerations', value: [] });
     expect(result.patched).toMatchObject({
       metadata: { labels: { a: '1', b: '2' }, annotations: { x: '1', y: '2' } },
       spec: {

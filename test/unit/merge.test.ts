@@ -5,6 +5,7 @@ import type { JsonObject, JsonValue, PatchOperation } from '@portcullis/sdk';
 import { respond } from '../../host/src/review/respond.ts';
 import { equal } from '../../host/src/merge/json-patch.ts';
 import { merge, type Evaluated } from '../../host/src/merge/merge.ts';
+import { Patch } from '../../sdk/src/patch.ts';
 import { MAX_WARNING_LENGTH, MAX_WARNINGS_TOTAL } from '../../host/src/merge/warnings.ts';
 
 type Policy = Evaluated['policy'];
@@ -472,6 +473,39 @@ describe('patches are applied as RFC 6902 says, with own properties and real lis
     // An index at or past the original end is a position among what was appended: it conflicts.
     expect(statusOf([append('one'), append('two', '/spec/containers/2')])).toBe('policy "two": its patch conflicts with policy "one" at /spec/containers/-');
     expect(statusOf([append('two', '/spec/containers/2'), append('one')])).toBe('policy "one": its patch conflicts with policy "two" at /spec/containers/2');
+  });
+
+  it('appends to a list the original lacks compose, as the SDK writes them (the empty list, then the append); a whole list written there conflicts (newcomer)', () => {
+    // Two sidecar-style policies, each adding a toleration and an env var where the Pod has none:
+    // one `add` of the whole new list each conflicted, and the Pod was denied with a 500.
+    const adds = (policy: string) => allowed(policy, new Patch(pod())
+      .set(['spec', 'tolerations', '-'], { key: policy })
+      .set(['spec', 'containers', '1', 'env', '-'], { name: policy })
+      .set(['spec', 'template', 'volumes', '-'], { name: policy }).operations);
+    const both = merge([ev(adds('one')), ev(adds('two'))], 'CREATE', pod());
+    expect(both.decision.status).toBeUndefined();
+    const patched = patchedObject(pod(), both.decision.patch) as unknown as { spec: Record<string, unknown> & { containers: { env?: unknown }[] } };
+    expect(patched.spec.tolerations).toEqual([{ key: 'one' }, { key: 'two' }]);
+    expect(patched.spec.containers[1]!.env).toEqual([{ name: 'one' }, { name: 'two' }]);
+    expect(patched.spec.template).toEqual({ volumes: [{ name: 'one' }, { name: 'two' }] });
+    // Alone, as it came; and the same append twice adds two elements, as on a list that was there.
+    expect(merge([ev(adds('one'))], 'CREATE', pod()).decision.patch).toEqual(adds('one').status === 'allowed' ? (adds('one') as { patch: unknown }).patch : []);
+    expect((patchedObject(pod(), merge([ev(adds('one')), ev(adds('one2'))], 'CREATE', pod()).decision.patch) as unknown as { spec: { tolerations: unknown[] } }).spec.tolerations).toHaveLength(2);
+    // A list written whole where another made sure of one and appended: the order would decide.
+    const whole = allowed('whole', [{ op: 'add', path: '/spec/tolerations', value: [{ key: 'only' }] }]);
+    expect(statusOf([adds('one'), whole])).toBe('policy "whole": its patch conflicts with policy "one" at /spec/tolerations');
+    expect(statusOf([whole, adds('one')])).toMatch(/^policy "one": its patch conflicts with policy "whole" at \/spec\/tolerations/);
+    // A map made sure of where another makes sure of a list: a conflict.
+    const map = allowed('map', [{ op: 'add', path: '/spec/tolerations', value: {} }]);
+    expect(statusOf([adds('one'), map])).toBe('policy "map": its patch conflicts with policy "one" at /spec/tolerations');
+    // An insert at the head of a list it made sure of lands first, in either order, as it would
+    // on the list another policy appended to; two such inserts are a conflict (the order decides).
+    const first = (policy: string) => allowed(policy, [{ op: 'add', path: '/spec/tolerations', value: [] }, { op: 'add', path: '/spec/tolerations/0', value: { key: policy } }]);
+    for (const order of [[adds('one'), first('first')], [first('first'), adds('one')]]) {
+      const result = merge(order.map((o) => ev(o)), 'CREATE', pod());
+      expect((patchedObject(pod(), result.decision.patch) as unknown as { spec: { tolerations: unknown[] } }).spec.tolerations).toEqual([{ key: 'first' }, { key: 'one' }]);
+    }
+    expect(statusOf([first('first'), first('second')])).toBe('policy "second": its patch conflicts with policy "first" at /spec/tolerations/0');
   });
 
   it('a map key "-" is a key like any other; the same value in another key order is the same write', () => {

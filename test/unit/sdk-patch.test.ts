@@ -150,9 +150,18 @@ describe('Patch: lists it has to create', () => {
   it('appends with "-" under a missing list by creating the list, as a pointer or as segments', () => {
     const pod = { spec: { containers: [{ name: 'a' }] } };
     const patch = new Patch(pod).set('/spec/containers/0/env/-', { name: 'A', value: 'ü' }).set(['spec', 'tolerations', '-'], { key: 'k', operator: 'Exists' });
+    // The empty list first, then the append: another policy appending there composes with it.
     expect(patch.operations).toEqual([
-      { op: 'add', path: '/spec/containers/0/env', value: [{ name: 'A', value: 'ü' }] },
-      { op: 'add', path: '/spec/tolerations', value: [{ key: 'k', operator: 'Exists' }] },
+      { op: 'add', path: '/spec/containers/0/env', value: [] },
+      { op: 'add', path: '/spec/containers/0/env/-', value: { name: 'A', value: 'ü' } },
+      { op: 'add', path: '/spec/tolerations', value: [] },
+      { op: 'add', path: '/spec/tolerations/-', value: { key: 'k', operator: 'Exists' } },
+    ]);
+    expect(patch.result).toEqual({ spec: { containers: [{ name: 'a', env: [{ name: 'A', value: 'ü' }] }], tolerations: [{ key: 'k', operator: 'Exists' }] } });
+    // The maps missing above it come with it; what follows the "-" is the appended element.
+    expect(new Patch({ spec: {} }).set('/spec/template/volumes/-/name', 'v').operations).toEqual([
+      { op: 'add', path: '/spec/template', value: { volumes: [] } },
+      { op: 'add', path: '/spec/template/volumes/-', value: { name: 'v' } },
     ]);
     // Once it exists, "-" appends to it.
     expect(patch.set(['spec', 'tolerations', '-'], { key: 'j' }).operations.at(-1)).toEqual({ op: 'add', path: '/spec/tolerations/-', value: { key: 'j' } });

@@ -78,8 +78,12 @@ interface Write {
   beyondList: string | undefined;
   /** It removes the last element of a list of the original: positions past the new end change. */
   trims: boolean;
-  /** An empty map added where the original has none: it only makes sure a map is there. */
-  ensuresMap: boolean;
+  /**
+   * An empty map or list added where the original has none: it only makes sure one is there
+   * (other policies may fill the map in, or append to the list; an SDK appending to a missing
+   * list writes the empty list first).
+   */
+  ensures: boolean;
   /**
    * The list it indexes into after its own patch moved that list's elements or appended to it
    * (then its index counts what its own patch did there, which another policy's appends change).
@@ -290,6 +294,9 @@ function applyInPlace(merged: Draft, operations: PatchOperation[], original: Jso
         } else {
           fillIn(merged, path, op.value, expansion);
         }
+      } else if (op.op === 'add' && ensuresList(path, op.value, original, touched)) {
+        // An earlier policy's list there, with what it appended, stays.
+        if (!Array.isArray(valueAt(merged.root, path))) applyOperation(merged, op, budget);
       } else if (op.op === 'remove' && removed.has(op.path) && !touched.overlaps(path)) {
         // Removed already by an earlier policy: the same removal, once.
       } else {
@@ -308,6 +315,8 @@ function applyInPlace(merged: Draft, operations: PatchOperation[], original: Jso
 
 /** Writes an added map into the merged object leaf by leaf, where expand() indexed leaves. */
 function fillIn(merged: Draft, path: string[], value: JsonValue, expansion: { left: number }): void {
+  // An empty list in a new map only makes sure of it (expand): an earlier policy's list there stays.
+  if (isEmptyList(value) && Array.isArray(valueAt(merged.root, path))) return;
   const keys = isMap(value) ? Object.keys(value) : [];
   if (keys.length === 0 || keys.length > expansion.left) return setDeep(merged, path, copyOf(value));
   expansion.left -= keys.length;
@@ -373,11 +382,13 @@ function indexedWrites(policy: string, operations: PatchOperation[], original: J
   let opaque = 0;
   const unique = () => `\u0000${policy}\u0000${opaque++}`;
   const write = (path: string[], value: string | undefined, kind: Change): Write =>
-    ({ policy, path, value, ensuresMap: false, ...listEffect(original, path, kind) });
+    ({ policy, path, value, ensures: false, ...listEffect(original, path, kind) });
   let work = 0;
   const touched = new Touched();
   // Lists whose positions this patch has changed so far (an insert, a removal, an append).
   const moved = new Set<string>();
+  // Lists the original lacks that this patch made sure of (an empty one added), by pointer.
+  const ensured = new Set<string>();
   let seen = { writes: 0, reads: 0 };
   for (const op of operations) {
     const path = parsePointer(op.path);
@@ -399,9 +410,14 @@ function indexedWrites(policy: string, operations: PatchOperation[], original: J
         writes.push(write(path, unique(), 'insert'));
         break;
       }
-      case 'add':
-        writes.push(...expand(policy, path, op.value, original, expansion, touched));
+      case 'add': {
+        const made = expand(policy, path, op.value, original, expansion, touched);
+        for (const w of made) if (w.ensures && w.value === '[]') ensured.add(toPointer(w.path));
+        // An append to the list this patch made sure of: as an append to a list of the original.
+        if (made.length === 1 && path.at(-1) === '-' && ensured.has(toPointer(path.slice(0, -1)))) made[0]!.append = true;
+        writes.push(...made);
         break;
+      }
       case 'replace':
         writes.push(write(path, JSON.stringify(sorted(op.value)), 'set'));
         break;
@@ -475,16 +491,34 @@ function listEffect(original: JsonValue, path: string[], change: Change): Pick<W
 function expand(
   policy: string, path: string[], value: JsonValue, original: JsonValue, expansion: { left: number }, touched: Touched, created = false,
 ): Write[] {
+  // An empty list, where the original has none or inside a map this add creates, only makes sure of it.
+  if (created ? isEmptyList(value) : ensuresList(path, value, original, touched)) return [{ policy, path, value: '[]', ensures: true, ...NO_LIST_EFFECT }];
   const keys = isMap(value) ? Object.keys(value) : [];
   if (keys.length <= expansion.left && (created ? keys.length > 0 : fillsIn(path, value, original, touched))) {
     // An empty map only makes sure a map is there: other policies may fill it in, or add the same,
     // but not write something else there (red team: their list was replaced by it).
-    if (keys.length === 0) return [{ policy, path, value: '{}', ensuresMap: true, ...NO_LIST_EFFECT }];
+    if (keys.length === 0) return [{ policy, path, value: '{}', ensures: true, ...NO_LIST_EFFECT }];
     expansion.left -= keys.length;
     return keys.flatMap((key) => expand(policy, [...path, key], (value as Record<string, JsonValue>)[key]!, original, expansion, touched, true));
   }
   const effect = created ? NO_LIST_EFFECT : listEffect(original, path, 'insert');
-  return [{ policy, path, value: JSON.stringify(sorted(value)), ensuresMap: false, ...effect }];
+  return [{ policy, path, value: JSON.stringify(sorted(value)), ensures: false, ...effect }];
+}
+
+/**
+ * Whether an `add` of an empty list only makes sure a list is there: where the original has
+ * nothing, under a map it has, and where this patch has not written before. Two policies
+ * appending to a list the original lacks each write it first (the SDKs do), then append: the
+ * appends compose as they do on a list the original has (newcomer: they conflicted, and the
+ * Pod was denied, where per-policy webhooks would have added both).
+ */
+function ensuresList(path: string[], value: JsonValue, original: JsonValue, touched: Touched): boolean {
+  return isEmptyList(value) && path.length > 0 && valueAt(original, path) === undefined &&
+    isMap(valueAt(original, path.slice(0, -1))) && !touched.overlaps(path);
+}
+
+function isEmptyList(value: JsonValue): boolean {
+  return Array.isArray(value) && value.length === 0;
 }
 
 /**
@@ -579,8 +613,8 @@ class WriteIndex {
     // whole map from a third policy filling it in).
     const same = this.#at.get(key);
     if (!same) this.#at.set(key, [write]);
-    else if (same.length < 3 && same.every((w) => w.value !== write.value || w.ensuresMap !== write.ensuresMap)) {
-      if (same.length < 2 || !write.ensuresMap) same.push(write);
+    else if (same.length < 3 && same.every((w) => w.value !== write.value || w.ensures !== write.ensures)) {
+      if (same.length < 2 || !write.ensures) same.push(write);
     }
     for (const prefix of keys.slice(0, -1)) if (!this.#below.has(prefix)) this.#below.set(prefix, write);
     if (write.shifts && !this.#shifting.has(list)) this.#shifting.set(list, write);
@@ -609,7 +643,7 @@ class WriteIndex {
     // a's path goes into whose elements it moved.
     for (const prefix of keys.slice(0, -1)) {
       // Writing inside a map another policy only made sure of keeps it a map.
-      const above = this.#at.get(prefix)?.find((w) => !w.ensuresMap);
+      const above = this.#at.get(prefix)?.find((w) => !w.ensures);
       if (above) return at(above, prefix);
       // An append goes to the end of its own list however it moved, not of a list above it.
       const shifted = a.append && prefix === list ? undefined : this.#shifting.get(prefix);
@@ -646,14 +680,15 @@ class WriteIndex {
     }
     // The same path: only the same value, with no list moving, is no conflict.
     for (const b of this.#at.get(key) ?? []) {
-      if (a.ensuresMap || b.ensuresMap) {
-        if (!isMapText(a.value) || !isMapText(b.value)) return at(b, key);
+      if (a.ensures || b.ensures) {
+        // A map made sure of takes maps; a list made sure of, only the same.
+        if (!(isMapText(a.value) && isMapText(b.value)) && !(a.value === '[]' && b.value === '[]')) return at(b, key);
         continue;
       }
       if (b.value !== a.value || a.shifts || b.shifts || a.beyond || b.beyond) return at(b, key);
     }
     // Filling in what it made sure of is no conflict.
-    if (a.ensuresMap) return undefined;
+    if (a.ensures) return undefined;
     // An earlier write below a's path (an append into it too); or, when a moves a list's
     // elements, anywhere in that list.
     const below = this.#below.get(key) ?? this.#appends.get(key) ?? (a.shifts ? this.#below.get(list) : undefined);
