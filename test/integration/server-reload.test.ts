@@ -8,7 +8,7 @@ import { Agent, request } from 'undici';
 import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
 import { root, wasm } from '../helpers/policies.ts';
 import { admissionReview, policyYaml, startServer, type TestServer } from '../helpers/server.ts';
-import { module, RETURN_0 } from '../helpers/wasm.ts';
+import { answering, module, RETURN_0 } from '../helpers/wasm.ts';
 
 /**
  * Replaces the configuration as kubelet updates a mounted ConfigMap, in one step: a truncating
@@ -220,6 +220,29 @@ describe('hot reload', () => {
     for (let i = 0; i < 100 && t.logs.filter((l) => l.includes('configuration reloaded')).length === before; i++) await new Promise((r) => setTimeout(r, 50));
     const { body } = await t.post('/validate', pod());
     expect(body.response.allowed).toBe(true);
+  });
+});
+
+describe('a policy module rebuilt in place', () => {
+  it('is served once written, with no change to the configuration and no signal (newcomer)', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'portcullis-rebuilt-'));
+    onTestFinished(() => rm(dir, { recursive: true, force: true }));
+    const file = join(dir, 'live.wasm');
+    await writeFile(file, await answering({ outcome: 'allow' }));
+    const t = await startServer(`server: { tls: { mode: self-signed, hostnames: [127.0.0.1] } }\npolicies:\n  - { name: live, module: ${file} }\n`, { watch: true });
+    onTestFinished(() => t.close());
+    const review = () => admissionReview({ kind: 'ConfigMap', metadata: { name: 'p' } });
+    expect((await t.post('/validate', review())).body.response.allowed).toBe(true);
+    // As a build writes its output: a new file renamed over the old one.
+    await writeFile(`${file}.next`, await answering({ outcome: 'deny', code: 403, message: 'rebuilt' }));
+    await rename(`${file}.next`, file);
+    let answer: { allowed: boolean; status?: { message?: string } } = { allowed: true };
+    for (let i = 0; i < 100 && answer.allowed; i++) {
+      await new Promise((r) => setTimeout(r, 100));
+      answer = (await t.post('/validate', review())).body.response;
+    }
+    expect(answer).toMatchObject({ allowed: false, status: { message: 'policy "live": rebuilt' } });
+    expect(t.logs.filter((l) => l.includes('configuration reloaded'))).toHaveLength(1);
   });
 });
 

@@ -1,9 +1,10 @@
 // A running Portcullis server: sandbox pool, current policy set, HTTP(S) listener, reload on
 // file change or SIGHUP, certificate rotation, graceful stop. `portcullis serve` and the
 // integration tests both start it through `startServer`.
-import { unwatchFile, watchFile } from 'node:fs';
+import { unwatchFile, watchFile, type Stats } from 'node:fs';
 import type { Server, ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { isAbsolute } from 'node:path';
 import type { Server as HttpsServer } from 'node:https';
 import { cacheFolders, PRUNE_MAX_FILES, pruneCache } from '../cache/prune.ts';
 import { loadConfigFile } from '../config/load.ts';
@@ -87,6 +88,8 @@ const LISTEN_BACKLOG = 4096;
  * of servers; in a pod the cache grows only by reloads.
  */
 const PRUNE_INTERVAL_MS = 10 * 60 * 1000;
+/** How often a policy module on disk is looked at for a change (a stat each; the config file: 500 ms). */
+const MODULE_POLL_MS = 1000;
 let lastPruneAt = -Infinity;
 
 export class PortcullisServer {
@@ -601,9 +604,31 @@ export class PortcullisServer {
     const onHangup = () => { if (!terminalHungUp()) onChange(); };
     watchFile(source, { interval: 500 }, onChange);
     process.on('SIGHUP', onHangup);
+    // The policies' own files too: a module rebuilt in place is served once written (newcomer:
+    // answers stayed old until a SIGHUP, which `npm run serve`'s npm took as a reason to stop).
+    // A reload keeps the sandbox of every module whose bytes did not change.
+    const modules = new Map<string, (now: Stats, before: Stats) => void>();
+    const watchModules = () => {
+      const wanted = new Set(this.config.policies.map((p) => p.module).filter((m) => isAbsolute(m)));
+      for (const [file, listener] of modules) {
+        if (wanted.has(file)) continue;
+        unwatchFile(file, listener);
+        modules.delete(file);
+      }
+      for (const file of wanted) {
+        if (modules.has(file)) continue;
+        const listener = (now: Stats, before: Stats) => { if (now.mtimeMs !== before.mtimeMs || now.size !== before.size) onChange(); };
+        watchFile(file, { interval: MODULE_POLL_MS }, listener);
+        modules.set(file, listener);
+      }
+    };
+    watchModules();
+    this.onReload(watchModules);
     this.#cleanups.push(() => {
       unwatchFile(source, onChange);
       process.off('SIGHUP', onHangup);
+      for (const [file, listener] of modules) unwatchFile(file, listener);
+      modules.clear();
     });
   }
 
