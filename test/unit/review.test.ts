@@ -21,6 +21,7 @@ describe('parsing an AdmissionReview', () => {
     [JSON.stringify({ ...good, kind: 'Pod' }), 'expected kind "AdmissionReview", got "Pod"'],
     [JSON.stringify({ ...good, apiVersion: 'admission.k8s.io/v2' }), 'unsupported apiVersion "admission.k8s.io/v2"; expected admission.k8s.io/v1 or admission.k8s.io/v1beta1'],
     [JSON.stringify({ ...good, request: undefined }), 'the AdmissionReview has no "request" object'],
+    [JSON.stringify({ ...good, apiVersion: undefined }), 'the AdmissionReview has no apiVersion; expected admission.k8s.io/v1 or admission.k8s.io/v1beta1'],
     [withRequest({ uid: '' }), 'request.uid is missing or not a non-empty string'],
     // Echoed in every error, answer and log line about the request (red team: 4 MiB of it).
     [withRequest({ uid: 'u'.repeat(257) }), 'request.uid is 257 characters long; the API server\'s are 36 and this host takes at most 256'],

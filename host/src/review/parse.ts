@@ -182,7 +182,9 @@ export function parseReview(value: unknown): AdmissionReview {
   if (!isObject(value)) throw new ReviewError('the body is not a JSON object, so not an AdmissionReview');
   if (value.kind !== 'AdmissionReview') throw new ReviewError(`expected kind "AdmissionReview", got ${describe(value.kind)}`);
   if (typeof value.apiVersion !== 'string' || !VERSIONS.has(value.apiVersion)) {
-    throw new ReviewError(`unsupported apiVersion ${describe(value.apiVersion)}; expected admission.k8s.io/v1 or admission.k8s.io/v1beta1`);
+    throw new ReviewError(value.apiVersion === undefined
+      ? 'the AdmissionReview has no apiVersion; expected admission.k8s.io/v1 or admission.k8s.io/v1beta1'
+      : `unsupported apiVersion ${describe(value.apiVersion)}; expected admission.k8s.io/v1 or admission.k8s.io/v1beta1`);
   }
   const request = value.request;
   if (!isObject(request)) throw new ReviewError('the AdmissionReview has no "request" object');
