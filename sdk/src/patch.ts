@@ -58,7 +58,8 @@ export class Patch {
         // merge (newcomer: one `add` of the whole new list conflicted with theirs).
         const list = segments.indexOf('-', i + 1);
         if (child === undefined && isPlainObject(parent) && list > i) {
-          this.#record({ op: 'add', path: toPointer(segments.slice(0, i + 1)), value: nest(segments.slice(0, list), i + 1, []) });
+          const typed = typeof path === 'string' ? undefined : path.slice(0, list);
+          this.#record({ op: 'add', path: toPointer(segments.slice(0, i + 1)), value: nest(segments.slice(0, list), i + 1, [], typed) });
           return this.set(path, value);
         }
         const nested = nest(segments, i + 1, value, typeof path === 'string' ? undefined : path);

@@ -498,14 +498,23 @@ describe('patches are applied as RFC 6902 says, with own properties and real lis
     // A map made sure of where another makes sure of a list: a conflict.
     const map = allowed('map', [{ op: 'add', path: '/spec/tolerations', value: {} }]);
     expect(statusOf([adds('one'), map])).toBe('policy "map": its patch conflicts with policy "one" at /spec/tolerations');
-    // An insert at the head of a list it made sure of lands first, in either order, as it would
-    // on the list another policy appended to; two such inserts are a conflict (the order decides).
+    // A write by index into a list it made sure of is one past the end of an empty list: a
+    // position among what the others appended (red team: an insert at its head moved another's
+    // own index write onto the wrong element), in either order.
     const first = (policy: string) => allowed(policy, [{ op: 'add', path: '/spec/tolerations', value: [] }, { op: 'add', path: '/spec/tolerations/0', value: { key: policy } }]);
-    for (const order of [[adds('one'), first('first')], [first('first'), adds('one')]]) {
-      const result = merge(order.map((o) => ev(o)), 'CREATE', pod());
-      expect((patchedObject(pod(), result.decision.patch) as unknown as { spec: { tolerations: unknown[] } }).spec.tolerations).toEqual([{ key: 'first' }, { key: 'one' }]);
-    }
-    expect(statusOf([first('first'), first('second')])).toBe('policy "second": its patch conflicts with policy "first" at /spec/tolerations/0');
+    expect(statusOf([adds('one'), first('first')])).toMatch(/^policy "first": its patch conflicts with policy "one"/);
+    expect(statusOf([first('first'), adds('one')])).toMatch(/^policy "one": its patch conflicts with policy "first"/);
+    const own = allowed('own', [{ op: 'add', path: '/spec/tolerations', value: [] }, { op: 'add', path: '/spec/tolerations/-', value: { key: 'a1' } },
+      { op: 'add', path: '/spec/tolerations/-', value: { key: 'a2' } }, { op: 'replace', path: '/spec/tolerations/1', value: { key: 'a2', effect: 'NoSchedule' } }]);
+    expect(statusOf([first('head'), own])).toMatch(/^policy "own": its patch conflicts with policy "head"/);
+    // A key written below where another made sure of a list (a map filled in there) conflicts,
+    // in either order, at the top and inside a map the add creates (red team: the key was lost).
+    const keyed = allowed('keyed', new Patch(pod()).set(['spec', 'tolerations', 'zone'], 'a').operations);
+    expect(statusOf([keyed, adds('one')])).toMatch(/^policy "one": its patch conflicts with policy "keyed"/);
+    expect(statusOf([adds('one'), keyed])).toMatch(/^policy "keyed": its patch conflicts with policy "one"/);
+    const volumesMap = allowed('vmap', [{ op: 'add', path: '/spec/template', value: { volumes: { cache: { name: 'cache' } } } }]);
+    expect(statusOf([volumesMap, adds('one')])).toMatch(/^policy "one": its patch conflicts with policy "vmap"/);
+    expect(statusOf([adds('one'), volumesMap])).toMatch(/^policy "vmap": its patch conflicts with policy "one"/);
   });
 
   it('a map key "-" is a key like any other; the same value in another key order is the same write', () => {

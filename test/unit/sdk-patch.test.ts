@@ -172,5 +172,11 @@ describe('Patch: lists it has to create', () => {
     expect(() => new Patch({ spec: {} }).set(['spec', 'tolerations', 2, 'key'], 'k')).toThrow(PatchError);
     expect(() => new Patch({ spec: {} }).set(['spec', 'tolerations', 2, 'key'], 'k')).toThrow(/no list at \/spec\/tolerations to hold element 2/);
     expect(new Patch({ metadata: {} }).set('/metadata/labels/0', 'x').operations).toEqual([{ op: 'add', path: '/metadata/labels', value: { 0: 'x' } }]);
+    // The same with a "-" further on: the list for 0, the refusal for any other (red team).
+    expect(new Patch({ spec: {} }).set(['spec', 'initContainers', 0, 'env', '-'], { name: 'A' }).operations).toEqual([
+      { op: 'add', path: '/spec/initContainers', value: [{ env: [] }] },
+      { op: 'add', path: '/spec/initContainers/0/env/-', value: { name: 'A' } },
+    ]);
+    expect(() => new Patch({ spec: {} }).set(['spec', 'a', 3, '-'], 1)).toThrow(/no list at \/spec\/a to hold element 3/);
   });
 });

@@ -413,8 +413,6 @@ function indexedWrites(policy: string, operations: PatchOperation[], original: J
       case 'add': {
         const made = expand(policy, path, op.value, original, expansion, touched);
         for (const w of made) if (w.ensures && w.value === '[]') ensured.add(toPointer(w.path));
-        // An append to the list this patch made sure of: as an append to a list of the original.
-        if (made.length === 1 && path.at(-1) === '-' && ensured.has(toPointer(path.slice(0, -1)))) made[0]!.append = true;
         writes.push(...made);
         break;
       }
@@ -426,6 +424,7 @@ function indexedWrites(policy: string, operations: PatchOperation[], original: J
     if (op.op === 'move') touched.add(from);
     // In the order the operation does them: a move's removal comes before its insert.
     for (const w of [...reads.slice(seen.reads), ...writes.slice(seen.writes)]) {
+      if (ensured.size > 0) intoEnsured(w, ensured, op.op === 'add' && w.path.length === path.length);
       const relative = relativeTo(w.path, moved);
       if (relative !== undefined) w.relative = relative;
       if (w.append || w.shifts || w.trims) moved.add(toPointer(w.path.slice(0, -1)));
@@ -435,6 +434,25 @@ function indexedWrites(policy: string, operations: PatchOperation[], original: J
   for (const w of [...writes, ...reads]) work += w.path.length * (w.path.reduce((n, s) => n + s.length + 1, 0));
   if (work > MAX_INDEX_WORK) throw new PatchError(`its patch writes too many, too deep paths to merge (${writes.length} writes)`);
   return { writes, reads };
+}
+
+/**
+ * A write into a list its own patch made sure of (`ensured`, empty in the original's stead) is
+ * what the same write into an empty list of the original is: `-` last, an append; any other
+ * position, past the end (a position among what was appended, which another policy's appends
+ * change). Red team: a policy inserting at the head of such a list moved another's own index
+ * write onto the wrong element.
+ */
+function intoEnsured(w: Write, ensured: Set<string>, adds: boolean): void {
+  let pointer = '';
+  for (let i = 0; i < w.path.length; i++) {
+    if (ensured.has(pointer)) {
+      if (w.path[i] === '-' && i === w.path.length - 1 && adds) w.append = true;
+      else Object.assign(w, { beyond: true, beyondList: pointer });
+      return;
+    }
+    pointer += pointerSegment(w.path[i]!);
+  }
 }
 
 /**
@@ -583,6 +601,8 @@ class WriteIndex {
   readonly #at = new Map<string, Write[]>();
   /** The first write (not an append) strictly below each path. */
   readonly #below = new Map<string, Write>();
+  /** The first write below each path by a key that is no list position there (see #conflict). */
+  readonly #keyedBelow = new Map<string, Write>();
   /** The first append into each list, by the list's path. */
   readonly #appends = new Map<string, Write>();
   /** The first write into an element past the end of each list. */
@@ -605,7 +625,10 @@ class WriteIndex {
       if (!this.#appends.has(list)) this.#appends.set(list, write);
       // A later write above the list would undo the append (red team: a replaced securityContext
       // dropped another policy's "ALL" from capabilities.drop).
-      for (const prefix of keys.slice(0, -2)) if (!this.#below.has(prefix)) this.#below.set(prefix, write);
+      for (const [i, prefix] of keys.slice(0, -2).entries()) {
+        if (!this.#below.has(prefix)) this.#below.set(prefix, write);
+        if (!isPosition(write.path[i]!) && !this.#keyedBelow.has(prefix)) this.#keyedBelow.set(prefix, write);
+      }
       return;
     }
     // Two different values are enough to tell any third write there apart: keep at most two, and
@@ -616,7 +639,10 @@ class WriteIndex {
     else if (same.length < 3 && same.every((w) => w.value !== write.value || w.ensures !== write.ensures)) {
       if (same.length < 2 || !write.ensures) same.push(write);
     }
-    for (const prefix of keys.slice(0, -1)) if (!this.#below.has(prefix)) this.#below.set(prefix, write);
+    for (const [i, prefix] of keys.slice(0, -1).entries()) {
+      if (!this.#below.has(prefix)) this.#below.set(prefix, write);
+      if (!isPosition(write.path[i]!) && !this.#keyedBelow.has(prefix)) this.#keyedBelow.set(prefix, write);
+    }
     if (write.shifts && !this.#shifting.has(list)) this.#shifting.set(list, write);
     if (write.trims && !this.#trimmed.has(list)) this.#trimmed.set(list, write);
     if (write.beyond && !this.#beyondIn.has(write.beyondList!)) this.#beyondIn.set(write.beyondList!, write);
@@ -641,9 +667,10 @@ class WriteIndex {
     const at = (w: Write, path = toPointer(w.path)) => ({ policy: w.policy, path });
     // An earlier write to a's path's ancestor (the list itself, for an append), or to a list
     // a's path goes into whose elements it moved.
-    for (const prefix of keys.slice(0, -1)) {
-      // Writing inside a map another policy only made sure of keeps it a map.
-      const above = this.#at.get(prefix)?.find((w) => !w.ensures);
+    for (const [i, prefix] of keys.slice(0, -1).entries()) {
+      // Writing inside a map another policy only made sure of keeps it a map; inside a list one
+      // made sure of, only by position (a key there would make it a map: red team).
+      const above = this.#at.get(prefix)?.find((w) => !w.ensures || (w.value === '[]' && !isPosition(a.path[i]!)));
       if (above) return at(above, prefix);
       // An append goes to the end of its own list however it moved, not of a list above it.
       const shifted = a.append && prefix === list ? undefined : this.#shifting.get(prefix);
@@ -687,14 +714,23 @@ class WriteIndex {
       }
       if (b.value !== a.value || a.shifts || b.shifts || a.beyond || b.beyond) return at(b, key);
     }
-    // Filling in what it made sure of is no conflict.
-    if (a.ensures) return undefined;
+    // Filling in what it made sure of is no conflict; but a list made sure of where another
+    // wrote a key below is (red team: that map's key was lost to the list).
+    if (a.ensures) {
+      const keyed = a.value === '[]' ? this.#keyedBelow.get(key) : undefined;
+      return keyed ? at(keyed) : undefined;
+    }
     // An earlier write below a's path (an append into it too); or, when a moves a list's
     // elements, anywhere in that list.
     const below = this.#below.get(key) ?? this.#appends.get(key) ?? (a.shifts ? this.#below.get(list) : undefined);
     if (below) return at(below, a.shifts ? key : toPointer(below.path));
     return undefined;
   }
+}
+
+/** A segment that names a position in a list: `-`, or an index. */
+function isPosition(segment: string): boolean {
+  return segment === '-' || /^\d+$/.test(segment);
 }
 
 /** A written value's text is a map's (copies and moves write opaque values, which are not). */
