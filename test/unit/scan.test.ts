@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { ReviewError } from '../../host/src/errors.ts';
-import { hasObject, MAX_BODY_DEPTH, MAX_PARSED_OUTSIDE_OBJECTS, PARSED_WHOLE_BELOW, parsedCostOf, parseReviewText, parseScannedReview } from '../../host/src/review/parse.ts';
+import { hasObject, hasValue, labelsIn, MAX_BODY_DEPTH, MAX_PARSED_OUTSIDE_OBJECTS, PARSED_WHOLE_BELOW, parsedCostOf, parseReviewText, parseScannedReview } from '../../host/src/review/parse.ts';
+import { memberOf } from '../../host/src/util/json-bytes.ts';
 import { scanReview } from '../../host/src/review/scan.ts';
 import { reviewBody } from '../../bench/review.ts';
 
@@ -220,6 +221,59 @@ describe('parseScannedReview: the object parsed when first read', () => {
     // Values inside the object are not counted: it is parsed only when read.
     const inObject = Buffer.from(reviewBody().replace('"restartPolicy":"Always"', `"restartPolicy":"Always","junk":[${junk(over)}]`));
     expect(parseScannedReview(inObject, scanReview(inObject)).request.uid).toBeTruthy();
+  });
+
+  it('reads an unread object\'s labels from its bytes, without parsing the object, as the parsed object gives them (red team)', () => {
+    const review = (object: string, old = 'null') => Buffer.from(reviewBody().replace(/"object":\{.*\},"oldObject":null/s, `"object":${object},"oldObject":${old}`));
+    const cases = [
+      '{"metadata":{"name":"a","labels":{"app":"web","t":"x"}},"spec":{}}',
+      '{ "spec" : { "metadata": {"labels": {"no": "1"}} } , "metadata" : { "labels" : { "app" : "w,e}b\\"" } , "x": [1, {"labels": 2}] } }',
+      // Named twice: the last one, as JSON.parse keeps.
+      '{"metadata":{"labels":{"a":"1"}},"metadata":{"labels":{"b":"2"},"labels":{"c":"3"}}}',
+      '{"metadata":{"name":"no labels"}}',
+      '{"metadata":{"labels":null}}',
+      '{"metadata":{"labels":["a"]}}',
+      '{"metadata":"not a map"}',
+      '{"kind":"PodExecOptions","command":["sh"]}',
+      '{}',
+      `{"metadata":{"labels":{${Array.from({ length: 100 }, (_, i) => `"k${i}":"v${i}"`).join(',')}}},${Array.from({ length: 100 }, (_, i) => `"m${i}":{"labels":{"x":"y"}}`).join(',')}}`,
+    ];
+    for (const object of cases) {
+      const body = review(object, object);
+      const scanned = parseScannedReview(body, scanReview(body));
+      expect(typeof Object.getOwnPropertyDescriptor(scanned.request, 'object')?.get, object).toBe('function');
+      const lazy = [labelsIn(scanned.request, 'object'), labelsIn(scanned.request, 'oldObject')];
+      // Not parsed for it: still the getter.
+      expect(typeof Object.getOwnPropertyDescriptor(scanned.request, 'object')?.get, object).toBe('function');
+      const parsed = parseReviewText(body);
+      expect(lazy, object).toEqual([labelsIn(parsed.request, 'object'), labelsIn(parsed.request, 'oldObject')]);
+      expect(hasValue(scanned.request, 'object')).toBe(true);
+    }
+    const deleting = parseScannedReview(review('null', cases[0]), scanReview(review('null', cases[0])));
+    expect([hasValue(deleting.request, 'object'), hasValue(deleting.request, 'oldObject')]).toEqual([false, true]);
+    expect(labelsIn(deleting.request, 'oldObject')).toEqual({ metadata: true, labels: { app: 'web', t: 'x' } });
+  });
+
+  it('finds a map\'s own member in its bytes as JSON.parse would, whatever its members hold', () => {
+    const random = (seed: number) => () => ((seed = (seed * 1103515245 + 12345) % 2147483648) / 2147483648);
+    const next = random(7);
+    const pick = <T>(list: T[]) => list[Math.floor(next() * list.length)]!;
+    const value = (depth: number): string => {
+      const kind = depth === 0 ? 2 : depth > 2 ? 0 : Math.floor(next() * 4);
+      if (kind === 0) return pick(['1', '"s"', '"a,b}{]["', '"q\\"x"', 'null', 'true', '-0.5e3', '"\\\\"']);
+      if (kind === 1) return `[${Array.from({ length: Math.floor(next() * 3) }, () => value(depth + 1)).join(pick([',', ' , ']))}]`;
+      return `{${Array.from({ length: Math.floor(next() * 4) }, () => `${pick(['"k"', '"labels"', '"metadata"', '"x"'])}${pick([':', ' : '])}${value(depth + 1)}`).join(pick([',', ', ']))}}`;
+    };
+    for (let i = 0; i < 2000; i++) {
+      const text = ` ${value(0)} `;
+      const bytes = Buffer.from(text);
+      const start = text.indexOf('{');
+      for (const key of ['k', 'labels', 'metadata', 'absent']) {
+        const parsed = (JSON.parse(text) as Record<string, unknown>);
+        const found = memberOf(bytes, { start, end: text.lastIndexOf('}') + 1 }, key);
+        expect(found === undefined ? undefined : JSON.parse(text.slice(found.start, found.end)), `${text} ${key}`).toEqual(Object.hasOwn(parsed, key) ? parsed[key] : undefined);
+      }
+    }
   });
 
   it('checks the request\'s own fields as the whole parse does', () => {

@@ -3,7 +3,7 @@
 import type { AdmissionRequest, JsonObject, Operation } from '@portcullis/sdk';
 import { ReviewError } from '../errors.ts';
 import { MAX_BODY_DEPTH, type ReviewScan, type Span } from './scan.ts';
-import { nestedDeeperThan, parsedCostOf } from '../util/json-bytes.ts';
+import { memberOf, nestedDeeperThan, parsedCostOf } from '../util/json-bytes.ts';
 
 export { nestedDeeperThan, parsedCostOf } from '../util/json-bytes.ts';
 
@@ -129,6 +129,35 @@ export function hasObject(request: AdmissionRequest): boolean {
   // Still unread: scanReview found an object there (a getter stands only for `{...}`).
   if (field?.get) return true;
   return request.object !== null && request.object !== undefined;
+}
+
+/** Whether the request has an object (`object`) or an old object, without parsing one still unread. */
+export function hasValue(request: AdmissionRequest, which: 'object' | 'oldObject'): boolean {
+  if (Object.getOwnPropertyDescriptor(request, which)?.get) return true;
+  return request[which] !== null && request[which] !== undefined;
+}
+
+/**
+ * Whether the object (`which`) has metadata that is a map, and its labels when they are a map,
+ * as read from the parsed object. An object still unread is not parsed for them: its labels are
+ * found in its bytes and only they are parsed. Selecting by labels read the whole object on the
+ * main thread, and a body sent straight to the webhook may hold a megabyte of tiny maps in it
+ * (red team, session 48: such parses held the main thread hundreds of ms).
+ */
+export function labelsIn(request: AdmissionRequest, which: 'object' | 'oldObject'): { metadata: boolean; labels: JsonObject | undefined } {
+  const unread = (request as WithUnread)[UNREAD];
+  const span = unread?.[which];
+  if (unread && span && Object.getOwnPropertyDescriptor(request, which)?.get) {
+    const metadata = memberOf(unread.bytes, span, 'metadata');
+    if (!metadata || unread.bytes[metadata.start] !== 0x7b) return { metadata: false, labels: undefined };
+    const labels = memberOf(unread.bytes, metadata, 'labels');
+    if (!labels || unread.bytes[labels.start] !== 0x7b) return { metadata: true, labels: undefined };
+    return { metadata: true, labels: JSON.parse(unread.bytes.toString('utf8', labels.start, labels.end)) as JsonObject };
+  }
+  const object = request[which];
+  const metadata = isObject(object) ? object.metadata : undefined;
+  if (!isObject(metadata)) return { metadata: false, labels: undefined };
+  return { metadata: true, labels: isObject(metadata.labels) ? metadata.labels : undefined };
 }
 
 /** Where a request's unread object and oldObject lie in its body (readLater). */

@@ -1,8 +1,9 @@
 // Which policies apply to a request. The same semantics the apiserver uses for webhook rules
 // and label selectors (so per-policy webhooks and the single webhook agree), plus
 // kinitiras-style resource selectors that only the host can evaluate.
-import type { AdmissionRequest, JsonObject, Mode } from '@portcullis/sdk';
+import type { AdmissionRequest, Mode } from '@portcullis/sdk';
 import { fieldSelectorMatches, labelSelectorMatches } from '../config/selectors.ts';
+import { hasValue, labelsIn } from '../review/parse.ts';
 import type { LabelSelector, PolicyConfig, ResourceSelector, RuleWithOperations } from '../config/types.ts';
 
 export { fieldSelectorMatches, labelSelectorMatches };
@@ -54,18 +55,15 @@ function listHas(list: string[], value: string): boolean {
  * DoesNotExist selector selected every DELETE whatever the old object's labels).
  */
 function objectSelectorMatches(selector: LabelSelector, request: AdmissionRequest): boolean {
-  return labelsMatch(selector, request.object) || labelsMatch(selector, request.oldObject);
+  return labelsMatch(selector, request, 'object') || labelsMatch(selector, request, 'oldObject');
 }
 
-/** One object against an objectSelector, as the apiserver matches it. */
-function labelsMatch(selector: LabelSelector, object: JsonObject | null | undefined): boolean {
+/** One object (or none) against an objectSelector, as the apiserver matches it. Its labels are read without parsing the rest of it. */
+function labelsMatch(selector: LabelSelector, request: AdmissionRequest, which: 'object' | 'oldObject' | undefined): boolean {
   if (Object.keys(selector.matchLabels ?? {}).length === 0 && (selector.matchExpressions ?? []).length === 0) return true;
-  return hasMetadata(object) && labelSelectorMatches(selector, labelsOf(object) ?? {});
-}
-
-function hasMetadata(object: JsonObject | null | undefined): boolean {
-  const metadata = object?.metadata;
-  return typeof metadata === 'object' && metadata !== null && !Array.isArray(metadata);
+  if (which === undefined || !hasValue(request, which)) return false;
+  const { metadata, labels } = labelsIn(request, which);
+  return metadata && labelSelectorMatches(selector, (labels ?? {}) as Record<string, string>);
 }
 
 /**
@@ -76,7 +74,8 @@ function hasMetadata(object: JsonObject | null | undefined): boolean {
  */
 function namespaceSelectorMatches(selector: LabelSelector, request: AdmissionRequest, lookup?: NamespaceLabels): boolean {
   if (request.kind.kind === 'Namespace' && request.kind.group === '') {
-    return labelSelectorMatches(selector, labelsOf(request.object ?? request.oldObject) ?? {});
+    const which = hasValue(request, 'object') ? 'object' : hasValue(request, 'oldObject') ? 'oldObject' : undefined;
+    return labelSelectorMatches(selector, ((which && labelsIn(request, which).labels) ?? {}) as Record<string, string>);
   }
   if (!request.namespace) return true;
   const labels = lookup?.(request.namespace);
@@ -94,10 +93,10 @@ export function resourceSelectorMatches(selector: ResourceSelector, request: Adm
   // webhook (webhooks/build.ts): the object or the old object, both selectors on the same one.
   // Red team: an UPDATE that removed the selected label was sent here for the old object's
   // label, then the policy was left out.
-  const present = [request.object, request.oldObject].filter((object): object is JsonObject => object !== null && object !== undefined);
-  return (present.length > 0 ? present : [null]).some((object) =>
-    (!selector.labelSelector || labelsMatch(selector.labelSelector, object))
-    && (!selector.fieldSelector || fieldSelectorMatches(selector.fieldSelector, object)));
+  const present = (['object', 'oldObject'] as const).filter((which) => hasValue(request, which));
+  return (present.length > 0 ? present : [undefined]).some((which) =>
+    (!selector.labelSelector || labelsMatch(selector.labelSelector, request, which))
+    && (!selector.fieldSelector || fieldSelectorMatches(selector.fieldSelector, which ? request[which] ?? null : null)));
 }
 
 /**
@@ -124,10 +123,4 @@ function glob(pattern: string, value: string): boolean {
   return true;
 }
 
-function labelsOf(object: JsonObject | null | undefined): Record<string, string> | undefined {
-  const metadata = object?.metadata;
-  if (typeof metadata !== 'object' || metadata === null || Array.isArray(metadata)) return undefined;
-  const labels = metadata.labels;
-  if (typeof labels !== 'object' || labels === null || Array.isArray(labels)) return undefined;
-  return labels as Record<string, string>;
-}
+

@@ -77,3 +77,54 @@ export function parsedCostOf(bytes: Uint8Array): number {
   }
   return containers * PARSED_CONTAINER_BYTES + elements * PARSED_ELEMENT_BYTES;
 }
+
+/**
+ * The value of the member named `key` in the map at `span` (the last one, as JSON.parse keeps),
+ * found without parsing: a walk over the map's own members that skips what they hold. For JSON
+ * the review's scan has checked, whose keys are written without escapes (its `plainKeys`).
+ */
+export function memberOf(bytes: Uint8Array, span: { start: number; end: number }, key: string): { start: number; end: number } | undefined {
+  const want = Buffer.from(key);
+  let found: { start: number; end: number } | undefined;
+  let depth = 0;
+  let expectKey = false;
+  let named = false;
+  let valueStart = -1;
+  const close = (at: number) => {
+    if (named && valueStart >= 0) {
+      let end = at;
+      while (end > valueStart && isSpace(bytes[end - 1]!)) end--;
+      found = { start: valueStart, end };
+    }
+    valueStart = -1;
+    named = false;
+  };
+  for (let at = span.start; at < span.end; at++) {
+    const code = bytes[at]!;
+    if (code === 0x22) {
+      const end = closingQuote(bytes, at);
+      if (end < 0) return undefined;
+      if (depth === 1 && expectKey) {
+        named = end - at - 1 === want.length && want.every((byte, i) => bytes[at + 1 + i] === byte);
+        expectKey = false;
+      }
+      at = end;
+    } else if (code === 0x7b || code === 0x5b) {
+      if (++depth === 1) expectKey = true;
+    } else if (code === 0x7d || code === 0x5d) {
+      if (depth === 1) close(at);
+      if (--depth === 0) break;
+    } else if (depth === 1 && code === 0x3a) {
+      valueStart = at + 1;
+      while (valueStart < span.end && isSpace(bytes[valueStart]!)) valueStart++;
+    } else if (depth === 1 && code === 0x2c) {
+      close(at);
+      expectKey = true;
+    }
+  }
+  return found;
+}
+
+function isSpace(code: number): boolean {
+  return code === 0x20 || code === 0x0a || code === 0x0d || code === 0x09;
+}
