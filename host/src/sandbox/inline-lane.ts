@@ -379,7 +379,11 @@ export class InlineLane {
       const late = message.startsWith('ran past the ') && message.endsWith('an inline call may take');
       // A fault the host raised (time, host calls) also empties the counters: it is not fuel spent.
       const spent = (error as { code?: unknown }).code !== 'GUEST_FAULT' && (guest.fuelLeft() ?? 0n) < 0n;
-      this.#leave(spec.key, late ? `it ${message}` : spent ? 'it ran out of inline fuel' : `it failed inline: ${message}`);
+      // QuickJS meets the memory cap as a failed allocation, which it throws or, inside some of
+      // its own routines, aborts on (a trap): said, whichever it was (a rebuilt SDK moved where a
+      // test policy's allocation failed, and the reason read as a bare trap).
+      const capped = guest.memoryBytes() > INLINE_MAX_MEMORY_BYTES - 2 ** 20 ? ` (its memory at the lane's ${INLINE_MAX_MEMORY_BYTES / 2 ** 20} MiB cap)` : '';
+      this.#leave(spec.key, late ? `it ${message}` : spent ? 'it ran out of inline fuel' : `it failed inline: ${message}${capped}`);
       return undefined;
     } finally {
       this.#busy = false;
