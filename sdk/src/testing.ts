@@ -52,7 +52,12 @@ export interface TestPolicy {
 type HostApi = typeof HostModule;
 
 export async function testPolicy(path: string, options: TestOptions = {}): Promise<TestPolicy> {
-  const host: HostApi = await import('@portcullis/host');
+  // An optional peer: installed alone, the SDK builds nothing that needs it but this (newcomer:
+  // "Cannot find package '@portcullis/host'" said nothing of what to do).
+  const host: HostApi = await import('@portcullis/host').catch((error: unknown) => {
+    if ((error as { code?: unknown }).code !== 'ERR_MODULE_NOT_FOUND') throw error;
+    throw new Error('testPolicy runs the policy in the host\'s sandbox: install @portcullis/host beside @portcullis/sdk (its tarball, as the tutorial does)', { cause: error });
+  });
   const pool = new host.SandboxPool(1);
   const grants = options.grants ?? (options.context ? kindsOf(options.context) : []);
   if (options.context || options.grants) {
