@@ -126,6 +126,11 @@ describe('hot reload', () => {
     // returns. A reload asked for meanwhile used to share its answer, and the edit made after the
     // first one read the file was never loaded (the file watcher's reload of one edit answered
     // the test's reload of the next: flaky in CI).
+    // The file watcher's own reload of the previous test's edit may still be under way: the
+    // first reload asked for here would then run after it and read the second edit too (clean-
+    // clone CI, session 48). Past the watcher's 500 ms poll, one reload waits for whatever it started.
+    await new Promise((r) => setTimeout(r, 700));
+    await t.server.reload();
     const looping = join(t.dir, 'start-loop.wasm');
     await writeFile(looping, module({ functions: [RETURN_0], exports: [{ name: 'validate', kind: 'func', index: 0 }], startLoop: true }));
     await replaceConfig(t.configPath, `${config('team: x')}  - { name: start-loop, module: ${looping}, rules: [{ operations: [CREATE], apiGroups: [""], apiVersions: [v1], resources: [pods] }] }\n`);
