@@ -93,7 +93,7 @@ export class Patch {
         // missing above it), then the append is made as into a list that was there, so that
         // another policy's append to the same missing list composes with this one (as the
         // TypeScript SDK does).
-        const list = firstAppend(path, i + 1);
+        const list = path.indexOf('-', i + 1);
         if (child == null && arr == null && list > i) {
           const empty = nested(path.slice(0, list), i + 1, '[]');
           this.ops.push(op('add', pointer(path, i + 1), empty));
@@ -142,12 +142,6 @@ export class Patch {
 
   /** Same as apply (kept for older policies). */
   raw(operationJson: string): void { this.ops.push(operationJson); }
-}
-
-/** Where the first `-` of path[from..] is (the path creates a list there), or -1. */
-function firstAppend(path: string[], from: i32): i32 {
-  for (let j = from; j < path.length; j++) if (path[j] == '-') return j;
-  return -1;
 }
 
 /** The missing parents from path[from] down, as JSON text holding `json`: maps, or a list for `-`. */

@@ -531,8 +531,12 @@ function expand(
  * Pod was denied, where per-policy webhooks would have added both).
  */
 function ensuresList(path: string[], value: JsonValue, original: JsonValue, touched: Touched): boolean {
-  return isEmptyList(value) && path.length > 0 && valueAt(original, path) === undefined &&
-    isMap(valueAt(original, path.slice(0, -1))) && !touched.overlaps(path);
+  return isEmptyList(value) && newUnderMap(path, original, touched);
+}
+
+/** A place the original lacks, under a map it has, where this patch has not written before. */
+function newUnderMap(path: string[], original: JsonValue, touched: Touched): boolean {
+  return path.length > 0 && valueAt(original, path) === undefined && isMap(valueAt(original, path.slice(0, -1))) && !touched.overlaps(path);
 }
 
 function isEmptyList(value: JsonValue): boolean {
@@ -545,8 +549,7 @@ function isEmptyList(value: JsonValue): boolean {
  * own earlier map there is replaced, as RFC 6902 says, not merged into: red team).
  */
 function fillsIn(path: string[], value: JsonValue, original: JsonValue, touched: Touched): boolean {
-  return isMap(value) && path.length > 0 && valueAt(original, path) === undefined &&
-    isMap(valueAt(original, path.slice(0, -1))) && !touched.overlaps(path);
+  return isMap(value) && newUnderMap(path, original, touched);
 }
 
 /**
@@ -625,10 +628,7 @@ class WriteIndex {
       if (!this.#appends.has(list)) this.#appends.set(list, write);
       // A later write above the list would undo the append (red team: a replaced securityContext
       // dropped another policy's "ALL" from capabilities.drop).
-      for (const [i, prefix] of keys.slice(0, -2).entries()) {
-        if (!this.#below.has(prefix)) this.#below.set(prefix, write);
-        if (!isPosition(write.path[i]!) && !this.#keyedBelow.has(prefix)) this.#keyedBelow.set(prefix, write);
-      }
+      this.#noteBelow(write, keys.slice(0, -2));
       return;
     }
     // Two different values are enough to tell any third write there apart: keep at most two, and
@@ -639,15 +639,20 @@ class WriteIndex {
     else if (same.length < 3 && same.every((w) => w.value !== write.value || w.ensures !== write.ensures)) {
       if (same.length < 2 || !write.ensures) same.push(write);
     }
-    for (const [i, prefix] of keys.slice(0, -1).entries()) {
-      if (!this.#below.has(prefix)) this.#below.set(prefix, write);
-      if (!isPosition(write.path[i]!) && !this.#keyedBelow.has(prefix)) this.#keyedBelow.set(prefix, write);
-    }
+    this.#noteBelow(write, keys.slice(0, -1));
     if (write.shifts && !this.#shifting.has(list)) this.#shifting.set(list, write);
     if (write.trims && !this.#trimmed.has(list)) this.#trimmed.set(list, write);
     if (write.beyond && !this.#beyondIn.has(write.beyondList!)) this.#beyondIn.set(write.beyondList!, write);
     if (write.beyond) {
       for (let i = 0; i < write.path.length; i++) if (!this.#beyond.has(keys[i]!)) this.#beyond.set(keys[i]!, write);
+    }
+  }
+
+  /** `write` as the first below each of `prefixes` (its ancestors' pointers), and by a key if it is. */
+  #noteBelow(write: Write, prefixes: string[]): void {
+    for (const [i, prefix] of prefixes.entries()) {
+      if (!this.#below.has(prefix)) this.#below.set(prefix, write);
+      if (!isPosition(write.path[i]!) && !this.#keyedBelow.has(prefix)) this.#keyedBelow.set(prefix, write);
     }
   }
 

@@ -125,14 +125,12 @@ function notJson(bytes: Buffer, at: number): string {
 
 /** Whether the request has an object, without parsing one that is read when first needed. */
 export function hasObject(request: AdmissionRequest): boolean {
-  const field = Object.getOwnPropertyDescriptor(request, 'object');
-  // Still unread: scanReview found an object there (a getter stands only for `{...}`).
-  if (field?.get) return true;
-  return request.object !== null && request.object !== undefined;
+  return hasValue(request, 'object');
 }
 
 /** Whether the request has an object (`object`) or an old object, without parsing one still unread. */
 export function hasValue(request: AdmissionRequest, which: 'object' | 'oldObject'): boolean {
+  // Still unread: scanReview found one there (a getter stands only for `{...}`).
   if (Object.getOwnPropertyDescriptor(request, which)?.get) return true;
   return request[which] !== null && request[which] !== undefined;
 }

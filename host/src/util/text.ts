@@ -13,9 +13,9 @@ export const MAX_MESSAGE_LENGTH = 4096;
  * At most MAX_MESSAGE_LENGTH characters, saying how many were cut. A copy, not a slice: V8's
  * slice of a long string keeps the whole string alive (red team: megabytes held per message).
  */
-export function cutMessage(text: string): string {
-  if (text.length <= MAX_MESSAGE_LENGTH) return text;
-  return `${Buffer.from(text.slice(0, MAX_MESSAGE_LENGTH)).toString()}… (${text.length - MAX_MESSAGE_LENGTH} more characters cut)`;
+export function cutMessage(text: string, max = MAX_MESSAGE_LENGTH): string {
+  if (text.length <= max) return text;
+  return `${Buffer.from(text.slice(0, max)).toString()}… (${text.length - max} more characters cut)`;
 }
 
 /** Longest a name from a request is written to the log: Kubernetes names are at most 253 characters. */
@@ -23,8 +23,7 @@ const MAX_FIELD_LENGTH = 256;
 
 /** A request's name (namespace, user) for a log line, cut when no API server would have sent it. */
 export function cutField<T extends string | undefined>(text: T): T {
-  if (text === undefined || text.length <= MAX_FIELD_LENGTH) return text;
-  return `${text.slice(0, MAX_FIELD_LENGTH)}… (${text.length - MAX_FIELD_LENGTH} more characters cut)` as T;
+  return (text === undefined ? text : cutMessage(text, MAX_FIELD_LENGTH)) as T;
 }
 
 /** What the apiserver keeps of one warning, in characters: it cuts the rest (merge/warnings.ts). */
