@@ -224,6 +224,17 @@ describe('Kubernetes API errors', () => {
     expect(error.transient).toBe(true);
   });
 
+  it('say to create the namespace, or set webhooks.namespace, when the namespace does not exist', () => {
+    const lease = { verb: 'create' as const, resource: 'leases' as const, name: 'portcullis.dev', namespace: 'policies' };
+    const error = describeKubeError(api(404, 'namespaces "policies" not found'), lease, 'https://k');
+    expect(error.message).toBe('404 Not Found: cannot create leases "portcullis.dev" in namespace "policies": namespace "policies" does not exist; ' +
+      'create it (kubectl create namespace policies) or set webhooks.namespace to the namespace the host runs in; retrying');
+    expect(error.retryable).toBe(true);
+    // Any other 404 is what it says.
+    expect(describeKubeError(api(404, 'leases.coordination.k8s.io "portcullis.dev" not found'), lease, 'https://k').message)
+      .toBe('404 Not Found: leases "portcullis.dev" in namespace "policies" does not exist: leases.coordination.k8s.io "portcullis.dev" not found');
+  });
+
   it('do not retry what only a configuration change can fix', () => {
     const error = describeKubeError(api(422, 'webhooks[0].name: Invalid value'), op, 'https://k');
     expect(error.message).toContain('422 Invalid: the apiserver refused to patch validatingwebhookconfigurations "portcullis.dev": webhooks[0].name: Invalid value; check the webhooks section');

@@ -185,6 +185,12 @@ export function describeKubeError(error: unknown, op: Operation, server: string)
     case 403:
       return new KubeApiError(op, status, `403 Forbidden: cannot ${op.verb} ${target}${detail}; grant the host's ServiceAccount '${op.verb}' on ${where} (deploy/10-rbac.yaml has the exact rules)`, true, { cause: error });
     case 404:
+      // Creating in a namespace nobody made says only `namespaces "x" not found` (newcomer: a
+      // local serve whose Service named a namespace not created yet, and the Lease failed so).
+      if (op.namespace !== undefined && said === `namespaces "${op.namespace}" not found`) {
+        return new KubeApiError(op, status, `404 Not Found: cannot ${op.verb} ${target}: namespace "${op.namespace}" does not exist; ` +
+          `create it (kubectl create namespace ${op.namespace}) or set webhooks.namespace to the namespace the host runs in; retrying`, true, { cause: error });
+      }
       return new KubeApiError(op, status, `404 Not Found: ${target} does not exist${detail}`, false, { cause: error });
     case 409:
       return new KubeApiError(op, status, `409 Conflict: ${target} was changed by someone else between read and ${op.verb}${detail}; re-reading and retrying`, true, { cause: error });
