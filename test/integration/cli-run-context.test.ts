@@ -33,6 +33,16 @@ describe('portcullis run --context', () => {
     const { code, stderr } = await cli(['run', '--policy', policy, '--request', review, '--context', objects, '--grant', 'v1/Namespace']);
     expect(code).toBe(1);
     expect(stderr).toContain('may not read Ingress (networking.k8s.io/v1): its grants are { apiVersion: v1, kind: Namespace }');
+    // The fix here is a flag, not the configuration the grant's message names.
+    expect(stderr).toContain(`\nportcullis run: add --grant networking.k8s.io/v1/Ingress, or leave out --grant to grant every kind in ${objects}\n`);
+  });
+
+  it('without --context, a policy that reads cluster objects is told where they come from here', async () => {
+    const { code, stderr } = await cli(['run', '--policy', policy, '--request', review]);
+    expect(code).toBe(1);
+    expect(stderr).toContain('may not read Ingress (networking.k8s.io/v1): it has no context grants');
+    expect(stderr).toContain('\nportcullis run: a policy reads cluster objects here from a file: add --context OBJECTS.yaml ' +
+      '(every kind in it is granted; --grant networking.k8s.io/v1/Ingress grants that kind alone)\n');
   });
 
   it('refuses a bad context file or grant with a clear message', async () => {

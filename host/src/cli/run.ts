@@ -71,14 +71,28 @@ export default async function run(args: string[]): Promise<number> {
     const unusable = outcome.status === 'allowed' && !decision.allowed
       ? (decision.status?.message?.replace(`policy "${name}": `, '') ?? 'its answer could not be used') : undefined;
     if (outcome.status === 'failed' || unusable !== undefined) {
-      const why = outcome.status === 'failed' ? outcome.message : unusable;
+      const why = outcome.status === 'failed' ? outcome.message : unusable!;
       process.stderr.write(`portcullis run: policy "${name}" (${values.policy}) failed on request ${review.request.uid}: ${why}\n`);
+      const hint = grantHint(why, values.context, values.grant);
+      if (hint) process.stderr.write(`portcullis run: ${hint}\n`);
       return 1;
     }
     return 0;
   } finally {
     await pool.close();
   }
+}
+
+/**
+ * A missing grant's message says what to add to a configuration; here the grants come from the
+ * flags (newcomer: told to edit "the configuration" while running one module with --policy).
+ */
+function grantHint(why: string, context: string | undefined, grants: string[] | undefined): string | undefined {
+  const missing = /may not read ([^\s()]+) \(([^\s()]+)\)/.exec(why);
+  if (!missing) return undefined;
+  const grant = `${missing[2]}/${missing[1]}`;
+  if (context === undefined) return `a policy reads cluster objects here from a file: add --context OBJECTS.yaml (every kind in it is granted; --grant ${grant} grants that kind alone)`;
+  return grants?.length ? `add --grant ${grant}, or leave out --grant to grant every kind in ${context}` : undefined;
 }
 
 /** What the policy logged (ctx.log, console) goes to stderr, beside the review on stdout. */
