@@ -118,6 +118,9 @@ describe('build, inspect, test on the generated project', () => {
   it('embeds name, version, modes, rules and settings schema; inspect shows them', async () => {
     const built = await inProject(['build', 'src/policy.ts', '-o', 'team-label.wasm']);
     expect(built.code, built.stderr).toBe(0);
+    // Where the name came from is said at build, not found later by inspect (newcomer: a policy
+    // beside its folder's own package.json was named after the folder).
+    expect(built.stderr).toMatch(new RegExp(`^built team-label\\.wasm \\(typescript, \\d+ bytes, \\d+ ms\\); name "team-label" 0\\.1\\.0, 1 rule, from ${project}/package\\.json\n$`));
     const inspected = await inProject(['inspect', 'team-label.wasm', '--json']);
     expect(inspected.code, inspected.stderr).toBe(0);
     const report = JSON.parse(inspected.stdout) as Record<string, unknown>;
@@ -232,7 +235,7 @@ describe('build, inspect, test on the generated project', () => {
   it('a TypeScript module built with --no-check says its modes were not embedded', async () => {
     const result = await inProject(['build', 'src/policy.ts', '-o', 'unchecked.wasm', '--no-check']);
     expect(result.code, result.stderr).toBe(0);
-    expect(result.stderr).toMatch(/modes not embedded \(--no-check\): the host finds them at load\)\n$/);
+    expect(result.stderr).toMatch(/modes not embedded \(--no-check\): the host finds them at load\); name "team-label" 0\.1\.0, 1 rule, from .*\/package\.json\n$/);
   }, 60_000);
 
   it('inspect of something that is not a module is one line and exit 1', async () => {

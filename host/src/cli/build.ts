@@ -24,7 +24,7 @@ export default async function build(args: string[]): Promise<number> {
   const language = values.lang === undefined ? undefined : normalizeLanguage(values.lang);
   const { buildPolicy } = await import('@portcullis/sdk/build');
   const started = performance.now();
-  const info = await packageInfo(resolve(source));
+  const { info, file: infoFile } = await packageInfo(resolve(source));
   const result = await buildPolicy({
     source, typecheck: !values['no-typecheck'], ...(language ? { language } : {}), ...(timeout ? { timeoutMs: timeout * 1000 } : {}),
   });
@@ -54,7 +54,7 @@ export default async function build(args: string[]): Promise<number> {
   const bytes = embedPolicyInfo(result.bytes, { ...info, ...(modes ? { modes } : {}) });
   await mkdir(dirname(resolve(values.out)), { recursive: true });
   await writeFile(values.out, bytes);
-  process.stderr.write(`built ${values.out} (${result.language}, ${bytes.length} bytes, ${Math.round(performance.now() - started)} ms${note})\n`);
+  process.stderr.write(`built ${values.out} (${result.language}, ${bytes.length} bytes, ${Math.round(performance.now() - started)} ms${note}); ${metadataFrom(info, infoFile)}\n`);
   return 0;
 }
 
@@ -64,13 +64,24 @@ function coreModes(bytes: Uint8Array): PolicyInfo['modes'] {
 }
 
 /** Metadata from the nearest package.json above the source, checked as the host will check it. */
-async function packageInfo(source: string): Promise<PolicyInfo> {
+async function packageInfo(source: string): Promise<{ info: PolicyInfo; file?: string }> {
   for (let dir = dirname(source); ; dir = dirname(dir)) {
     const file = join(dir, 'package.json');
     const text = await readFile(file, 'utf8').catch(() => undefined);
-    if (text !== undefined) return infoFrom(file, text);
-    if (dirname(dir) === dir) return {};
+    if (text !== undefined) return { info: await infoFrom(file, text), file };
+    if (dirname(dir) === dir) return { info: {} };
   }
+}
+
+/**
+ * Where the embedded name and version came from. Newcomer: a policy written beside the folder's
+ * own package.json (`npm init -y`) was built as that folder's package, and only `inspect` showed it.
+ */
+function metadataFrom(info: PolicyInfo, file: string | undefined): string {
+  if (file === undefined) return 'no package.json above the source: no name, version or rules embedded';
+  const what = info.name === undefined ? 'no name' : `name "${info.name}"${info.version === undefined ? '' : ` ${info.version}`}`;
+  const rules = info.rules === undefined ? 'no rules' : `${info.rules.length} rule${info.rules.length === 1 ? '' : 's'}`;
+  return `${what}, ${rules}, from ${file}`;
 }
 
 async function infoFrom(file: string, text: string): Promise<PolicyInfo> {
