@@ -1,7 +1,10 @@
 // One webhook per policy, managed by a real `portcullis serve` and called by a real apiserver:
 // what kubectl users see (denials, warnings, mutations), the configuration's fields, reload,
 // the namespace exclusion, a foreign same-named object, and cleanup on SIGTERM.
+import { writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { cli } from '../helpers/cli.ts';
 import {
   configMap, getMutating, getObject, getValidating, hookNames, HOST_NAMESPACE, kubectl, kubectlOk, leaderIdentity, policy, prepareNamespaces,
   readCa, removeWebhookConfigurations, startHost, stopAllHosts, waitFor, WORK_NAMESPACE, type Host,
@@ -13,6 +16,9 @@ const configmaps = (operations: string[]) => ({ operations, apiGroups: [''], api
 const policies = [
   policy('require-labels', { modes: ['validate'], settings: { labels: { team: 'unowned' } }, rules: [configmaps(['CREATE', 'UPDATE'])] }),
   policy('added-by', { settings: { value: 'e2e' }, rules: [configmaps(['CREATE'])], reinvocationPolicy: 'IfNeeded' }),
+  // After added-by, changing its annotation: the apiserver calls added-by again (IfNeeded), and
+  // run --config must say so too.
+  { ...policy('added-by'), name: 'added-by-late', settings: { value: 'late' }, rules: [configmaps(['CREATE'])] },
   policy('show-auth', { failurePolicy: 'Ignore', rules: [configmaps(['CREATE'])], match: [{ kind: 'ConfigMap', labelSelector: { matchLabels: { 'portcullis.dev/show-auth': 'true' } } }] }),
   policy('no-delete', { persistent: true, sideEffects: 'NoneOnDryRun', rules: [configmaps(['DELETE'])] }),
 ];
@@ -23,7 +29,7 @@ beforeAll(async () => {
   await removeWebhookConfigurations();
   await prepareNamespaces();
   host = await startHost({ managed: NAME, policies });
-  await waitFor('managed configurations', async () => hookNames(await getValidating(NAME)).length === 3 && hookNames(await getMutating(NAME)).length === 1);
+  await waitFor('managed configurations', async () => hookNames(await getValidating(NAME)).length === 3 && hookNames(await getMutating(NAME)).length === 2);
 });
 
 afterAll(async () => {
@@ -37,7 +43,7 @@ describe('per-policy webhooks against a real apiserver', () => {
     const mutating = (await getMutating(NAME))!;
     expect(validating.metadata.labels).toMatchObject({ 'app.kubernetes.io/managed-by': 'portcullis' });
     expect(hookNames(validating)).toEqual([`require-labels.${NAME}`, `show-auth.${NAME}`, `no-delete.${NAME}`]);
-    expect(hookNames(mutating)).toEqual([`added-by.${NAME}`]);
+    expect(hookNames(mutating)).toEqual([`added-by.${NAME}`, `added-by-late.${NAME}`]);
     const ca = Buffer.from(await readCa(host)).toString('base64');
     const [requireLabels, showAuth, noDelete] = validating.webhooks!;
     expect(requireLabels).toMatchObject({
@@ -73,7 +79,14 @@ describe('per-policy webhooks against a real apiserver', () => {
     expect(result.stderr).toContain('Warning: policy "show-auth": Authorization header: absent');
     expect(result.code).toBe(0);
     const stored = await getObject<{ metadata: { annotations?: Record<string, string> } }>('configmap', 'labelled', WORK_NAMESPACE);
+    // added-by-late set "late" after added-by; added-by, IfNeeded, was called again.
     expect(stored!.metadata.annotations).toMatchObject({ 'portcullis.dev/added-by': 'e2e' });
+    // portcullis run --config on the host's own configuration says what the apiserver stored.
+    const manifest = join(host.dir, 'labelled.json');
+    await writeFile(manifest, configMap('labelled', WORK_NAMESPACE, { team: 'a' }));
+    const offline = await cli(['run', '--config', host.configFile, '--request', manifest, '--namespace', WORK_NAMESPACE, '--mode', 'mutate', '--show', 'patched']);
+    expect(offline.code, offline.stderr).toBe(0);
+    expect((JSON.parse(offline.stdout) as { metadata: { annotations: Record<string, string> } }).metadata.annotations).toEqual({ 'portcullis.dev/added-by': 'e2e' });
     // No show-auth label: the apiserver does not call show-auth at all (objectSelector), so no warning.
     const quiet = await kubectl(['create', '-f', '-'], { input: configMap('quiet', WORK_NAMESPACE, { team: 'a' }) });
     expect(quiet.code).toBe(0);

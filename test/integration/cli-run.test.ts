@@ -81,6 +81,33 @@ describe('portcullis run', () => {
     expect(merged.code).toBe(1);
   });
 
+  it('with --config and managed webhooks, calls an IfNeeded policy again when a later one changed the object, as the apiserver does', async () => {
+    // Newcomer: the cluster called the first policy a second time, and run --config showed one call.
+    const module = `${root}policies/added-by/added-by.wasm`;
+    const config = (first: 'IfNeeded' | 'Never', last: 'IfNeeded' | 'Never') => `webhooks: { managed: order.example.com, url: "https://127.0.0.1:8443" }
+policies:
+  - { name: first, module: ${module}, settings: { value: first }, reinvocationPolicy: ${first} }
+  - { name: quiet, module: ${module}, settings: { value: quiet }, reinvocationPolicy: IfNeeded, match: [{ kind: Secret }] }
+  - { name: last, module: ${module}, settings: { value: last }, reinvocationPolicy: ${last} }
+`;
+    const ok = `${root}test/fixtures/reviews/numbers-ok.json`;
+    const annotation = async (first: 'IfNeeded' | 'Never', last: 'IfNeeded' | 'Never') => {
+      const file = join(dir, `order-${first}-${last}.yaml`);
+      await writeFile(file, config(first, last));
+      const result = await cli(['run', '--config', file, '--request', ok, '--mode', 'mutate', '--show', 'patched']);
+      expect(result.stderr).toBe('');
+      expect(result.code).toBe(0);
+      return (JSON.parse(result.stdout) as { metadata: { annotations: Record<string, string> } }).metadata.annotations['portcullis.dev/added-by'];
+    };
+    // first, then last changes it: first is called again and has the last word.
+    expect(await annotation('IfNeeded', 'Never')).toBe('first');
+    // Both IfNeeded: first's second call changes it back, so last is called again too, after it
+    // in the same second pass (there is no third).
+    expect(await annotation('IfNeeded', 'IfNeeded')).toBe('last');
+    // Never: once only.
+    expect(await annotation('Never', 'IfNeeded')).toBe('last');
+  });
+
   it('with --config, applies a patch the worker handed over as text (2,000 members) as any other', async () => {
     const value = Object.fromEntries(Array.from({ length: 2000 }, (_, i) => [`k${i}`, 'v']));
     await writeFile(join(dir, 'wide.wasm'), await answering({ outcome: 'allow', patch: [{ op: 'add', path: '/metadata/annotations', value }] }));

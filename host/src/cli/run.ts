@@ -4,6 +4,7 @@
 // when the command could not produce a decision (unreadable input, a policy that failed to load,
 // crashed, timed out, returned garbage or a patch that does not apply), with one line on stderr saying why.
 import { resolve } from 'node:path';
+import { isDeepStrictEqual } from 'node:util';
 import { parseArgs } from 'node:util';
 import type { JsonValue, Mode, PatchOperation } from '@portcullis/sdk';
 import { parse as parseYaml } from 'yaml';
@@ -17,7 +18,7 @@ import { loadPolicy } from '../policy/load.ts';
 import { parseReview, type AdmissionReview } from '../review/parse.ts';
 import { respond, type Decision } from '../review/respond.ts';
 import { loadConfigFile, nonJsonValue, yamlProblem } from '../config/load.ts';
-import { loadPolicySet } from '../policy/policy-set.ts';
+import { loadPolicySet, type PolicyEntry } from '../policy/policy-set.ts';
 import { policyNameOf, type RegistryOptions } from '../policy/source.ts';
 import { policyMatches } from '../select/match.ts';
 import { isAdmissionRequest, isObject, requestFor, wholeRequest } from './request.ts';
@@ -211,28 +212,36 @@ async function runConfig(
     // Managed webhooks, one per policy (not singleWebhook): the apiserver calls the mutating ones
     // one after another, each on the object as the one before left it, so two patches of the
     // same field do not conflict there; the last one wins (newcomer: run --config said
-    // "conflict" where the cluster admitted the Pod). Otherwise, as /mutate merges them. Not
-    // done: the apiserver's second call of a reinvocationPolicy IfNeeded policy.
+    // "conflict" where the cluster admitted the Pod). Otherwise, as /mutate merges them.
     const oneByOne = config.webhooks.managed !== undefined && !config.webhooks.singleWebhook;
-    passes: for (const m of modes) {
-      for (const group of m === 'mutate' && oneByOne ? set.entries.map((entry) => [entry]) : [set.entries]) {
-        const selected = group.filter((entry) => policyMatches(entry, m, request));
-        if (selected.length === 0 && group !== set.entries) continue;
-        // The endpoint the guest is told is the one its webhook calls.
-        const webhook = group === set.entries ? `/${m}` : `/${m}/${group[0]!.config.name}`;
-        const input = { request, settings: null, headers: {}, sslpeer: null, dryRun: request.dryRun === true, webhook };
-        const evaluated = await Promise.all(selected.map(async (entry) => ({ policy: entry.config, outcome: await evaluateEntry(pool, entry, m, input) })));
-        for (const { outcome } of evaluated) printLogs(outcome);
-        decision = merge(evaluated, request.operation, request.object).decision;
-        for (const { policy, outcome } of evaluated) if (outcome.status === 'failed') failures.push(`policy "${policy.name}" failed on request ${request.uid}: ${outcome.message}`);
-        if (!decision.allowed && evaluated.every(({ outcome }) => outcome.status === 'allowed')) failures.push(`${decision.status?.message ?? 'the policies\' answers could not be merged'} (request ${request.uid})`);
-        warnings.push(...decision.warnings);
-        if (!decision.allowed) break passes;
-        if (m === 'mutate' && decision.patch.length > 0 && request.object) {
-          patch.push(...decision.patch);
-          request = { ...request, object: patchedObject(request.object, decision.patch) as typeof request.object };
-        }
+    /** Evaluates one webhook's policies on the request as it stands; false when the review ends there (denied). */
+    const call = async (m: Mode, group: readonly PolicyEntry[], webhook: string): Promise<boolean> => {
+      const selected = group.filter((entry) => policyMatches(entry, m, request));
+      const input = { request, settings: null, headers: {}, sslpeer: null, dryRun: request.dryRun === true, webhook };
+      const evaluated = await Promise.all(selected.map(async (entry) => ({ policy: entry.config, outcome: await evaluateEntry(pool, entry, m, input) })));
+      for (const { outcome } of evaluated) printLogs(outcome);
+      decision = merge(evaluated, request.operation, request.object).decision;
+      for (const { policy, outcome } of evaluated) if (outcome.status === 'failed') failures.push(`policy "${policy.name}" failed on request ${request.uid}: ${outcome.message}`);
+      if (!decision.allowed && evaluated.every(({ outcome }) => outcome.status === 'allowed')) failures.push(`${decision.status?.message ?? 'the policies\' answers could not be merged'} (request ${request.uid})`);
+      warnings.push(...decision.warnings);
+      if (!decision.allowed) return false;
+      if (m === 'mutate' && decision.patch.length > 0 && request.object) {
+        patch.push(...decision.patch);
+        request = { ...request, object: patchedObject(request.object, decision.patch) as typeof request.object };
       }
+      return true;
+    };
+    passes: for (const m of modes) {
+      if (m === 'mutate' && oneByOne) {
+        if (!await reinvoking(set.entries, (entry) => policyMatches(entry, m, request), async (entry) => {
+          const before = request.object;
+          const allowed = await call(m, [entry], `/${m}/${entry.config.name}`);
+          return { allowed, changed: !isDeepStrictEqual(before, request.object) };
+        })) break passes;
+        continue;
+      }
+      // The endpoint the guest is told is the one its webhook calls.
+      if (!await call(m, set.entries, `/${m}`)) break passes;
     }
     const final: Decision<PatchOperation[]> = { ...decision, warnings, patch: decision.allowed ? patch : [] };
     print(review, final, patched);
@@ -241,6 +250,36 @@ async function runConfig(
   } finally {
     await pool.close();
   }
+}
+
+/**
+ * The apiserver's order of mutating webhooks, one per policy: each in turn, then once more
+ * those with `reinvocationPolicy: IfNeeded` that an object changed after (newcomer: the cluster
+ * called the first policy again, and run --config showed it once). As the apiserver: a webhook
+ * that did not match the first time is not called the second, nor one that no longer matches.
+ * False when a webhook denied.
+ */
+async function reinvoking(
+  entries: readonly PolicyEntry[], matches: (entry: PolicyEntry) => boolean,
+  call: (entry: PolicyEntry) => Promise<{ allowed: boolean; changed: boolean }>,
+): Promise<boolean> {
+  const invokedSinceChange = new Set<PolicyEntry>();
+  const again = new Set<PolicyEntry>();
+  for (const second of [false, true]) {
+    if (second && again.size === 0) break;
+    for (const entry of entries) {
+      if (second && !again.has(entry)) continue;
+      if (!matches(entry)) continue;
+      const { allowed, changed } = await call(entry);
+      if (!allowed) return false;
+      if (changed) {
+        for (const earlier of invokedSinceChange) again.add(earlier);
+        invokedSinceChange.clear();
+      }
+      if (entry.config.reinvocationPolicy === 'IfNeeded') invokedSinceChange.add(entry);
+    }
+  }
+  return true;
 }
 
 /** As the server's default server.maxBodyBytes: a review larger than this is never sent to a webhook. */
