@@ -200,7 +200,9 @@ it('answers the late calls of a queue as not started and starts the right one am
   // What a call costs is learnt from its calls, the first (cold) one weighing most: warmed, so
   // that the short calls are not refused at once for a cold cost of the calls ahead (clean-clone
   // CI: "about 40 ms of work queued ahead") where this test wants them to expire in the queue.
+  // The blocker too: queued in the same turn, it is ahead of them. In round-robin order.
   for (let i = 0; i < 12; i++) {
+    await evaluatePolicy(pool, slowSpin, 'mutate', input({ object: {} }));
     for (const p of [short, longB, longA]) await evaluatePolicy(pool, p, 'validate', input({ object: { spec: { numbers: [1] } } }));
   }
   // longA was served more recently than longB: round-robin then picks longB first.

@@ -82,7 +82,7 @@ describe('inline lane', () => {
     } finally {
       await workersOnly.close();
     }
-  });
+  }, LANE_WAIT_MS);
 
   it('answers a trusted TypeScript policy (a component) in the main thread, as a worker does', async () => {
     const labels = await load(pool, 'require-labels', { settings: { labels: { team: 'x' } } });
@@ -211,7 +211,7 @@ describe('inline lane', () => {
     const inline = pool.stats.inlineCalls;
     await evaluatePolicy(pool, policy, 'validate', input());
     expect(pool.stats.inlineCalls).toBe(inline);
-  });
+  }, LANE_WAIT_MS);
 
   it('stops a start function by time in the main thread, however little fuel is worth there', async () => {
     // A start function that never ends (the lane takes only policies a worker made quickly; this
@@ -229,7 +229,7 @@ describe('inline lane', () => {
     const policy = await load(pool, 'costly-start', { module: await allowing('costly-start', { costlyStart: 30 }) });
     await untilInline(policy, 2);
     expect(pool.inlineOut(policy.key)).toBeUndefined();
-  });
+  }, LANE_WAIT_MS);
 
   it('bounds by time what the host does for an inline guest: past it every host function throws and the counter is emptied, so catching the throw does not help', async () => {
     const { parse } = await import('@bytecodealliance/jco');

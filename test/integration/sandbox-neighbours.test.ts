@@ -189,15 +189,22 @@ it('a policy that is slow but within its deadline never holds every worker, nor 
   // Calibrate to about 0.6 s a call on this machine (a tenth of the deadline makes it slow).
   const prober = await load(pool, 'slow-probe', { file: 'spin', limits, settings: { iterations: 1e6 } });
   await evaluatePolicy(pool, prober, 'mutate', input()); // the first call also compiles
-  const probe = await evaluatePolicy(pool, prober, 'mutate', input());
-  expect(probe.status).toBe('allowed');
-  const iterations = Math.round(1e6 * 600_000 / Math.max(1000, probe.guestMicros ?? 0));
+  // The fastest of three probes: one slowed by a busy machine made the calls shorter than 0.3 s
+  // (the check at the end), once in a full run.
+  const probes: number[] = [];
+  for (let i = 0; i < 3; i++) {
+    const probe = await evaluatePolicy(pool, prober, 'mutate', input());
+    expect(probe.status).toBe('allowed');
+    probes.push(probe.guestMicros ?? 0);
+  }
+  const iterations = Math.round(1e6 * 600_000 / Math.max(1000, Math.min(...probes)));
   const slow = await load(pool, 'slow-but-within', { file: 'spin', limits, settings: { iterations } });
   expect(await evaluatePolicy(pool, slow, 'mutate', input())).toMatchObject({ status: 'allowed' });
-  const slowCalls = [1, 2, 3, 4].map(() => evaluatePolicy(pool, slow, 'mutate', input()));
+  // More than the workers, fewer than the deadline holds in one (a slow policy keeps to one worker).
+  const slowCalls = [1, 2, 3].map(() => evaluatePolicy(pool, slow, 'mutate', input()));
   expect(await benignRound(pool, benign)).toEqual(Array(10).fill('denied'));
   const done = await Promise.all(slowCalls);
-  expect(done.map((o) => o.status)).toEqual(['allowed', 'allowed', 'allowed', 'allowed']);
+  expect(done.map((o) => o.status)).toEqual(['allowed', 'allowed', 'allowed']);
   // It really was slow: over a tenth of its deadline a call.
   expect(Math.min(...done.map((o) => o.guestMicros ?? 0))).toBeGreaterThan(300_000);
 }, 60_000);
@@ -368,17 +375,20 @@ it('a policy whose only worker is held by a long call gets a second worker then,
     // Placed in turn: workers 0, 1, 0. The looping one has answered nothing yet.
     const looping = await load(own, 'loops-first', { file: 'spin', limits: { ...DEFAULT_LIMITS, timeoutMs: 3000 } });
     await load(own, 'numbers-other-worker', { file: 'numbers' });
-    const sharing = await load(own, 'numbers-held-worker', { file: 'numbers', limits: { ...DEFAULT_LIMITS, timeoutMs: 2000 } });
+    // Its deadline is not the bound (spreading loads it in the other worker, slow beside other
+    // test files): being answered while the loop still runs is.
+    const sharing = await load(own, 'numbers-held-worker', { file: 'numbers', limits: { ...DEFAULT_LIMITS, timeoutMs: 6000 } });
     const ok = () => input({ object: { spec: { numbers: [1] } } });
     expect((await evaluatePolicy(own, sharing, 'validate', ok())).status).toBe('allowed');
     expect([looping, sharing].map((p) => own.instancesOf(p.key))).toEqual([1, 1]);
     const loop = evaluatePolicy(own, looping, 'validate', input());
+    let loopEnded = false;
+    void loop.then(() => { loopEnded = true; });
     await new Promise((r) => setTimeout(r, 100));
-    const started = performance.now();
     const answers = await Promise.all([1, 2, 3].map(() => evaluatePolicy(own, sharing, 'validate', ok())));
     expect(answers.map((a) => a.status)).toEqual(['allowed', 'allowed', 'allowed']);
-    // Before: failed after 2 s, waiting for the 3 s loop.
-    expect(performance.now() - started).toBeLessThan(1500);
+    // Before: answered only after the 3 s loop (with a 2 s deadline: failed waiting for it).
+    expect(loopEnded).toBe(false);
     expect(own.instancesOf(sharing.key)).toBe(2);
     expect(own.stats.workers).toBe(2); // another regular worker, not a relief one
     expect(await loop).toMatchObject({ status: 'failed', message: 'exceeded its 3s CPU deadline' });
@@ -398,7 +408,9 @@ it('policies spread from a held worker go one per worker per check, not all at o
     // Placed in turn: the looping one in worker 0, then numbers-1 in worker 1, numbers-2 in 0...
     const looping = await load(own, 'loops-beside-many', { file: 'spin', limits: { ...DEFAULT_LIMITS, timeoutMs: 4000 } });
     const policies = [];
-    for (let i = 1; i <= 10; i++) policies.push(await load(own, `numbers-${i}`, { file: 'numbers', limits: { ...DEFAULT_LIMITS, timeoutMs: 3000 } }));
+    // Their deadlines are not the bound (five loads in turn into the other worker, slow beside
+    // other test files): being spread one at a time is.
+    for (let i = 1; i <= 10; i++) policies.push(await load(own, `numbers-${i}`, { file: 'numbers', limits: { ...DEFAULT_LIMITS, timeoutMs: 10_000 } }));
     const ok = () => input({ object: { spec: { numbers: [1] } } });
     for (const policy of policies) expect((await evaluatePolicy(own, policy, 'validate', ok())).status).toBe('allowed');
     const held = policies.filter((_, i) => i % 2 === 1); // numbers-2, -4, ...: worker 0's

@@ -6,14 +6,23 @@ import { evaluatePolicy } from '../../host/src/evaluate/evaluate.ts';
 import { SandboxPool } from '../../host/src/sandbox/pool.ts';
 import { DEFAULT_LIMITS } from '../../host/src/config/limits.ts';
 import { input, load, wasm } from '../helpers/policies.ts';
+import { answering } from '../helpers/wasm.ts';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { parseConfig } from '../../host/src/config/load.ts';
 import { loadPolicySet, PolicyRegistry } from '../../host/src/policy/policy-set.ts';
 
 let pool: SandboxPool;
-// 1 s: a TypeScript policy's first load takes 340-420 ms on an idle machine with V8's dynamic
-// tiering off (240-300 with it), and a clean-clone CI run, test files side by side, passed 500.
-beforeAll(() => { pool = new SandboxPool(1, { loadTimeoutMs: 1000 }); });
-afterAll(() => pool.close());
+let dir: string;
+beforeAll(async () => {
+  pool = new SandboxPool(1);
+  dir = await mkdtemp(join(tmpdir(), 'portcullis-reload-'));
+});
+afterAll(async () => {
+  await pool.close();
+  await rm(dir, { recursive: true, force: true });
+});
 
 it('a reload of the same module that refuses its settings leaves the serving policy answering', async () => {
   const serving = await load(pool, 'added-by', { settings: { value: 'portcullis' } });
@@ -31,15 +40,25 @@ it('loading the same policy twice at once gives one sandbox both can use', async
 });
 
 it('a policy loaded while its worker runs a long call is not blamed for the wait, nor is the call', async () => {
-  const spin = await load(pool, 'spin', { limits: { ...DEFAULT_LIMITS, timeoutMs: 1500 } });
-  const running = evaluatePolicy(pool, spin, 'validate', input());
-  await new Promise((r) => setTimeout(r, 100));
-  // The load deadline is 1 s; the worker reads the load only after the 1.5 s call is stopped.
-  const late = await load(pool, 'no-delete', { name: 'no-delete-late' });
-  const stuck = await running;
-  expect(stuck).toMatchObject({ status: 'failed', failure: 'temporary' });
-  expect(stuck.status === 'failed' && stuck.message).toContain('exceeded its 1.5s CPU deadline');
-  expect((await evaluatePolicy(pool, late, 'validate', input())).status).toBe('allowed');
+  // A pool of its own whose loads have 1 s, with modules that load in milliseconds: the file's
+  // pool had the 1 s for all, and a TypeScript policy's first load (340-420 ms idle) beside other
+  // test files came near it (clean-clone CI failed one at 500 ms).
+  const own = new SandboxPool(1, { loadTimeoutMs: 1000 });
+  try {
+    const module = join(dir, 'loop.wasm');
+    await writeFile(module, await answering({ outcome: 'allow' }, { loopsAfter: 0 }));
+    const loop = await load(own, 'loop', { module, limits: { ...DEFAULT_LIMITS, timeoutMs: 1500 } });
+    const running = evaluatePolicy(own, loop, 'validate', input());
+    await new Promise((r) => setTimeout(r, 100));
+    // The load deadline is 1 s; the worker reads the load only after the 1.5 s call is stopped.
+    const late = await load(own, 'no-delete', { name: 'no-delete-late' });
+    const stuck = await running;
+    expect(stuck).toMatchObject({ status: 'failed', failure: 'temporary' });
+    expect(stuck.status === 'failed' && stuck.message).toContain('exceeded its 1.5s CPU deadline');
+    expect((await evaluatePolicy(own, late, 'validate', input())).status).toBe('allowed');
+  } finally {
+    await own.close();
+  }
 }, 20_000);
 
 it('a reload back to settings a draining set still serves keeps that sandbox, though the draining set ends while it loads', async () => {

@@ -18,15 +18,18 @@ afterAll(() => pool.close());
 
 describe('the time left to answer', () => {
   it('a call that could not finish in time is not started; without a caller timeout it waits its deadline', async () => {
-    // Long enough that the relief worker (see below) comes after the late call's wait has run out.
+    // Long enough that the relief worker (see below) comes after the late call's wait has run out
+    // (at 10% of the held call's deadline: 0.5 s).
     const spin = await load(pool, 'spin', { limits: { ...DEFAULT_LIMITS, timeoutMs: 5000 } });
-    const numbers = await load(pool, 'numbers', { limits: { ...DEFAULT_LIMITS, timeoutMs: 2000 } });
+    // 4 s: the patient call below waits for the relief worker to start and load numbers (a first
+    // load there took 1.96 s in a clean-clone CI run).
+    const numbers = await load(pool, 'numbers', { limits: { ...DEFAULT_LIMITS, timeoutMs: 4000 } });
     const ok = input({ object: { spec: { numbers: [1] } } });
     // The only worker is held by a loop for 5 s.
     const held = evaluatePolicy(pool, spin, 'validate', input());
     await new Promise((r) => setTimeout(r, 50));
-    // The caller waits 2.3 s in all: a call of a 2 s policy may wait 0.3 s, not 2 s.
-    const late = await evaluatePolicy(pool, numbers, 'validate', ok, 2300);
+    // The caller waits 4.3 s in all: a call of a 4 s policy may wait 0.3 s, not 4 s.
+    const late = await evaluatePolicy(pool, numbers, 'validate', ok, 4300);
     expect(late).toMatchObject({ status: 'failed', failure: 'temporary', message: expect.stringMatching(/could not finish before the apiserver's timeout; not started$/) });
     // No caller timeout: it waits for the worker, and runs.
     const patient = await evaluatePolicy(pool, numbers, 'validate', ok);
@@ -65,7 +68,9 @@ describe('a relief worker', () => {
       const long = { limits: { ...DEFAULT_LIMITS, timeoutMs: 6000 } };
       const [spinA, spinB, numbers] = await Promise.all([
         load(two, 'spin', { ...long, name: 'spin-a' }), load(two, 'spin', { ...long, name: 'spin-b' }),
-        load(two, 'numbers', { limits: { ...DEFAULT_LIMITS, timeoutMs: 3000 } }),
+        // Its deadline is not the bound (a relief worker's first load of it took 1.96 s in a
+        // clean-clone CI run): being answered while the loops still run is.
+        load(two, 'numbers', { limits: { ...DEFAULT_LIMITS, timeoutMs: 8000 } }),
       ]);
       const ok = input({ object: { spec: { numbers: [1] } } });
       // Each answers a review first, so nothing marks them as likely to loop (red team: a policy
@@ -73,13 +78,15 @@ describe('a relief worker', () => {
       for (const policy of [spinA, spinB]) expect((await evaluatePolicy(two, policy, 'mutate', input({ object: {} }))).status).toBe('allowed');
       expect((await evaluatePolicy(two, numbers, 'validate', ok)).status).toBe('allowed');
       const held = [spinA, spinB].map((policy) => evaluatePolicy(two, policy, 'validate', input()));
+      let loopsEnded = false;
+      void Promise.all(held).then(() => { loopsEnded = true; });
       await new Promise((r) => setTimeout(r, 100));
       expect(two.stats.busy).toBe(2);
-      // Both workers loop for 6 s; numbers may wait 3 s. Without relief it waited them out and failed.
-      const started = performance.now();
+      // Both workers loop for 6 s. Without relief numbers waited them out (and, with a 3 s
+      // deadline, failed).
       const answers = await Promise.all([1, 2, 3].map(() => evaluatePolicy(two, numbers, 'validate', ok)));
       expect(answers.map((a) => a.status)).toEqual(['allowed', 'allowed', 'allowed']);
-      expect(performance.now() - started).toBeLessThan(3000);
+      expect(loopsEnded).toBe(false);
       expect(two.stats.workers).toBe(3);
       for (const outcome of await Promise.all(held)) expect(outcome).toMatchObject({ status: 'failed', message: 'exceeded its 6s CPU deadline' });
       // Nothing holds the workers now: the relief worker goes after RELIEF_IDLE_MS (2 s).
@@ -190,13 +197,14 @@ describe('a relief worker, when the held worker also holds other policies\' call
       // One review both policies judge: one message, the loop first.
       const review = ok();
       const held = Promise.all([evaluatePolicy(one, spin, 'validate', review), evaluatePolicy(one, numbers, 'validate', review)]);
+      let loopEnded = false;
+      void held.then(() => { loopEnded = true; });
       await new Promise((r) => setTimeout(r, 50));
       expect(one.stats.queued).toBe(0);
-      const started = performance.now();
       const answers = await Promise.all(Array.from({ length: 3 }, () => evaluatePolicy(one, numbers, 'validate', ok())));
       expect(answers.map((a) => a.status)).toEqual(['allowed', 'allowed', 'allowed']);
-      // On the relief worker, long before the loop's 4 s deadline (before: after it).
-      expect(performance.now() - started).toBeLessThan(3000);
+      // On the relief worker, before the loop's 4 s deadline (before: after it).
+      expect(loopEnded).toBe(false);
       expect(one.stats.workers).toBe(2);
       const [loop, stuck] = await held;
       expect(loop).toMatchObject({ status: 'failed', message: 'exceeded its 4s CPU deadline' });

@@ -126,21 +126,25 @@ describe('hot reload', () => {
     // returns. A reload asked for meanwhile used to share its answer, and the edit made after the
     // first one read the file was never loaded (the file watcher's reload of one edit answered
     // the test's reload of the next: flaky in CI).
-    // The file watcher's own reload of the previous test's edit may still be under way: the
-    // first reload asked for here would then run after it and read the second edit too (clean-
-    // clone CI, session 48). Past the watcher's 500 ms poll, one reload waits for whatever it started.
-    await new Promise((r) => setTimeout(r, 700));
-    await t.server.reload();
-    const looping = join(t.dir, 'start-loop.wasm');
+    // A server of its own without the file watcher: the race is between the two reloads asked
+    // for here, and the watcher's reloads of this file's edits (this test's, or the previous
+    // test's still under way) made the first one read the second edit (clean-clone CI, twice).
+    const own = await startServer(config('team: x'));
+    onTestFinished(() => own.close());
+    const looping = join(own.dir, 'start-loop.wasm');
     await writeFile(looping, module({ functions: [RETURN_0], exports: [{ name: 'validate', kind: 'func', index: 0 }], startLoop: true }));
-    await replaceConfig(t.configPath, `${config('team: x')}  - { name: start-loop, module: ${looping}, rules: [{ operations: [CREATE], apiGroups: [""], apiVersions: [v1], resources: [pods] }] }\n`);
-    const first = t.server.reload();
-    await new Promise((r) => setTimeout(r, 500)); // it has read the file and waits on the new policy
-    await replaceConfig(t.configPath, config('team: x, tier: prod'));
-    const second = t.server.reload();
+    await replaceConfig(own.configPath, `${config('team: x')}  - { name: start-loop, module: ${looping}, rules: [{ operations: [CREATE], apiGroups: [""], apiVersions: [v1], resources: [pods] }] }\n`);
+    // Known when the first reload has read the file: it starts loading its set.
+    const registry = own.server.registry;
+    const startLoading = registry.loading.bind(registry);
+    const read = new Promise<void>((resolve) => { registry.loading = () => { resolve(); return startLoading(); }; });
+    const first = own.server.reload();
+    await read; // it has read the file and waits on the new policy
+    await replaceConfig(own.configPath, config('team: x, tier: prod'));
+    const second = own.server.reload();
     expect(await first).toBe(false);
     expect(await second).toBe(true);
-    const { body } = await t.post('/validate', pod());
+    const { body } = await own.post('/validate', pod());
     expect(body.response.status.message).toBe('policy "require-labels": missing required label: tier');
   }, 30_000);
 
