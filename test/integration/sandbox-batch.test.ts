@@ -85,8 +85,10 @@ it('once it got a worker replaced, a policy runs alone: its neighbours are answe
     };
     // The first time, spin shares a message with a neighbour, which waits for it and is answered after.
     await once();
-    // (Once the replacement worker has loaded every policy.)
-    await new Promise((r) => setTimeout(r, 2000));
+    // (Once the replacement worker has loaded every policy: a fixed 2 s was not always enough.
+    // Its loads are posted when it replaces the stopped one, before spin's answer.)
+    expect(two.stats.loading).toBeGreaterThan(0);
+    await expect.poll(() => two.stats.loading, { timeout: 20_000, interval: 50 }).toBe(0);
     // From then on it runs alone, and the neighbours do not wait for its deadline.
     const answered = await once();
     expect(answered.numbers).toBeLessThan(answered.spin! - 200);

@@ -12,7 +12,7 @@ import { createLogger } from '../../host/src/util/log.ts';
 
 /** A pool's stats as an idle pool reports them (typed: a gauge reading a missing field throws). */
 const idlePool = {
-  stats: { size: 1, workers: 1, busy: 0, queued: 0, restarts: 0, inlineCalls: 0, inlineOut: 0,
+  stats: { size: 1, workers: 1, busy: 0, queued: 0, loading: 0, restarts: 0, inlineCalls: 0, inlineOut: 0,
     inlineReady: 0, inlinePreparing: 0, unstopped: 0 } satisfies PoolStats,
 } as SandboxPool;
 

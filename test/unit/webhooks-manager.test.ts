@@ -133,8 +133,8 @@ describe('WebhookManager', () => {
     // Visible outside the log too (portcullis_webhook_sync_failing).
     expect(manager.syncFailing).toBe(true);
     readiness = { ready: true };
-    await new Promise((r) => setTimeout(r, 1500));
-    expect(store.mutating?.webhooks).toHaveLength(1);
+    // The manager looks at readiness every second: registered at its next look.
+    await expect.poll(() => store.mutating?.webhooks?.length, { timeout: 10_000, interval: 50 }).toBe(1);
     expect(lines.some((l) => l.includes('ready; registering webhooks'))).toBe(true);
     expect(manager.syncFailing).toBe(false);
     await manager.stop();

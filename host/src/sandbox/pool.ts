@@ -203,6 +203,8 @@ export interface PoolStats {
   workers: number;
   busy: number;
   queued: number;
+  /** Workers loading a sandbox now (a new policy, or a replaced worker loading its policies again). */
+  loading: number;
   restarts: number;
   /** Calls answered in the main thread by the inline lane (inline-lane.ts). */
   inlineCalls: number;
@@ -345,7 +347,8 @@ export class SandboxPool {
   get stats(): PoolStats {
     const busy = this.#slots.filter((s) => s.batches.length > 0).length;
     return {
-      size: this.size, workers: this.#slots.length, busy, queued: this.#queue.length, restarts: this.#restarts,
+      size: this.size, workers: this.#slots.length, busy, queued: this.#queue.length,
+      loading: this.#slots.filter((s) => s.loads.size > 0).length, restarts: this.#restarts,
       inlineCalls: this.#inline?.calls ?? 0, inlineOut: this.#inline?.out ?? 0,
       inlineReady: this.#inline?.ready ?? 0, inlinePreparing: this.#inline?.preparing ?? 0, unstopped: unstoppedThreads(),
     };
