@@ -243,8 +243,11 @@ it('a costly policy\'s queue gets its own calls refused as overload, not other p
     await Promise.all(flood);
   }
   // The costly policy's own overload is its own: its calls past its share were refused.
+  // Refused as it was queued, or, on a machine slower than the costs it learnt, when its wait ran
+  // out (a full run beside two apiservers: "waited 2090 ms for a sandbox, past its 2s deadline;
+  // not started"): either way never started.
   expect(refusedOwn.length).toBeGreaterThan(0);
-  expect(refusedOwn[0]).toMatch(/not started: the sandboxes are overloaded/);
+  for (const message of refusedOwn) expect(message).toMatch(/^not started: the sandboxes are overloaded|; not started$/);
 }, 60_000);
 
 it('a policy is costly over 10 ms a call and normal again only under 5 ms, so a cost between the marks does not flip it', async () => {
