@@ -69,13 +69,13 @@ describe('portcullis run', () => {
     await writeFile(join(dir, 'second.wasm'), await label('second'));
     const policies = `policies:\n  - { name: first, module: ${join(dir, 'first.wasm')} }\n  - { name: second, module: ${join(dir, 'second.wasm')} }\n`;
     const perPolicy = join(dir, 'per-policy.yaml');
-    await writeFile(perPolicy, `webhooks: { managed: labels.example.com, url: "https://127.0.0.1:8443" }\n${policies}`);
+    await writeFile(perPolicy, `webhooks: { managed: labels.example.com, url: "https://127.0.0.1:8443", namespace: portcullis }\n${policies}`);
     const ok = `${root}test/fixtures/reviews/numbers-ok.json`;
     const inTurn = await cli(['run', '--config', perPolicy, '--request', ok, '--mode', 'mutate', '--show', 'patched']);
     expect(inTurn.stderr).toBe('');
     expect(JSON.parse(inTurn.stdout).metadata.labels).toEqual({ 'checked-by': 'second' });
     const single = join(dir, 'single.yaml');
-    await writeFile(single, `webhooks: { managed: labels.example.com, url: "https://127.0.0.1:8443", singleWebhook: true }\n${policies}`);
+    await writeFile(single, `webhooks: { managed: labels.example.com, url: "https://127.0.0.1:8443", namespace: portcullis, singleWebhook: true }\n${policies}`);
     const merged = await cli(['run', '--config', single, '--request', ok, '--mode', 'mutate']);
     expect(JSON.parse(merged.stdout).response).toMatchObject({ allowed: false, status: { code: 500, message: expect.stringContaining('its patch conflicts with policy "first"') as unknown } });
     expect(merged.code).toBe(1);
@@ -84,7 +84,7 @@ describe('portcullis run', () => {
   it('with --config and managed webhooks, calls an IfNeeded policy again when a later one changed the object, as the apiserver does', async () => {
     // Newcomer: the cluster called the first policy a second time, and run --config showed one call.
     const module = `${root}policies/added-by/added-by.wasm`;
-    const config = (first: 'IfNeeded' | 'Never', last: 'IfNeeded' | 'Never') => `webhooks: { managed: order.example.com, url: "https://127.0.0.1:8443" }
+    const config = (first: 'IfNeeded' | 'Never', last: 'IfNeeded' | 'Never') => `webhooks: { managed: order.example.com, url: "https://127.0.0.1:8443", namespace: portcullis }
 policies:
   - { name: first, module: ${module}, settings: { value: first }, reinvocationPolicy: ${first} }
   - { name: quiet, module: ${module}, settings: { value: quiet }, reinvocationPolicy: IfNeeded, match: [{ kind: Secret }] }
@@ -106,6 +106,53 @@ policies:
     expect(await annotation('IfNeeded', 'IfNeeded')).toBe('last');
     // Never: once only.
     expect(await annotation('Never', 'IfNeeded')).toBe('last');
+  });
+
+  it('with --config and managed webhooks, counts a policy as called where the apiserver calls its webhook, though the host selected nothing then', async () => {
+    // Red team, against a real apiserver: two match entries push no objectSelector down, so the
+    // apiserver calls the policy's webhook before the label is there (the host selects nothing)
+    // and again after a later policy added it (now the host does). run --config left it out.
+    await writeFile(join(dir, 'labeller.wasm'), await answering({ outcome: 'allow', patch: [{ op: 'add', path: '/metadata/labels', value: { added: 'yes' } }] }));
+    const file = join(dir, 'selected-later.yaml');
+    await writeFile(file, `webhooks: { managed: later.example.com, url: "https://127.0.0.1:8443", namespace: portcullis }
+policies:
+  - name: stamp
+    module: ${root}policies/added-by/added-by.wasm
+    settings: { value: stamped }
+    reinvocationPolicy: IfNeeded
+    match: [{ labelSelector: { matchLabels: { added: "yes" } } }, { kind: Secret }]
+  - { name: labeller, module: ${join(dir, 'labeller.wasm')} }
+`);
+    const result = await cli(['run', '--config', file, '--request', `${root}test/fixtures/reviews/numbers-ok.json`, '--mode', 'mutate', '--show', 'patched']);
+    expect(result.stderr).toBe('');
+    expect(JSON.parse(result.stdout).metadata).toMatchObject({ labels: { added: 'yes' }, annotations: { 'portcullis.dev/added-by': 'stamped' } });
+  });
+
+  it('with --config and managed webhooks, runs no policy in a namespace every managed webhook leaves out, and says so', async () => {
+    const file = join(dir, 'own-namespace.yaml');
+    // No webhooks.namespace: the host takes "default" as its own, and the review is in "default".
+    await writeFile(file, `webhooks: { managed: own.example.com, url: "https://127.0.0.1:8443" }\npolicies:\n  - { name: stamp, module: ${root}policies/added-by/added-by.wasm, settings: { value: x } }\n`);
+    const result = await cli(['run', '--config', file, '--request', `${root}test/fixtures/reviews/numbers-ok.json`, '--mode', 'mutate']);
+    expect(result.code).toBe(0);
+    expect(JSON.parse(result.stdout).response).toEqual({ uid: '705ab4f5-6393-11e8-b7cc-42010a800002', allowed: true });
+    expect(result.stderr).toBe('portcullis run: no managed webhook covers namespace "default" (the host\'s own, a system one, or webhooks.excludeNamespaces: ' +
+      'default, kube-node-lease, kube-system): the apiserver does not call the host for it, and no policy runs\n');
+  });
+
+  it('with --config, --context gives the policies that read cluster objects the file\'s objects, within their own grants', async () => {
+    // Newcomer: --context was ignored with --config, and the reads said "not synced; retry shortly".
+    const ingress = `${root}policies/unique-ingress-host`;
+    const file = join(dir, 'context.yaml');
+    await writeFile(file, `policies:\n  - { name: unique-ingress-host, module: ${ingress}/unique-ingress-host.wasm, context: [{ apiVersion: networking.k8s.io/v1, kind: Ingress }] }\n`);
+    const args = ['run', '--config', file, '--request', `${ingress}/examples/review.json`];
+    const denied = await cli([...args, '--context', `${ingress}/examples/ingresses.yaml`]);
+    expect(denied.stderr).toBe('');
+    expect(JSON.parse(denied.stdout).response).toMatchObject({ allowed: false, status: { code: 409, message: 'policy "unique-ingress-host": host "shop.example.com" is already used by Ingress shop/web' } });
+    const none = await cli(args);
+    expect(none.stderr).toContain('portcullis run: "unique-ingress-host" reads cluster objects (context: in the configuration); give them some with --context OBJECTS.yaml');
+    const grant = await cli([...args, '--context', `${ingress}/examples/ingresses.yaml`, '--grant', 'v1/Namespace']);
+    expect(grant.code).toBe(2);
+    expect(grant.stderr).toContain('--grant goes with --policy; with --config each policy reads what its context: list in the configuration grants');
   });
 
   it('with --config, applies a patch the worker handed over as text (2,000 members) as any other', async () => {

@@ -16,6 +16,14 @@ export async function loadContext(file: string, grantFlags: string[]): Promise<{
   return { hub, grants };
 }
 
+/** For `run --config`: the objects of the file, for the kinds the configuration's policies are granted (what the file lacks is empty). */
+export async function loadContextObjects(file: string, grants: readonly Grant[]): Promise<ContextHub> {
+  const objects = await loadContextFile(file);
+  const hub = new ContextHub();
+  loadOffline(hub, objects, grants);
+  return hub;
+}
+
 /** "v1/Namespace" or "networking.k8s.io/v1/Ingress": the kind is the last segment. */
 export function parseGrantFlag(flag: string): Grant {
   const slash = flag.lastIndexOf('/');

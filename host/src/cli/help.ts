@@ -100,7 +100,8 @@ options:
   --mode validate|mutate      default: validate if the policy can
   --show response|patched     patched: print the object after the merged patch
   --timeout-ms N, --memory-mib N   sandbox limits for --policy
-  --context OBJECTS.yaml [--grant apiVersion/Kind ...]   cluster objects the policy may read
+  --context OBJECTS.yaml      cluster objects the policies may read (with --config, within each one's context: grants)
+  --grant apiVersion/Kind     with --policy: grant only these kinds (default: every kind in OBJECTS.yaml)
   --insecure                  plain HTTP to the registry of oci:// modules
   --docker-config PATH        registry credentials
 for a plain manifest:

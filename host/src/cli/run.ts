@@ -4,11 +4,11 @@
 // when the command could not produce a decision (unreadable input, a policy that failed to load,
 // crashed, timed out, returned garbage or a patch that does not apply), with one line on stderr saying why.
 import { resolve } from 'node:path';
-import { isDeepStrictEqual } from 'node:util';
-import { parseArgs } from 'node:util';
-import type { JsonValue, Mode, PatchOperation } from '@portcullis/sdk';
+import { isDeepStrictEqual, parseArgs } from 'node:util';
+import type { AdmissionRequest, JsonValue, Mode, PatchOperation } from '@portcullis/sdk';
 import { parse as parseYaml } from 'yaml';
-import { loadContext } from './context.ts';
+import { loadContext, loadContextObjects } from './context.ts';
+import { andSelectors, DEFAULT_RULES, excludedNamespaces } from '../webhooks/build.ts';
 import { evaluateEntry, evaluatePolicy } from '../evaluate/evaluate.ts';
 import type { Outcome } from '../sandbox/outcome.ts';
 import { ConfigError, errorMessage } from '../errors.ts';
@@ -18,6 +18,7 @@ import { loadPolicy } from '../policy/load.ts';
 import { parseReview, type AdmissionReview } from '../review/parse.ts';
 import { respond, type Decision } from '../review/respond.ts';
 import { loadConfigFile, nonJsonValue, yamlProblem } from '../config/load.ts';
+import type { PolicyConfig } from '../config/types.ts';
 import { loadPolicySet, type PolicyEntry } from '../policy/policy-set.ts';
 import { policyNameOf, type RegistryOptions } from '../policy/source.ts';
 import { policyMatches } from '../select/match.ts';
@@ -39,7 +40,11 @@ export default async function run(args: string[]): Promise<number> {
   if (values.show !== undefined && values.show !== 'response' && values.show !== 'patched') throw new UsageError(`--show must be response or patched, not "${values.show}"`);
   const review = await readRequest(values);
   const registryFlags: RegistryOptions = { insecure: [], ...(values['docker-config'] ? { dockerConfig: values['docker-config'] } : {}) };
-  if (values.config) return runConfig(values.config, review, values.mode, values.show === 'patched', registryFlags, values.insecure ?? false);
+  if (values.config) {
+    // Each policy's grants are its own `context:` in the file; narrowing them is done there.
+    if (values.grant?.length) throw new UsageError('--grant goes with --policy; with --config each policy reads what its context: list in the configuration grants');
+    return runConfig(values.config, review, values.mode, values.show === 'patched', registryFlags, values.insecure ?? false, values.context);
+  }
   // oci:// modules: --insecure allows plain HTTP to the module's registry (a loopback registry).
   if (values.insecure && values.policy!.startsWith('oci://')) registryFlags.insecure.push(registryOf(values.policy!));
   const module = values.policy!;
@@ -192,13 +197,23 @@ function print(review: AdmissionReview, decision: Decision<PatchOperation[]>, pa
  * mutating policies run one after another, as the apiserver calls them.
  */
 async function runConfig(
-  path: string, review: AdmissionReview, mode: Mode | undefined, patched: boolean, flags: RegistryOptions, insecure: boolean,
+  path: string, review: AdmissionReview, mode: Mode | undefined, patched: boolean, flags: RegistryOptions, insecure: boolean, contextFile: string | undefined,
 ): Promise<number> {
   const config = await loadConfigFile(resolve(path));
   const everyRegistry = config.policies.filter((p) => p.module.startsWith('oci://')).map((p) => registryOf(p.module));
   const registries = { ...config.registries, ...flags, insecure: [...config.registries.insecure, ...(insecure ? everyRegistry : [])] };
+  // Newcomer: --context was ignored with --config, and a context policy's reads said "not synced;
+  // retry shortly", which no retry mends without a cluster.
+  const granted = config.policies.flatMap((p) => p.context ?? []);
+  const readers = config.policies.filter((p) => (p.context ?? []).length > 0).map((p) => p.name);
+  if (contextFile === undefined && readers.length > 0) {
+    process.stderr.write(`portcullis run: ${readers.map((name) => `"${name}"`).join(', ')} read${readers.length === 1 ? 's' : ''} cluster objects (context: in the configuration); ` +
+      'give them some with --context OBJECTS.yaml, or each read fails as the cache not synced\n');
+  }
+  const context = contextFile === undefined ? undefined : await loadContextObjects(contextFile, granted);
   const pool = new SandboxPool(Math.min(2, Math.max(1, config.policies.length)));
   try {
+    context?.attach(pool);
     const set = await loadPolicySet(pool, config, registries);
     for (const entry of set.failed) process.stderr.write(`portcullis run: policy "${entry.config.name}" failed to load: ${entry.error?.message ?? 'unknown reason'}\n`);
     const modes: Mode[] = mode ? [mode] : ['mutate', 'validate'];
@@ -209,14 +224,26 @@ async function runConfig(
     // Policies that failed (crashed, timed out, garbage), and answers the merge could not use:
     // each is a line on stderr and exit status 1, as with --policy (review helper).
     const failures: string[] = [];
+    const unknownLabels = new Set<string>();
     // Managed webhooks, one per policy (not singleWebhook): the apiserver calls the mutating ones
     // one after another, each on the object as the one before left it, so two patches of the
     // same field do not conflict there; the last one wins (newcomer: run --config said
     // "conflict" where the cluster admitted the Pod). Otherwise, as /mutate merges them.
-    const oneByOne = config.webhooks.managed !== undefined && !config.webhooks.singleWebhook;
+    const managed = config.webhooks.managed !== undefined;
+    const oneByOne = managed && !config.webhooks.singleWebhook;
+    // Managed webhooks leave these namespaces out: the apiserver never calls the host for them.
+    const excluded = managed ? excludedNamespaces(config.webhooks) : [];
+    /** Whether the apiserver would call `entry`'s own webhook (one per policy) for the request as it stands. */
+    const called = (entry: PolicyEntry, m: Mode) => webhookCalls(entry, m, request, excluded);
     /** Evaluates one webhook's policies on the request as it stands; false when the review ends there (denied). */
+    if (request.namespace && excluded.includes(request.namespace)) {
+      process.stderr.write(`portcullis run: no managed webhook covers namespace "${request.namespace}" (the host's own, a system one, or webhooks.excludeNamespaces: ` +
+        `${excluded.join(', ')}): the apiserver does not call the host for it, and no policy runs\n`);
+    }
     const call = async (m: Mode, group: readonly PolicyEntry[], webhook: string): Promise<boolean> => {
-      const selected = group.filter((entry) => policyMatches(entry, m, request));
+      if (request.namespace && excluded.includes(request.namespace)) return true;
+      const selected = group.filter((entry) => policyMatches(entry, m, request) && (!oneByOne || called(entry, m)));
+      for (const entry of selected) if (entry.config.namespaceSelector) unknownLabels.add(entry.config.name);
       const input = { request, settings: null, headers: {}, sslpeer: null, dryRun: request.dryRun === true, webhook };
       const evaluated = await Promise.all(selected.map(async (entry) => ({ policy: entry.config, outcome: await evaluateEntry(pool, entry, m, input) })));
       for (const { outcome } of evaluated) printLogs(outcome);
@@ -233,7 +260,10 @@ async function runConfig(
     };
     passes: for (const m of modes) {
       if (m === 'mutate' && oneByOne) {
-        if (!await reinvoking(set.entries, (entry) => policyMatches(entry, m, request), async (entry) => {
+        // The apiserver's choice, not the host's: a webhook it called counts as called, though the
+        // host selected nothing there (red team: a policy whose match only held after a later
+        // patch was never called again).
+        if (!await reinvoking(set.entries, (entry) => called(entry, m), async (entry) => {
           const before = request.object;
           const allowed = await call(m, [entry], `/${m}/${entry.config.name}`);
           return { allowed, changed: !isDeepStrictEqual(before, request.object) };
@@ -243,9 +273,14 @@ async function runConfig(
       // The endpoint the guest is told is the one its webhook calls.
       if (!await call(m, set.entries, `/${m}`)) break passes;
     }
-    const final: Decision<PatchOperation[]> = { ...decision, warnings, patch: decision.allowed ? patch : [] };
+    // Each once, as the apiserver's warning recorder keeps them (a policy called twice warned twice).
+    const final: Decision<PatchOperation[]> = { ...decision, warnings: [...new Set(warnings)], patch: decision.allowed ? patch : [] };
     print(review, final, patched);
-    for (const failure of failures) process.stderr.write(`portcullis run: ${failure}\n`);
+    for (const failure of new Set(failures)) process.stderr.write(`portcullis run: ${failure}\n`);
+    if (unknownLabels.size > 0) {
+      process.stderr.write(`portcullis run: ${[...unknownLabels].map((name) => `"${name}"`).join(', ')} ha${unknownLabels.size === 1 ? 's' : 've'} a namespaceSelector, ` +
+        'taken as matching: run does not know the namespace\'s labels\n');
+    }
     return set.failed.length > 0 || failures.length > 0 ? 1 : 0;
   } finally {
     await pool.close();
@@ -280,6 +315,25 @@ async function reinvoking(
     }
   }
   return true;
+}
+
+/**
+ * What the apiserver matches for a policy's own managed webhook (webhooks/build.ts): its rules
+ * (every namespaced resource without any), and its object selector with a single match entry's
+ * labelSelector. Not the namespaceSelector: run does not know the namespace's labels.
+ */
+function webhookCalls(entry: PolicyEntry, mode: Mode, request: AdmissionRequest, excluded: readonly string[]): boolean {
+  if (request.namespace && excluded.includes(request.namespace)) return false;
+  const { config } = entry;
+  const pushed = config.match.length === 1 ? config.match[0]!.labelSelector : undefined;
+  const objectSelector = andSelectors(config.objectSelector, pushed) as PolicyConfig['objectSelector'];
+  return policyMatches({
+    modes: entry.modes,
+    config: {
+      ...config, rules: config.rules.length > 0 ? config.rules : [...DEFAULT_RULES],
+      ...(objectSelector ? { objectSelector } : {}), namespaceSelector: undefined, match: [],
+    },
+  }, mode, request);
 }
 
 /** As the server's default server.maxBodyBytes: a review larger than this is never sent to a webhook. */
