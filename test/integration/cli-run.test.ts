@@ -128,6 +128,21 @@ policies:
     expect(JSON.parse(result.stdout).metadata).toMatchObject({ labels: { added: 'yes' }, annotations: { 'portcullis.dev/added-by': 'stamped' } });
   });
 
+  it('with --config, a policy called twice that warns the same says it once, as the apiserver keeps warnings', async () => {
+    // Newcomer: three identical "failed and was ignored" warnings in one response.
+    await writeFile(join(dir, 'labeller-2.wasm'), await answering({ outcome: 'allow', patch: [{ op: 'add', path: '/metadata/labels', value: { added: 'yes' } }] }));
+    const file = join(dir, 'twice.yaml');
+    await writeFile(file, `webhooks: { managed: twice.example.com, url: "https://127.0.0.1:8443", namespace: portcullis }
+policies:
+  - { name: trap, module: ${wasm('trap')}, failurePolicy: Ignore, modes: [mutate], reinvocationPolicy: IfNeeded }
+  - { name: labeller, module: ${join(dir, 'labeller-2.wasm')} }
+`);
+    const { stdout, stderr } = await cli(['run', '--config', file, '--request', review, '--mode', 'mutate']);
+    const warnings = (JSON.parse(stdout) as { response: { warnings: string[] } }).response.warnings;
+    expect(warnings.filter((w) => w.startsWith('policy "trap"'))).toHaveLength(1);
+    expect(stderr.trim().split('\n').filter((l) => l.includes('policy "trap" failed'))).toHaveLength(1);
+  });
+
   it('with --config and managed webhooks, runs no policy in a namespace every managed webhook leaves out, and says so', async () => {
     const file = join(dir, 'own-namespace.yaml');
     // No webhooks.namespace: the host takes "default" as its own, and the review is in "default".
