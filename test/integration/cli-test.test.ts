@@ -232,6 +232,27 @@ cases:
 `);
     const result = await cli(['test', file]);
     expect(result.stdout).toMatch(/^FAIL .*may not read Namespace/m);
+    expect(result.stdout).not.toContain('hint:'); // the suite has a context: the grant is the policy's
+    expect(result.code).toBe(1);
+  });
+
+  it('says how a suite gives its policies cluster objects, when one reads them without any (newcomer)', async () => {
+    const file = await suite('no-context.test.yaml', `
+policies:
+  - module: ${policy('namespace-owner')}
+cases:
+  - name: one
+    object: { apiVersion: v1, kind: Pod, metadata: { name: p, namespace: shop } }
+    expect: { allowed: true }
+  - name: two
+    object: { apiVersion: v1, kind: Pod, metadata: { name: q, namespace: shop } }
+    expect: { allowed: true }
+`);
+    const result = await cli(['test', file]);
+    expect(result.stdout).toMatch(/^FAIL .*› one: .*may not read Namespace \(v1\): it has no context grants/m);
+    // Once per suite.
+    expect(result.stdout.match(/hint:/g)).toHaveLength(1);
+    expect(result.stdout).toMatch(/^ {2}hint: give .*no-context\.test\.yaml cluster objects with a top-level context: \(a YAML file, as run --context, or a list of objects\); its policies may read every kind in it$/m);
     expect(result.code).toBe(1);
   });
 

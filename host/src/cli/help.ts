@@ -74,8 +74,9 @@ fails (crash, deadline, memory cap) fails its case, even one expecting the denia
 failurePolicy Fail makes of it, unless the case expects failed: true.
 
 suite file:
-  policy: ../my-policy.wasm          # or policies: [{ name, module, settings, rules }]
+  policy: ../my-policy.wasm          # or policies: [{ name, module, settings, rules, context }]
   settings: { ... }
+  context: objects.yaml              # cluster objects the policies may read: a file, or a list of objects
   cases:
     - name: ...
       object: { ... }                # or request: a whole AdmissionRequest

@@ -77,6 +77,7 @@ export default async function test(args: string[]): Promise<number> {
   if (files.length === 0) throw new UsageError(`no test suites found in ${targets.join(', ') || 'the current folder'}\n${USAGE}`);
   let passed = 0;
   let failed = 0;
+  const hinted = new Set<string>();
   for (const file of files) {
     const shown = relative(process.cwd(), file) || file;
     let suite: Suite;
@@ -105,6 +106,12 @@ export default async function test(args: string[]): Promise<number> {
       else failed++;
       const note = vacuous ? ' (no policy evaluated this request: none of their rules matches its operation and resource, or its mode)' : '';
       process.stdout.write(problems.length === 0 ? `PASS ${shown} › ${name}${note}\n` : `FAIL ${shown} › ${name}: ${problems.join('; ')}\n`);
+      // The grant's message names a configuration; a suite gives objects its own way (newcomer:
+      // found the key only through a typo's list of known fields).
+      if (problems.some((p) => p.includes('may not read ')) && suite.context === undefined && !hinted.has(file)) {
+        hinted.add(file);
+        process.stdout.write(`  hint: give ${shown} cluster objects with a top-level context: (a YAML file, as run --context, or a list of objects); its policies may read every kind in it\n`);
+      }
     }
   }
   process.stdout.write(`${passed} passed, ${failed} failed\n`);
