@@ -55,6 +55,11 @@ it('says what to write when a TypeScript policy has no default export, or an Ass
     expect(plain.stderr).toMatch(/plain\.ts: the default export is not a policy: write `export default definePolicy\(\{ validate\(request\) \{ \.\.\. \} \}\)`/);
     expect(plain.stderr).not.toMatch(/componentize|Failed to evaluate|wasm trap/);
     await writeFile(join(dir, 'empty.ts'), "import { definePolicy } from '@portcullis/sdk';\nexport default definePolicy({});\n");
+    // A policy whose nearest package.json (the checkout's) has no "portcullis" field: says so at build.
+    await writeFile(join(dir, 'loose.ts'), "import { definePolicy } from '@portcullis/sdk';\nexport default definePolicy({ validate() {} });\n");
+    const loose = await cli(['build', join(dir, 'loose.ts'), '-o', join(dir, 'loose.wasm'), '--no-typecheck']);
+    expect(loose.code, loose.stderr).toBe(0);
+    expect(loose.stderr).toContain(`, no rules (the configuration's, or else every request, apply: add "portcullis": { "rules": [...] } there), from ${root}package.json\n`);
     const empty = await cli(['build', join(dir, 'empty.ts'), '-o', join(dir, 'empty.wasm')]);
     expect(empty.code).toBe(1);
     expect(empty.stderr).toMatch(/empty\.ts has neither a validate nor a mutate handler: give definePolicy `validate\(request\)` or `mutate\(request\)`; nothing was written/);

@@ -80,7 +80,10 @@ async function packageInfo(source: string): Promise<{ info: PolicyInfo; file?: s
 function metadataFrom(info: PolicyInfo, file: string | undefined): string {
   if (file === undefined) return 'no package.json above the source: no name, version or rules embedded';
   const what = info.name === undefined ? 'no name' : `name "${info.name}"${info.version === undefined ? '' : ` ${info.version}`}`;
-  const rules = info.rules === undefined ? 'no rules' : `${info.rules.length} rule${info.rules.length === 1 ? '' : 's'}`;
+  // Newcomer: "no rules" did not say that such a policy is called for everything.
+  const rules = info.rules === undefined
+    ? 'no rules (the configuration\'s, or else every request, apply: add "portcullis": { "rules": [...] } there)'
+    : `${info.rules.length} rule${info.rules.length === 1 ? '' : 's'}`;
   return `${what}, ${rules}, from ${file}`;
 }
 
