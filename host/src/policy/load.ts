@@ -159,5 +159,16 @@ function schemaProblem(schema: Record<string, unknown>, settings: JsonValue): st
   const detail = error?.keyword === 'additionalProperties' ? `has an unknown field "${String(error.params.additionalProperty)}"`
     : error?.keyword === 'required' ? `is missing the required field "${String(error.params.missingProperty)}"`
     : error?.message ?? 'do not match the schema';
-  return `settings${error?.instancePath ?? ''} ${detail} (the module's settings schema)`;
+  return `settings${error?.instancePath ?? ''} ${detail}${error?.keyword === 'required' ? misspelt(schema, settings, error.instancePath) : ''} (the module's settings schema)`;
+}
+
+/**
+ * A required field missing beside one the schema does not know is most often a typo (newcomer:
+ * `lable: team` was told only that "label" was missing). Ajv stops at its first error.
+ */
+function misspelt(schema: Record<string, unknown>, settings: JsonValue, path: string | undefined): string {
+  const properties = schema.properties;
+  if (path !== '' || typeof properties !== 'object' || properties === null || typeof settings !== 'object' || settings === null || Array.isArray(settings)) return '';
+  const unknown = Object.keys(settings).filter((key) => !Object.hasOwn(properties, key));
+  return unknown.length === 0 ? '' : `, and has ${unknown.length === 1 ? 'a field' : 'fields'} it does not know: ${unknown.slice(0, 5).map((k) => `"${k}"`).join(', ')}`;
 }
