@@ -26,6 +26,22 @@ it('refuses an invalid configuration file with the path of the bad field', async
   expect(stderr.trim()).toBe(`portcullis serve: ${join(dir, 'bad.yaml')}: /policies/0/enforcement must be one of "enforce", "warn", "audit"`);
 });
 
+it('refuses to start when a policy\'s module path does not exist, naming the files beside it (newcomer: a typo registered webhooks that failed every request)', async () => {
+  const { writeFile, mkdtemp, mkdir } = await import('node:fs/promises');
+  const { join } = await import('node:path'); // eslint-disable-line @typescript-eslint/unbound-method -- path.join does not use this
+  const { tmpdir } = await import('node:os');
+  const dir = await mkdtemp(join(tmpdir(), 'portcullis-missing-'));
+  await mkdir(join(dir, 'stamp'));
+  await writeFile(join(dir, 'stamp', 'stamp.wasm'), 'not read: the check is before any load');
+  await writeFile(join(dir, 'c.yaml'), 'server: { host: 127.0.0.1, port: 0, tls: { mode: self-signed, hostnames: [127.0.0.1] } }\n' +
+    'policies:\n  - { name: stamp, module: stamp/stmp.wasm }\n  - { name: gone, module: nowhere/gone.wasm }\n');
+  const { code, stderr } = await cli(['serve', '--config', join(dir, 'c.yaml')]);
+  expect(code).toBe(1);
+  expect(stderr.trim()).toBe(`portcullis serve: policy "stamp": its module ${join(dir, 'stamp', 'stmp.wasm')} does not exist; that folder has stamp.wasm; ` +
+    `policy "gone": its module ${join(dir, 'nowhere', 'gone.wasm')} does not exist; its folder ${join(dir, 'nowhere')} does not exist either. ` +
+    'Fix the path, or build the policy first: the host does not start with a module path that does not exist');
+});
+
 it('serves with a malloc trim threshold so freed compiler memory goes back to the system, unless the operator set one', async () => {
   const { spawn } = await import('node:child_process');
   const { readFile } = await import('node:fs/promises');

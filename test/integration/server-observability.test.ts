@@ -13,6 +13,14 @@ import { startRegistry } from '../helpers/registry.ts';
 import { admissionReview, POLICIES, policyYaml, startServer, type TestServer } from '../helpers/server.ts';
 
 let current: TestServer | undefined;
+/** A module file that is not a module: it exists, so the host starts, and its policy fails to load. */
+async function junkModule(): Promise<string> {
+  const dir = await mkdtemp(join(tmpdir(), 'portcullis-junk-'));
+  onTestFinished(() => rm(dir, { recursive: true, force: true }));
+  await writeFile(join(dir, 'broken.wasm'), 'hello');
+  return join(dir, 'broken.wasm');
+}
+
 afterEach(async () => {
   await current?.close();
   current = undefined;
@@ -34,20 +42,21 @@ async function get(url: string): Promise<{ status: number; text: string }> {
 
 describe('observability', () => {
   it('serves /metrics, /healthz and /readyz on the metrics port; readyz fails while a policy failed to load', async () => {
+    const broken = await junkModule();
     current = await startServer(`server:
   metricsPort: 0
   readyWhenAllPoliciesLoaded: true
   tls: { mode: self-signed, hostnames: [127.0.0.1] }
 policies:
 ${policyYaml('added-by', `settings: { value: t }\n${rule}`)}  - name: broken
-    module: ${POLICIES}/does-not-exist.wasm
+    module: ${broken}
     ${rule.replace('\n', '\n    ')}
 `);
     const base = current.server.metricsUrl!;
     expect(base).toMatch(/^http:\/\/127\.0\.0\.1:\d+$/);
     const ready = await get(`${base}/readyz`);
     expect(ready.status).toBe(503);
-    expect(JSON.parse(ready.text)).toMatchObject({ status: 'not ready', failed: [{ policy: 'broken', code: 'POLICY_LOAD_FAILED', error: expect.stringMatching(/does-not-exist\.wasm does not exist/) }] });
+    expect(JSON.parse(ready.text)).toMatchObject({ status: 'not ready', failed: [{ policy: 'broken', code: 'POLICY_LOAD_FAILED', error: expect.stringMatching(/not a WebAssembly module or component/) }] });
     expect((await current.get('/readyz')).status).toBe(503);
     expect((await get(`${base}/healthz`)).status).toBe(200);
     expect((await get(`${base}/validate`)).status).toBe(404);
@@ -56,7 +65,7 @@ ${policyYaml('added-by', `settings: { value: t }\n${rule}`)}  - name: broken
     expect(metrics).toMatch(/^process_cpu_user_seconds_total \d/m);
     expect(metrics).toMatch(/^nodejs_heap_size_total_bytes \d/m);
     expect(metrics).toMatch(new RegExp(`^portcullis_policy_info\\{policy="added-by",digest="sha256:[0-9a-f]{64}",source="${POLICIES}/added-by/added-by.wasm",state="loaded",code=""\\} 1$`, 'm'));
-    expect(metrics).toMatch(/^portcullis_policy_info\{policy="broken",digest="",source="[^"]*does-not-exist.wasm",state="failed",code="POLICY_LOAD_FAILED"\} 0$/m);
+    expect(metrics).toMatch(/^portcullis_policy_info\{policy="broken",digest="",source="[^"]*broken.wasm",state="failed",code="POLICY_LOAD_FAILED"\} 0$/m);
     expect(metrics).toMatch(/^portcullis_leader 0$/m);
     // No review has reached it yet; the policy that did not load has no standing.
     expect(metrics).toMatch(/^portcullis_policy_standing\{policy="added-by",standing="untried"\} 1$/m);
@@ -79,7 +88,7 @@ ${policyYaml('added-by', `settings: { value: t }\n${rule}`)}  - name: broken
     current = await startServer(`server: { metricsPort: 0, tls: { mode: self-signed, hostnames: [127.0.0.1] } }
 policies:
   - name: broken
-    module: ${POLICIES}/does-not-exist.wasm
+    module: ${await junkModule()}
 `);
     expect((await get(`${current.server.metricsUrl!}/readyz`)).status).toBe(200);
     // No rules in the file, and none from the module it could not read: it fails every request.

@@ -1,6 +1,7 @@
 // Where policy bytes come from: a path or file:// URL is read from disk; an oci:// reference
 // is pulled (and cached) by the OCI client in ../oci, loaded only when first needed.
-import { stat } from 'node:fs/promises';
+import { readdir, stat } from 'node:fs/promises';
+import { basename, dirname, isAbsolute } from 'node:path';
 import type { Stats } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import type * as Fetcher from '../oci/fetcher.ts';
@@ -19,6 +20,26 @@ export function policyNameOf(module: string): string {
   return module.startsWith('oci://') ? last.replace(/[@:].*$/, '') : last.replace(/\.wasm$/, '');
 }
 
+/**
+ * Why `serve` should not start: policies whose module is a path that does not exist, a mistake
+ * in the configuration and not a broken policy. Started anyway, such a policy (its rules
+ * unknown) registered webhooks that failed every request (newcomer: a typo in a path denied
+ * ConfigMaps and Pod deletions cluster-wide). undefined when every path exists.
+ */
+export async function missingModules(policies: readonly { name: string; module: string }[]): Promise<string | undefined> {
+  const missing: string[] = [];
+  for (const { name, module } of policies) {
+    if (!isAbsolute(module)) continue; // oci:// (config paths are made absolute when loaded)
+    const exists = await stat(module).then(() => true, (error: NodeJS.ErrnoException) => error.code !== 'ENOENT');
+    if (exists) continue;
+    const near = await readdir(dirname(module)).then((files) => files.filter((f) => f.endsWith('.wasm')).slice(0, 5), () => undefined);
+    const hint = near === undefined ? `; its folder ${dirname(module)} does not exist either`
+      : near.length > 0 && !near.includes(basename(module)) ? `; that folder has ${near.join(', ')}` : '';
+    missing.push(`policy "${name}": its module ${module} does not exist${hint}`);
+  }
+  if (missing.length === 0) return undefined;
+  return `${missing.join('; ')}. Fix the path, or build the policy first: the host does not start with a module path that does not exist`;
+}
 
 /**
  * Reads a policy module; a file larger than `maxBytes` is refused before it is read. oci://

@@ -15,7 +15,7 @@ import { kindsToCache } from '../context/needs.ts';
 import type { Config } from '../config/types.ts';
 import { ConfigError, errorMessage } from '../errors.ts';
 import { loadPolicySet, PolicyRegistry, PolicySet } from '../policy/policy-set.ts';
-import type { RegistryOptions } from '../policy/source.ts';
+import { missingModules, type RegistryOptions } from '../policy/source.ts';
 import { PatchMerger } from '../merge/offload.ts';
 import { SandboxPool } from '../sandbox/pool.ts';
 import type { NamespaceLabels } from '../select/match.ts';
@@ -189,6 +189,8 @@ export class PortcullisServer {
     const log = options.log ?? createLogger(config.logLevel);
     const elsewhere = loopbackElsewhere(config);
     if (elsewhere) throw new ConfigError(elsewhere);
+    const missing = await missingModules(config.policies);
+    if (missing) throw new ConfigError(missing);
     // Started first: the workers boot on other cores while this thread makes the TLS material
     // (loading selfsigned alone takes ~190 ms), instead of after it.
     const pool = new SandboxPool(config.workers > 0 ? config.workers : undefined, {
