@@ -34,12 +34,15 @@ it('refuses to start when a policy\'s module path does not exist, naming the fil
   await mkdir(join(dir, 'stamp'));
   await writeFile(join(dir, 'stamp', 'stamp.wasm'), 'not read: the check is before any load');
   await writeFile(join(dir, 'c.yaml'), 'server: { host: 127.0.0.1, port: 0, tls: { mode: self-signed, hostnames: [127.0.0.1] } }\n' +
-    'policies:\n  - { name: stamp, module: stamp/stmp.wasm }\n  - { name: gone, module: nowhere/gone.wasm }\n');
+    'policies:\n  - { name: stamp, module: stamp/stmp.wasm }\n  - { name: gone, module: nowhere/gone.wasm }\n' +
+    // Scoped by its entry: served failed, failing only what it covers (server-endpoints tests that).
+    '  - { name: scoped, module: nowhere/scoped.wasm, rules: [{ operations: [CREATE], apiGroups: [""], apiVersions: [v1], resources: [pods] }] }\n');
   const { code, stderr } = await cli(['serve', '--config', join(dir, 'c.yaml')]);
   expect(code).toBe(1);
   expect(stderr.trim()).toBe(`portcullis serve: policy "stamp": its module ${join(dir, 'stamp', 'stmp.wasm')} does not exist; that folder has stamp.wasm; ` +
     `policy "gone": its module ${join(dir, 'nowhere', 'gone.wasm')} does not exist; its folder ${join(dir, 'nowhere')} does not exist either. ` +
-    'Fix the path, or build the policy first: the host does not start with a module path that does not exist');
+    'Fix the path, or build the policy first: the host does not start with a module path that does not exist ' +
+    'for a policy whose entry has no rules, match or selectors (its webhooks would fail every request they are sent)');
 });
 
 it('serves with a malloc trim threshold so freed compiler memory goes back to the system, unless the operator set one', async () => {

@@ -1,12 +1,13 @@
 // Where policy bytes come from: a path or file:// URL is read from disk; an oci:// reference
 // is pulled (and cached) by the OCI client in ../oci, loaded only when first needed.
-import { readdir, stat } from 'node:fs/promises';
+import { lstat, readdir, readlink, stat } from 'node:fs/promises';
 import { basename, dirname, isAbsolute } from 'node:path';
 import type { Stats } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import type * as Fetcher from '../oci/fetcher.ts';
 import { readAtMost } from '../util/files.ts';
 import type { RegistryOptions } from '../oci/options.ts';
+import type { PolicyConfig } from '../config/types.ts';
 
 export type { RegistryOptions };
 
@@ -21,24 +22,33 @@ export function policyNameOf(module: string): string {
 }
 
 /**
- * Why `serve` should not start: policies whose module is a path that does not exist, a mistake
- * in the configuration and not a broken policy. Started anyway, such a policy (its rules
- * unknown) registered webhooks that failed every request (newcomer: a typo in a path denied
- * ConfigMaps and Pod deletions cluster-wide). undefined when every path exists.
+ * Why `serve` should not start: policies whose module is a path that does not exist and whose
+ * configuration entry says nothing of what they cover (no rules, match or selectors): their rules
+ * were to come from the module, so their webhooks would fail every request they are sent
+ * (newcomer: a typo in a path denied ConfigMap creates and Pod deletes cluster-wide). One whose
+ * entry scopes it fails only what it covers, and is served failed as before (a module that
+ * appears later is loaded by the file watcher). undefined when there is none.
  */
-export async function missingModules(policies: readonly { name: string; module: string }[]): Promise<string | undefined> {
+export async function missingModules(policies: readonly PolicyConfig[]): Promise<string | undefined> {
   const missing: string[] = [];
-  for (const { name, module } of policies) {
+  for (const { name, module, rules, match, objectSelector, namespaceSelector } of policies) {
     if (!isAbsolute(module)) continue; // oci:// (config paths are made absolute when loaded)
-    const exists = await stat(module).then(() => true, (error: NodeJS.ErrnoException) => error.code !== 'ENOENT');
-    if (exists) continue;
-    const near = await readdir(dirname(module)).then((files) => files.filter((f) => f.endsWith('.wasm')).slice(0, 5), () => undefined);
-    const hint = near === undefined ? `; its folder ${dirname(module)} does not exist either`
-      : near.length > 0 && !near.includes(basename(module)) ? `; that folder has ${near.join(', ')}` : '';
-    missing.push(`policy "${name}": its module ${module} does not exist${hint}`);
+    if (rules.length > 0 || match.length > 0 || objectSelector || namespaceSelector) continue;
+    const problem = await lstat(module).then(
+      (info) => info.isSymbolicLink()
+        ? stat(module).then(() => undefined, async () => `is a link to ${await readlink(module).catch(() => '?')}, which does not exist`)
+        : undefined,
+      (error: NodeJS.ErrnoException) => error.code === 'ENOENT' ? 'does not exist' : undefined,
+    );
+    if (problem === undefined) continue;
+    const near = await readdir(dirname(module)).then((files) => files.filter((f) => f.endsWith('.wasm')).slice(0, 5), (error: NodeJS.ErrnoException) => error.code);
+    const hint = near === 'ENOENT' ? `; its folder ${dirname(module)} does not exist either`
+      : Array.isArray(near) && near.length > 0 && !near.includes(basename(module)) ? `; that folder has ${near.join(', ')}` : '';
+    missing.push(`policy "${name}": its module ${module} ${problem}${hint}`);
   }
   if (missing.length === 0) return undefined;
-  return `${missing.join('; ')}. Fix the path, or build the policy first: the host does not start with a module path that does not exist`;
+  return `${missing.join('; ')}. Fix the path, or build the policy first: the host does not start with a module path that does not exist ` +
+    'for a policy whose entry has no rules, match or selectors (its webhooks would fail every request they are sent)';
 }
 
 /**
