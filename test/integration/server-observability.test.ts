@@ -93,7 +93,7 @@ policies:
     expect((await get(`${current.server.metricsUrl!}/readyz`)).status).toBe(200);
     // No rules in the file, and none from the module it could not read: it fails every request.
     const line = current.logs.map((l) => JSON.parse(l) as Record<string, unknown>).find((l) => l.policy === 'broken' && l.level === 'error');
-    expect(line).toMatchObject({ failurePolicy: 'Fail', msg: expect.stringMatching(/^policy not loaded, and it has no rules in the configuration: every request on \/validate and \/mutate fails/) });
+    expect(line).toMatchObject({ failurePolicy: 'Fail', msg: expect.stringMatching(/^policy not loaded, and it has no rules in the configuration: every request on \/validate and \/mutate \(and on its own webhooks. \/validate\/<policy>, \/mutate\/<policy>\) fails per its failurePolicy/) });
   });
 
   it('a policy whose settings are refused fails only the requests its module\'s rules and modes cover (outsider: a typo in settings denied every write in the cluster)', async () => {

@@ -593,7 +593,7 @@ export class PortcullisServer {
       const { rules, match, objectSelector, namespaceSelector } = entry.config;
       const everything = rules.length === 0 && match.length === 0 && !objectSelector && !namespaceSelector;
       this.log.error(everything
-        ? 'policy not loaded, and it has no rules in the configuration: every request on /validate and /mutate fails per its failurePolicy; give it rules or fix its module'
+        ? 'policy not loaded, and it has no rules in the configuration: every request on /validate and /mutate (and on its own webhooks\' /validate/<policy>, /mutate/<policy>) fails per its failurePolicy; give it rules or fix its module'
         : 'policy not loaded; requests it matches fail per its failurePolicy', { policy: entry.config.name, failurePolicy: entry.config.failurePolicy, code: entry.error?.code, message: entry.error?.message });
     }
     for (const entry of set.entries) if (entry.loaded) this.log.info('policy loaded', { policy: entry.config.name, kind: entry.loaded.kind, modes: entry.modes, digest: `sha256:${entry.loaded.digest}` });
