@@ -37,6 +37,14 @@ describe('portcullis run --context', () => {
     expect(stderr).toContain(`\nportcullis run: add --grant networking.k8s.io/v1/Ingress, or leave out --grant to grant every kind in ${objects}\n`);
   });
 
+  it('with a --context file that holds none of the kind read, says so', async () => {
+    await writeFile(join(dir, 'namespaces.yaml'), '- { apiVersion: v1, kind: Namespace, metadata: { name: shop } }\n');
+    const { code, stderr } = await cli(['run', '--policy', policy, '--request', review, '--context', join(dir, 'namespaces.yaml')]);
+    expect(code).toBe(1);
+    expect(stderr).toContain(`\nportcullis run: ${join(dir, 'namespaces.yaml')} holds no Ingress (networking.k8s.io/v1), so that kind is not granted: ` +
+      'add some, or --grant networking.k8s.io/v1/Ingress (with the kinds it holds) to grant it empty\n');
+  });
+
   it('without --context, a policy that reads cluster objects is told where they come from here', async () => {
     const { code, stderr } = await cli(['run', '--policy', policy, '--request', review]);
     expect(code).toBe(1);

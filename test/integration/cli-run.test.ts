@@ -143,6 +143,23 @@ policies:
     expect(stderr.trim().split('\n').filter((l) => l.includes('policy "trap" failed'))).toHaveLength(1);
   });
 
+  it('with --config and managed webhooks, evaluates a rule-less policy on a manifest given without a namespace (kubectl would put it in one)', async () => {
+    // Review: its webhook's default rules are namespaced, and a manifest without a namespace read
+    // as cluster-scoped: the policy was left out, silently.
+    const file = join(dir, 'rule-less.yaml');
+    await writeFile(file, `webhooks: { managed: ruleless.example.com, url: "https://127.0.0.1:8443", namespace: portcullis }
+policies:
+  - { name: require-labels, module: ${wasm('require-labels')}, settings: { labels: { team: unowned } }, namespaceSelector: { matchLabels: { a: b } } }
+`);
+    await writeFile(join(dir, 'bare-pod.yaml'), 'apiVersion: v1\nkind: Pod\nmetadata: { name: p }\n');
+    const result = await cli(['run', '--config', file, '--request', join(dir, 'bare-pod.yaml'), '--mode', 'validate']);
+    expect(JSON.parse(result.stdout).response).toMatchObject({ allowed: false, status: { message: 'policy "require-labels": missing required label: team' } });
+    // No namespace, so no namespace's labels to miss: nothing said of its namespaceSelector.
+    expect(result.stderr).toBe('');
+    const namespaced = await cli(['run', '--config', file, '--request', join(dir, 'bare-pod.yaml'), '--namespace', 'shop', '--mode', 'validate']);
+    expect(namespaced.stderr).toBe('portcullis run: "require-labels" has a namespaceSelector, taken as matching: run does not know the namespace\'s labels\n');
+  });
+
   it('with --config and managed webhooks, runs no policy in a namespace every managed webhook leaves out, and says so', async () => {
     const file = join(dir, 'own-namespace.yaml');
     // No webhooks.namespace: the host takes "default" as its own, and the review is in "default".

@@ -98,7 +98,8 @@ function grantHint(why: string, context: string | undefined, grants: string[] | 
   if (!missing) return undefined;
   const grant = `${missing[2]}/${missing[1]}`;
   if (context === undefined) return `a policy reads cluster objects here from a file: add --context OBJECTS.yaml (every kind in it is granted; --grant ${grant} grants that kind alone)`;
-  return grants?.length ? `add --grant ${grant}, or leave out --grant to grant every kind in ${context}` : undefined;
+  return grants?.length ? `add --grant ${grant}, or leave out --grant to grant every kind in ${context}`
+    : `${context} holds no ${missing[1]} (${missing[2]}), so that kind is not granted: add some, or --grant ${grant} (with the kinds it holds) to grant it empty`;
 }
 
 /** What the policy logged (ctx.log, console) goes to stderr, beside the review on stdout. */
@@ -243,7 +244,9 @@ async function runConfig(
     const call = async (m: Mode, group: readonly PolicyEntry[], webhook: string): Promise<boolean> => {
       if (request.namespace && excluded.includes(request.namespace)) return true;
       const selected = group.filter((entry) => policyMatches(entry, m, request) && (!oneByOne || called(entry, m)));
-      for (const entry of selected) if (entry.config.namespaceSelector) unknownLabels.add(entry.config.name);
+      // Only where a namespace's labels decide: a namespaced object's (a Namespace's are its own).
+      const inNamespace = Boolean(request.namespace) && !(request.resource.group === '' && request.resource.resource === 'namespaces');
+      for (const entry of selected) if (entry.config.namespaceSelector && inNamespace) unknownLabels.add(entry.config.name);
       const input = { request, settings: null, headers: {}, sslpeer: null, dryRun: request.dryRun === true, webhook };
       const evaluated = await Promise.all(selected.map(async (entry) => ({ policy: entry.config, outcome: await evaluateEntry(pool, entry, m, input) })));
       for (const { outcome } of evaluated) printLogs(outcome);
@@ -327,10 +330,13 @@ function webhookCalls(entry: PolicyEntry, mode: Mode, request: AdmissionRequest,
   const { config } = entry;
   const pushed = config.match.length === 1 ? config.match[0]!.labelSelector : undefined;
   const objectSelector = andSelectors(config.objectSelector, pushed) as PolicyConfig['objectSelector'];
+  // A manifest given without a namespace is one kubectl would put in one (review: a rule-less
+  // policy's namespaced default rules left it out of such a request, silently).
+  const defaults = request.namespace ? [...DEFAULT_RULES] : DEFAULT_RULES.map((rule) => ({ ...rule, scope: '*' as const }));
   return policyMatches({
     modes: entry.modes,
     config: {
-      ...config, rules: config.rules.length > 0 ? config.rules : [...DEFAULT_RULES],
+      ...config, rules: config.rules.length > 0 ? config.rules : defaults,
       ...(objectSelector ? { objectSelector } : {}), namespaceSelector: undefined, match: [],
     },
   }, mode, request);
