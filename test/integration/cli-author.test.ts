@@ -153,7 +153,7 @@ describe('build, inspect, test on the generated project', () => {
     expect(missing.stderr).toMatch(/refused its settings: settings is missing the required field "label" \(the module's settings schema\)/);
     // Missing beside a field it does not know: most likely a typo, so both are said (newcomer).
     const misspelt = await inProject(['run', '--policy', 'team-label.wasm', '--request', 'examples/pod-without-label.yaml', '--settings', '{"lable": "team"}']);
-    expect(misspelt.stderr).toMatch(/refused its settings: settings is missing the required field "label", and has a field it does not know: "lable" \(the module's settings schema\)/);
+    expect(misspelt.stderr).toMatch(/refused its settings: settings is missing the required field "label", and has a field not among its properties \(a typo\?\): "lable" \(the module's settings schema\)/);
   }, 60_000);
 
   it('a configuration entry of name + module + settings gets its rules from the module', async () => {

@@ -252,7 +252,7 @@ cases:
     expect(result.stdout).toMatch(/^FAIL .*› one: .*may not read Namespace \(v1\): it has no context grants/m);
     // Once per suite.
     expect(result.stdout.match(/hint:/g)).toHaveLength(1);
-    expect(result.stdout).toMatch(/^ {2}hint: give .*no-context\.test\.yaml cluster objects with a top-level context: \(a YAML file, as run --context, or a list of objects\); its policies may read every kind in it$/m);
+    expect(result.stdout).toMatch(/^ {2}hint: give .*no-context\.test\.yaml cluster objects with a top-level context: \(a YAML file, as run --context, or a list of objects\); a policy may read every kind in it, or the kinds its own context: lists$/m);
     expect(result.code).toBe(1);
   });
 

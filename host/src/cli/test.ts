@@ -110,7 +110,8 @@ export default async function test(args: string[]): Promise<number> {
       // found the key only through a typo's list of known fields).
       if (problems.some((p) => p.includes('may not read ')) && suite.context === undefined && !hinted.has(file)) {
         hinted.add(file);
-        process.stdout.write(`  hint: give ${shown} cluster objects with a top-level context: (a YAML file, as run --context, or a list of objects); its policies may read every kind in it\n`);
+        process.stdout.write(`  hint: give ${shown} cluster objects with a top-level context: (a YAML file, as run --context, or a list of objects); ` +
+          'a policy may read every kind in it, or the kinds its own context: lists\n');
       }
     }
   }

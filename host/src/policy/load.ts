@@ -170,5 +170,5 @@ function misspelt(schema: Record<string, unknown>, settings: JsonValue, path: st
   const properties = schema.properties;
   if (path !== '' || typeof properties !== 'object' || properties === null || typeof settings !== 'object' || settings === null || Array.isArray(settings)) return '';
   const unknown = Object.keys(settings).filter((key) => !Object.hasOwn(properties, key));
-  return unknown.length === 0 ? '' : `, and has ${unknown.length === 1 ? 'a field' : 'fields'} it does not know: ${unknown.slice(0, 5).map((k) => `"${k}"`).join(', ')}`;
+  return unknown.length === 0 ? '' : `, and has ${unknown.length === 1 ? 'a field' : 'fields'} not among its properties (a typo?): ${unknown.slice(0, 5).map((k) => `"${k}"`).join(', ')}`;
 }
