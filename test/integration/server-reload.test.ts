@@ -253,6 +253,27 @@ describe('a policy module rebuilt in place', () => {
     expect(answer).toMatchObject({ allowed: false, status: { message: 'policy "live": rebuilt' } });
     expect(t.logs.filter((l) => l.includes('configuration reloaded'))).toHaveLength(1);
   });
+
+  it('is loaded once it appears, for a scoped policy served failed because its file did not exist at start', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'portcullis-appears-'));
+    onTestFinished(() => rm(dir, { recursive: true, force: true }));
+    const file = join(dir, 'later.wasm');
+    const t = await startServer(`server: { tls: { mode: self-signed, hostnames: [127.0.0.1] } }
+policies:
+  - { name: later, module: ${file}, failurePolicy: Fail, match: [{ kind: ConfigMap }] }
+`, { watch: true });
+    onTestFinished(() => t.close());
+    const review = () => admissionReview({ kind: 'ConfigMap', metadata: { name: 'p' } });
+    expect((await t.post('/validate', review())).body.response.status.message).toMatch(/^policy "later": could not be loaded: .*later\.wasm does not exist/);
+    await writeFile(`${file}.next`, await answering({ outcome: 'deny', code: 403, message: 'here now' }));
+    await rename(`${file}.next`, file);
+    let answer: { allowed: boolean; status?: { message?: string } } = { allowed: true };
+    for (let i = 0; i < 100 && answer.status?.message !== 'policy "later": here now'; i++) {
+      await new Promise((r) => setTimeout(r, 100));
+      answer = (await t.post('/validate', review())).body.response;
+    }
+    expect(answer).toMatchObject({ allowed: false, status: { message: 'policy "later": here now' } });
+  });
 });
 
 describe('graceful shutdown', () => {
