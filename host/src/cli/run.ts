@@ -236,11 +236,11 @@ async function runConfig(
     const excluded = managed ? excludedNamespaces(config.webhooks) : [];
     /** Whether the apiserver would call `entry`'s own webhook (one per policy) for the request as it stands. */
     const called = (entry: PolicyEntry, m: Mode) => webhookCalls(entry, m, request, excluded);
-    /** Evaluates one webhook's policies on the request as it stands; false when the review ends there (denied). */
     if (request.namespace && excluded.includes(request.namespace)) {
       process.stderr.write(`portcullis run: no managed webhook covers namespace "${request.namespace}" (the host's own, a system one, or webhooks.excludeNamespaces: ` +
         `${excluded.join(', ')}): the apiserver does not call the host for it, and no policy runs\n`);
     }
+    /** Evaluates one webhook's policies on the request as it stands; false when the review ends there (denied). */
     const call = async (m: Mode, group: readonly PolicyEntry[], webhook: string): Promise<boolean> => {
       if (request.namespace && excluded.includes(request.namespace)) return true;
       const selected = group.filter((entry) => policyMatches(entry, m, request) && (!oneByOne || called(entry, m)));
