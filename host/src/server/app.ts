@@ -132,8 +132,10 @@ export class PortcullisServer {
     const own = hostObjects(config, hostNamespace(config.webhooks), requester);
     if (own?.requester) log.info('the host\'s own Lease and certificate Secret skip the policies when it writes them itself', { username: own.requester });
     else if (own) {
+      // It says what gives the username (newcomer: warned at every local start, with no action named).
       log.warn('cannot tell which username the apiserver gives this host (its credentials are not a ServiceAccount token or a client certificate): '
-        + 'its own Lease and certificate Secret skip the policies whoever writes them');
+        + 'its own Lease and certificate Secret skip the policies whoever writes them. In a Pod its ServiceAccount token says it; '
+        + 'run locally, a kubeconfig with a client certificate or a ServiceAccount token does');
     }
     this.#server = createServer(config.server, tls, {
       registry: this.registry, pool: this.pool, metrics: this.metrics, log, merger: this.merger,

@@ -550,7 +550,7 @@ export class WebhookManager {
       const known = kubernetesVersion(info);
       if (!known || (known.major === 1 && known.minor < 21)) {
         const which = known ? 'Kubernetes before 1.21' : `This apiserver does not say its version (${info.gitVersion || 'none'}); if it is before 1.21, it`;
-        this.#log.warn(`${which} does not label namespaces with kubernetes.io/metadata.name: label the excluded namespaces yourself (or with portcullis.dev/ignore=true), or the managed webhooks cover them too`, {
+        this.#log.warn(`${which} does not label namespaces with kubernetes.io/metadata.name: label the excluded namespaces yourself (or with portcullis.dev/ignore=true), or the managed webhooks cover them too; those already labelled are left out`, {
           version: info.gitVersion, excludeNamespaces: this.#excluded(this.#o.webhooks()),
         });
       }
