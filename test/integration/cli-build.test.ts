@@ -59,7 +59,7 @@ it('says what to write when a TypeScript policy has no default export, or an Ass
     await writeFile(join(dir, 'loose.ts'), "import { definePolicy } from '@portcullis/sdk';\nexport default definePolicy({ validate() {} });\n");
     const loose = await cli(['build', join(dir, 'loose.ts'), '-o', join(dir, 'loose.wasm'), '--no-typecheck']);
     expect(loose.code, loose.stderr).toBe(0);
-    expect(loose.stderr).toContain(`, no rules (the configuration's apply, or else it is sent every namespaced CREATE, UPDATE and DELETE: add "portcullis": { "rules": [...] } there), from ${root}package.json\n`);
+    expect(loose.stderr).toContain(`, no rules (the configuration's rules apply, or else it is sent every namespaced CREATE, UPDATE and DELETE: add "portcullis": { "rules": [...] } there), from ${root}package.json\n`);
     const empty = await cli(['build', join(dir, 'empty.ts'), '-o', join(dir, 'empty.wasm')]);
     expect(empty.code).toBe(1);
     expect(empty.stderr).toMatch(/empty\.ts has neither a validate nor a mutate handler: give definePolicy `validate\(request\)` or `mutate\(request\)`; nothing was written/);

@@ -82,7 +82,7 @@ function metadataFrom(info: PolicyInfo, file: string | undefined): string {
   const what = info.name === undefined ? 'no name' : `name "${info.name}"${info.version === undefined ? '' : ` ${info.version}`}`;
   // Newcomer: "no rules" did not say that such a policy is called for everything.
   const rules = info.rules === undefined
-    ? 'no rules (the configuration\'s apply, or else it is sent every namespaced CREATE, UPDATE and DELETE: add "portcullis": { "rules": [...] } there)'
+    ? 'no rules (the configuration\'s rules apply, or else it is sent every namespaced CREATE, UPDATE and DELETE: add "portcullis": { "rules": [...] } there)'
     : `${info.rules.length} rule${info.rules.length === 1 ? '' : 's'}`;
   return `${what}, ${rules}, from ${file}`;
 }
