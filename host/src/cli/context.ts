@@ -11,14 +11,15 @@ export async function loadContext(file: string, grantFlags: string[]): Promise<{
   const grants = grantFlags.length > 0
     ? grantFlags.map(parseGrantFlag)
     : grantedKinds([objects.map((o) => ({ apiVersion: asText(o.apiVersion), kind: asText(o.kind) }))]);
-  const hub = new ContextHub();
-  loadOffline(hub, objects, grants);
-  return { hub, grants };
+  return { hub: offlineHub(objects, grants), grants };
 }
 
 /** For `run --config`: the objects of the file, for the kinds the configuration's policies are granted (what the file lacks is empty). */
 export async function loadContextObjects(file: string, grants: readonly Grant[]): Promise<ContextHub> {
-  const objects = await loadContextFile(file);
+  return offlineHub(await loadContextFile(file), grants);
+}
+
+function offlineHub(objects: Parameters<typeof loadOffline>[1], grants: readonly Grant[]): ContextHub {
   const hub = new ContextHub();
   loadOffline(hub, objects, grants);
   return hub;

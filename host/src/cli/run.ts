@@ -235,14 +235,16 @@ async function runConfig(
     // Managed webhooks leave these namespaces out: the apiserver never calls the host for them.
     const excluded = managed ? excludedNamespaces(config.webhooks) : [];
     /** Whether the apiserver would call `entry`'s own webhook (one per policy) for the request as it stands. */
-    const called = (entry: PolicyEntry, m: Mode) => webhookCalls(entry, m, request, excluded);
-    if (request.namespace && excluded.includes(request.namespace)) {
+    const called = (entry: PolicyEntry, m: Mode) => webhookCalls(entry, m, request);
+    // A patch changes the object, not the request's namespace: judged once.
+    const leftOut = request.namespace !== undefined && excluded.includes(request.namespace);
+    if (leftOut) {
       process.stderr.write(`portcullis run: no managed webhook covers namespace "${request.namespace}" (the host's own, a system one, or webhooks.excludeNamespaces: ` +
         `${excluded.join(', ')}): the apiserver does not call the host for it, and no policy runs\n`);
     }
     /** Evaluates one webhook's policies on the request as it stands; false when the review ends there (denied). */
     const call = async (m: Mode, group: readonly PolicyEntry[], webhook: string): Promise<boolean> => {
-      if (request.namespace && excluded.includes(request.namespace)) return true;
+      if (leftOut) return true;
       const selected = group.filter((entry) => policyMatches(entry, m, request) && (!oneByOne || called(entry, m)));
       // Only where a namespace's labels decide: a namespaced object's (a Namespace's are its own).
       const inNamespace = Boolean(request.namespace) && !(request.resource.group === '' && request.resource.resource === 'namespaces');
@@ -323,10 +325,10 @@ async function reinvoking(
 /**
  * What the apiserver matches for a policy's own managed webhook (webhooks/build.ts): its rules
  * (every namespaced resource without any), and its object selector with a single match entry's
- * labelSelector. Not the namespaceSelector: run does not know the namespace's labels.
+ * labelSelector. Not the namespaceSelector: run does not know the namespace's labels (nor the
+ * excluded namespaces, which runConfig leaves out before any call).
  */
-function webhookCalls(entry: PolicyEntry, mode: Mode, request: AdmissionRequest, excluded: readonly string[]): boolean {
-  if (request.namespace && excluded.includes(request.namespace)) return false;
+function webhookCalls(entry: PolicyEntry, mode: Mode, request: AdmissionRequest): boolean {
   const { config } = entry;
   const pushed = config.match.length === 1 ? config.match[0]!.labelSelector : undefined;
   const objectSelector = andSelectors(config.objectSelector, pushed) as PolicyConfig['objectSelector'];

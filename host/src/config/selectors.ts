@@ -2,7 +2,7 @@
 // policies for a request (select/) and to answer a policy's list calls (context/), so both
 // layers share one definition.
 import type { JsonObject, JsonValue } from '@portcullis/sdk';
-import type { LabelSelector } from './types.ts';
+import type { LabelSelector, PolicyConfig } from './types.ts';
 
 export function labelSelectorMatches(selector: LabelSelector, labels: Record<string, string>): boolean {
   for (const [key, value] of Object.entries(selector.matchLabels ?? {})) if (labels[key] !== value) return false;
@@ -36,4 +36,12 @@ function fieldValue(object: JsonObject | null, path: string): string {
   }
   if (node === undefined || node === null) return '';
   return typeof node === 'object' ? JSON.stringify(node) : String(node);
+}
+
+/**
+ * A policy whose configuration entry says nothing of what it covers (no rules, match or
+ * selectors): loaded, its rules come from its module; not loaded, it covers every request.
+ */
+export function unscoped(config: PolicyConfig): boolean {
+  return config.rules.length === 0 && config.match.length === 0 && !config.objectSelector && !config.namespaceSelector;
 }

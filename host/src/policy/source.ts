@@ -8,6 +8,7 @@ import type * as Fetcher from '../oci/fetcher.ts';
 import { readAtMost } from '../util/files.ts';
 import type { RegistryOptions } from '../oci/options.ts';
 import type { PolicyConfig } from '../config/types.ts';
+import { unscoped } from '../config/selectors.ts';
 
 export type { RegistryOptions };
 
@@ -22,18 +23,16 @@ export function policyNameOf(module: string): string {
 }
 
 /**
- * Why `serve` should not start: policies whose module is a path that does not exist and whose
- * configuration entry says nothing of what they cover (no rules, match or selectors): their rules
- * were to come from the module, so their webhooks would fail every request they are sent
- * (newcomer: a typo in a path denied ConfigMap creates and Pod deletes cluster-wide). One whose
+ * Why `serve` should not start: unscoped policies (config/selectors.ts) whose module is a path that
+ * does not exist. Their rules were to come from the module, so their webhooks would fail every
+ * request they are sent (newcomer: a typo in a path denied ConfigMap creates and Pod deletes cluster-wide). One whose
  * entry scopes it fails only what it covers, and is served failed as before (a module that
  * appears later is loaded by the file watcher). undefined when there is none.
  */
 export async function missingModules(policies: readonly PolicyConfig[]): Promise<string | undefined> {
   const missing: string[] = [];
-  for (const { name, module, rules, match, objectSelector, namespaceSelector } of policies) {
+  for (const { name, module } of policies.filter(unscoped)) {
     if (!isAbsolute(module)) continue; // oci:// (config paths are made absolute when loaded)
-    if (rules.length > 0 || match.length > 0 || objectSelector || namespaceSelector) continue;
     const problem = await lstat(module).then(
       (info) => info.isSymbolicLink()
         ? stat(module).then(() => undefined, async () => `is a link to ${await readlink(module).catch(() => '?')}, which does not exist`)

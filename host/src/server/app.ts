@@ -19,6 +19,7 @@ import { missingModules, type RegistryOptions } from '../policy/source.ts';
 import { PatchMerger } from '../merge/offload.ts';
 import { SandboxPool } from '../sandbox/pool.ts';
 import type { NamespaceLabels } from '../select/match.ts';
+import { unscoped } from '../config/selectors.ts';
 import { hostObjects, writesOwnObjects } from '../select/host-objects.ts';
 import { hostNamespace } from '../webhooks/build.ts';
 import { createServer } from './http.ts';
@@ -592,9 +593,7 @@ export class PortcullisServer {
     this.metrics.recordPolicies(set);
     for (const entry of set.failed) {
       // Its rules were to come from a module it could not read: it matches every request.
-      const { rules, match, objectSelector, namespaceSelector } = entry.config;
-      const everything = rules.length === 0 && match.length === 0 && !objectSelector && !namespaceSelector;
-      this.log.error(everything
+      this.log.error(unscoped(entry.config)
         ? 'policy not loaded, and it has no rules in the configuration: every request on /validate and /mutate (and on its own webhooks\' /validate/<policy>, /mutate/<policy>) fails per its failurePolicy; give it rules or fix its module'
         : 'policy not loaded; requests it matches fail per its failurePolicy', { policy: entry.config.name, failurePolicy: entry.config.failurePolicy, code: entry.error?.code, message: entry.error?.message });
     }
