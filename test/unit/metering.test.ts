@@ -96,11 +96,24 @@ describe('metering', () => {
     expect(() => exports.fill!(600_000)).toThrow(/unreachable/);
   });
 
+  it('charges a table operation 64 units an entry: V8 fills funcref entries in its runtime, ~260 ns each (red team, session 50)', async () => {
+    const { exports, fuel } = await instance(await wat(`(module (table $t 65536 funcref) (func $f)
+      (func (export "fill") (param $n i32) (result i32) (table.fill $t (i32.const 0) (ref.func $f) (local.get $n)) (i32.const 0))
+      (func (export "copy") (param $n i32) (result i32) (table.copy $t $t (i32.const 1) (i32.const 0) (local.get $n)) (i32.const 0))
+      (elem declare func $f))`));
+    for (const op of ['fill', 'copy'] as const) {
+      fuel.value = 500_000n;
+      expect(exports[op]!(7_000)).toBe(0); // 448,000 units and the instruction's own
+      fuel.value = 500_000n;
+      expect(() => exports[op]!(8_000)).toThrow(/unreachable/); // 512,000
+    }
+  });
+
   it('lets a grow past the maximum fail as it would unmetered, charging it as a bounded one', async () => {
     const { exports, fuel } = await instance(await wat(`(module (memory 1 4) (table $t 1 1 funcref)
       (func (export "grow") (param $n i32) (result i32) (memory.grow (local.get $n)))
       (func (export "tgrow") (param $n i32) (result i32) (table.grow $t (ref.null func) (local.get $n))))`));
-    fuel.value = 5_000_000n;
+    fuel.value = 10_000_000n; // 2^32 - 1 of each would be charged far more
     expect(exports.grow!(-1)).toBe(-1); // 2^32 - 1 pages: refused, not a trap
     expect(exports.tgrow!(-1)).toBe(-1);
     expect(exports.grow!(2)).toBe(1);

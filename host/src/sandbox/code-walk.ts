@@ -174,6 +174,14 @@ export const HOST_CALL_COST = 1000;
 export const RUNTIME_COST = 200;
 /** The most pages a memory.grow is charged for (16 MiB; the inline lane caps memory at 8 MiB), and 256 times that many table entries. */
 export const GROW_CAP = 256;
+/**
+ * A table operation's count is charged shifted left by this: 64 units an entry. V8 runs them in
+ * its runtime, and funcref entries are dear: red team (session 50), table.fill of 65,536 refs to
+ * an imported host function took ~17 ms (~260 ns an entry), so at 8 units an entry a slice of
+ * fuel held the main thread ~34 ms, as long as the worst code the lane's bounds are set by (a
+ * pointer chase); at 64, about 4 ms. No policy toolchain fills or copies large tables per call.
+ */
+export const TABLE_ENTRY_SHIFT = 6;
 /** Extra charge per opcode (RUNTIME_COST, HOST_CALL_COST); 0xfc operations are charged in miscInstruction. */
 const OPCODE_COST = new Uint16Array(256);
 for (const op of [0x08, 0x09, 0x0a]) OPCODE_COST[op] = RUNTIME_COST; // throw, rethrow, throw_ref
@@ -541,7 +549,7 @@ function checkBody(r: Reader, index: number, meter?: CodeMeter, callCost?: Float
         const { shift, cost: extra } = miscInstruction(r, index);
         if (plan) {
           add(extra);
-          if (shift !== undefined) plan.bulk.push(shift === 3 ? { at: opAt, shift, cap: GROW_CAP * 256 } : { at: opAt, shift });
+          if (shift !== undefined) plan.bulk.push(shift === TABLE_ENTRY_SHIFT ? { at: opAt, shift, cap: GROW_CAP * 256 } : { at: opAt, shift });
         }
         break;
       }
@@ -630,7 +638,7 @@ function gcInstruction(r: Reader, index: number): number | undefined {
 
 /**
  * Reads one 0xfc instruction: its extra charge, and for a bulk one by how many bits to shift its
- * count (bytes, or entries of 8 bytes) into a charge of its own.
+ * count (bytes, or table entries: TABLE_ENTRY_SHIFT) into a charge of its own.
  */
 function miscInstruction(r: Reader, index: number): { shift?: number; cost: number } {
   const sub = r.leb();
@@ -639,10 +647,10 @@ function miscInstruction(r: Reader, index: number): { shift?: number; cost: numb
     case 8: case 10: case 12: case 14: // memory.init, memory.copy, table.init, table.copy
       r.leb();
       r.leb();
-      return sub === 10 ? { shift: 0, cost: 20 } : sub === 8 ? { shift: 0, cost: 50 } : { shift: 3, cost: RUNTIME_COST };
+      return sub === 10 ? { shift: 0, cost: 20 } : sub === 8 ? { shift: 0, cost: 50 } : { shift: TABLE_ENTRY_SHIFT, cost: RUNTIME_COST };
     case 11: case 15: case 17: // memory.fill, table.grow, table.fill
       r.leb();
-      return sub === 11 ? { shift: 0, cost: 20 } : { shift: 3, cost: sub === 15 ? HOST_CALL_COST : RUNTIME_COST };
+      return sub === 11 ? { shift: 0, cost: 20 } : { shift: TABLE_ENTRY_SHIFT, cost: sub === 15 ? HOST_CALL_COST : RUNTIME_COST };
     case 9: case 13: // data.drop, elem.drop
       r.leb();
       return { cost: RUNTIME_COST };
