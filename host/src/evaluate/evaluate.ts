@@ -8,7 +8,7 @@ import type { CallResult, SandboxPool } from '../sandbox/pool.ts';
 import type { Deferred, SharedInput } from '../sandbox/protocol.ts';
 import { errorMessage } from '../errors.ts';
 import { copyBytes } from '../util/bytes.ts';
-import { cutMessage } from '../util/text.ts';
+import { guestMessage, MAX_MESSAGE_LENGTH, MESSAGE_SLACK } from '../util/text.ts';
 import { stringifyDeep } from '../util/deep-json.ts';
 import { operationsOf } from '../util/patch-text.ts';
 import { decodeOutput, MalformedOutput, PATCH_FROM_VALIDATE, type Outcome } from '../sandbox/outcome.ts';
@@ -222,8 +222,9 @@ export function toOutcome(policy: string, result: CallResult): Outcome {
   if (!result.ok) {
     const temporary = result.fault === 'deadline' || result.fault === 'memory' || result.fault === 'output' || result.fault === 'unloaded';
     const failure = temporary ? 'temporary' : 'crash';
-    // The worker cuts it already; a fault message must never carry a guest's megabytes (red team).
-    return { policy, status: 'failed', failure, message: cutMessage(result.message), warnings: [], ...timing };
+    // The worker cuts it already (guestMessage: the slack keeps its note); the inline lane's and
+    // the pool's are cut here. A fault message must never carry a guest's megabytes (red team).
+    return { policy, status: 'failed', failure, message: guestMessage(result.message, MAX_MESSAGE_LENGTH + MESSAGE_SLACK), warnings: [], ...timing };
   }
   try {
     return { ...decodeOutput(policy, result.output, result.compact), ...timing };
@@ -231,7 +232,7 @@ export function toOutcome(policy: string, result: CallResult): Outcome {
     // Whatever reading a guest's answer throws is that policy's crash, never the review's: a
     // check that overflowed on a crafted answer once made every review answer 500 (red team).
     const message = error instanceof MalformedOutput ? error.message : `returned output the host could not read (${errorMessage(error)})`;
-    return { policy, status: 'failed', failure: 'crash', message, warnings: [], ...timing };
+    return { policy, status: 'failed', failure: 'crash', message: guestMessage(message), warnings: [], ...timing };
   }
 }
 

@@ -5,7 +5,7 @@
 import type { JsonValue, PatchOperation } from '@portcullis/sdk';
 import { PortcullisError } from '../errors.ts';
 import type { PatchText, SomePatch } from '../util/patch-text.ts';
-import { cutMessage, MAX_WARNING_LENGTH, WARNING_CONTROLS } from '../util/text.ts';
+import { guestMessage, MAX_WARNING_LENGTH, WARNING_CONTROLS } from '../util/text.ts';
 
 /**
  * Why a policy failed, in merge priority order after an explicit denial:
@@ -174,10 +174,11 @@ function decodeWarnings(value: unknown): string[] {
  */
 export { MAX_MESSAGE_LENGTH } from '../util/text.ts';
 
-function decodeMessage(value: unknown, cut = false): string {
+function decodeMessage(value: unknown, compacted: boolean): string {
   if (value === undefined) return '';
   if (typeof value !== 'string') throw new MalformedOutput('returned a message that is not a string');
-  return cut ? value : cutMessage(value);
+  // A compacted answer's message is guestMessage's already (the worker's compactOutput).
+  return compacted ? value : guestMessage(value);
 }
 
 

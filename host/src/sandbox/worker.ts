@@ -6,7 +6,7 @@ import module from 'node:module';
 import { parentPort, workerData, type MessagePort } from 'node:worker_threads';
 import { compactOutput } from './outcome.ts';
 import type { Guest } from './guest.ts';
-import { cutMessage, MAX_MESSAGE_LENGTH, mib } from '../util/text.ts';
+import { guestMessage, mib } from '../util/text.ts';
 import { threadCpuMicros } from '../util/thread-cpu.ts';
 import { lowerThisThread } from '../util/thread-priority.ts';
 import { MAX_HOST_CALLS_PER_INSTANCE } from './import-wrappers.ts';
@@ -135,8 +135,9 @@ async function run(batch: number, first: number, calls: CallRequest[]): Promise<
     else if (clock() >= notAfter) answer = { ok: false, fault: 'late', message: 'waited past its deadline behind other calls; not started', logs: [] };
     else answer = await call(spec, fn, input);
     // A guest chooses what its error says (Extism's error_set, a thrown message): tens of
-    // megabytes of it went into the response and every log line (red team). Cut, as a copy.
-    if (!answer.ok && answer.message.length > MAX_MESSAGE_LENGTH) answer = { ...answer, message: cutMessage(answer.message) };
+    // megabytes of it went into the response and every log line (red team). Cut, as a copy,
+    // and its controls shown (util/text.ts guestMessage).
+    if (!answer.ok) answer = { ...answer, message: guestMessage(answer.message) };
     replies.push({ ...answer, spentMicros: Math.round((performance.now() - started) * 1000) });
   }
   progress.mark(first + calls.length);

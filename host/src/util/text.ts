@@ -34,6 +34,37 @@ export const MAX_WARNING_LENGTH = 256;
  */
 export const WARNING_CONTROLS = /[\u0000-\u001f\u007f-\u009f]+/g;
 
+/**
+ * What a guest's denial or error message may not carry as it is: C0 controls but tab and
+ * newline (a policy's message may run over lines), DEL, C1, line and paragraph separators and
+ * bidi overrides. kubectl prints the message to the user's terminal: red team (session 50), a
+ * policy's ESC sequences cleared it and painted fake lines. Built from a string (see UNPRINTABLE).
+ */
+const MESSAGE_CONTROL = '[\\u0000-\\u0008\\u000b-\\u001f\\u007f-\\u009f\\u2028\\u2029\\u202a-\\u202e\\u2066-\\u2069]';
+const MESSAGE_CONTROLS = new RegExp(MESSAGE_CONTROL, 'g');
+const IS_MESSAGE_CONTROL = new RegExp(MESSAGE_CONTROL);
+/** Room for the note guestMessage adds to what it cut: passed on again, such a message is not cut twice. */
+export const MESSAGE_SLACK = 64;
+const shownControl = (c: string) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`;
+
+/**
+ * A guest's message as the host passes it on: at most `max` characters once those controls are
+ * shown as \uXXXX (six each: 15 MiB of NULs must not become 24 KiB), saying how many of the
+ * guest's were cut. What it made comes out the same, within MESSAGE_SLACK more characters.
+ */
+export function guestMessage(text: string, max = MAX_MESSAGE_LENGTH): string {
+  const head = text.length > max ? text.slice(0, max) : text;
+  if (!IS_MESSAGE_CONTROL.test(head)) return cutMessage(text, max);
+  let kept = 0;
+  for (let shown = 0; kept < head.length; kept++) {
+    shown += IS_MESSAGE_CONTROL.test(head[kept]!) ? 6 : 1;
+    if (shown > max) break;
+  }
+  // A copy (see cutMessage), which also mends a surrogate pair cut in half.
+  const shown = Buffer.from(head.slice(0, kept)).toString().replace(MESSAGE_CONTROLS, shownControl);
+  return kept < text.length ? `${shown}… (${text.length - kept} more characters cut)` : shown;
+}
+
 /** The most characters of a remote party's text (a registry's media type, title, error) put in a message. */
 export const MAX_FOREIGN_LENGTH = 200;
 
