@@ -167,6 +167,14 @@ it('refuses to start when managed webhooks would call a loopback port other than
   expect(moved.code).toBe(1);
   expect(moved.stderr).toContain(`webhooks.url (https://127.0.0.1:18443/) sends the apiserver's calls to port 18443 of this machine, but the host listens on port ${port} (server.port or --port)`);
   expect(moved.stderr).not.toContain('"msg":"ready"');
+  // With tls.mode secret, refused before the certificate is read or written in the cluster
+  // (newcomer: a replica wrote a new CA into the shared Secret, then refused to start).
+  await writeFile(join(dir, 'secret.yaml'), `server: { host: 127.0.0.1, port: ${port}, tls: { mode: secret } }\nwebhooks:\n  managed: port.portcullis.dev\n  url: https://127.0.0.1:18443/\n` +
+    `  service: { name: portcullis, namespace: portcullis }\npolicies:\n  - { name: numbers, module: ${wasm('numbers')} }\n`);
+  const secret = await cli(['serve', '--config', join(dir, 'secret.yaml')], { env: { KUBECONFIG: join(dir, 'kubeconfig') } });
+  expect(secret.code).toBe(1);
+  expect(secret.stderr.trim().split('\n').at(-1)).toContain(`webhooks.url (https://127.0.0.1:18443/) sends the apiserver's calls to port 18443 of this machine, but the host listens on port ${port}`);
+  expect(secret.stderr).not.toMatch(/Secret|127\.0\.0\.1:1\b/);
 });
 
 it('a SIGHUP while the policies load does not kill the host: it is acted on (a reload) once they have loaded', async () => {

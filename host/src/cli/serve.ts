@@ -7,7 +7,7 @@ import { loadConfigFile } from '../config/load.ts';
 import type { Config, TlsConfig } from '../config/types.ts';
 import { ConfigError, errorMessage } from '../errors.ts';
 import { abandonModuleFetches } from '../policy/source.ts';
-import { PortcullisServer } from '../server/app.ts';
+import { checkStartable, PortcullisServer } from '../server/app.ts';
 import { createLogger } from '../util/log.ts';
 import { defaultKubeConfigFound } from '../util/kubeconfig.ts';
 import { terminalHungUp } from '../util/terminal.ts';
@@ -47,6 +47,8 @@ export default async function serve(args: string[]): Promise<number> {
     earlyHangup = true;
   };
   process.on('SIGHUP', hangupWhileStarting);
+  // Checked before the certificate below, which may write the cluster's Secret (start checks again).
+  await checkStartable(config);
   // tls.mode "secret": the certificate comes from the cluster, before the server can listen.
   const certificate = config.server.tls.mode === 'secret'
     ? await (await import('../certs/in-cluster.ts')).openInClusterCertificate(config, log)

@@ -190,10 +190,7 @@ export class PortcullisServer {
   static async start(options: StartOptions): Promise<PortcullisServer> {
     const { config } = options;
     const log = options.log ?? createLogger(config.logLevel);
-    const elsewhere = loopbackElsewhere(config);
-    if (elsewhere) throw new ConfigError(elsewhere);
-    const missing = await missingModules(config.policies);
-    if (missing) throw new ConfigError(missing);
+    await checkStartable(config);
     // Started first: the workers boot on other cores while this thread makes the TLS material
     // (loading selfsigned alone takes ~190 ms), instead of after it.
     const pool = new SandboxPool(config.workers > 0 ? config.workers : undefined, {
@@ -581,7 +578,10 @@ export class PortcullisServer {
       this.#server.once('error', reject);
       this.#server.listen({ port, host, backlog: LISTEN_BACKLOG }, () => {
         this.#server.off('error', reject);
-        this.log.info('listening', { url: this.url });
+        // `url` is where this machine reaches it (127.0.0.1 for every address); `on`, the socket's
+        // own address (newcomer: in a Pod, "127.0.0.1" read as unreachable from the Service).
+        const { address, port: bound } = this.address;
+        this.log.info('listening', { url: this.url, on: `${address.includes(':') ? `[${address}]` : address}:${bound}` });
         resolve();
       });
     });
@@ -661,6 +661,16 @@ function calledAs(config: Config): string[] {
   if (!managed) return [];
   if (url) return [hostOf(new URL(url))];
   return service ? [`${service.name}.${service.namespace}.svc`] : [];
+}
+
+/**
+ * Refuses a configuration that must not start (a ConfigError saying why). `serve` calls it before
+ * anything reaches the cluster too: newcomer (session 50), a replica whose port did not match its
+ * webhooks.url wrote a new CA into the shared Secret, then refused to start.
+ */
+export async function checkStartable(config: Config): Promise<void> {
+  const refused = loopbackElsewhere(config) ?? await missingModules(config.policies);
+  if (refused) throw new ConfigError(refused);
 }
 
 /**
