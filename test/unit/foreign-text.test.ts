@@ -25,7 +25,8 @@ describe('foreignText', () => {
 describe('guestMessage', () => {
   it('keeps a policy message\'s newlines and tabs, and shows the controls a terminal obeys as \\uXXXX (red team, session 50)', () => {
     expect(guestMessage('denied:\n\t- no team label')).toBe('denied:\n\t- no team label');
-    expect(guestMessage('a\u001b[2Jb\rc\u0007d\u0000e\u007ff\u009bg\u2028h\u202ei')).toBe('a\\u001b[2Jb\\u000dc\\u0007d\\u0000e\\u007ff\\u009bg\\u2028h\\u202ei');
+    expect(guestMessage('a\u001b[2Jb\rc\u0007d\u0000e\u007ff\u009bg\u2028h\u202ei\u200fj')).toBe('a\\u001b[2Jb\\u000dc\\u0007d\\u0000e\\u007ff\\u009bg\\u2028h\\u202ei\\u200fj');
+    expect(guestMessage('👩\u200d💻')).toBe('👩\u200d💻');
     // Called again on what it made, it changes nothing.
     expect(guestMessage(guestMessage('x\u001by'))).toBe('x\\u001by');
   });
@@ -54,6 +55,17 @@ describe('a guest\'s denial and error messages', () => {
     const { output, compact } = compactOutput(long, 'validate');
     expect(compact).toBe(true);
     expect(decodeOutput('p', output, true)).toMatchObject({ status: 'failed', message: expect.stringMatching(/^broken\\u001b\[2J /) });
+  });
+
+  it('a long answer the worker cannot read is refused quoting it with its controls shown (review: the compacted error path skipped them)', () => {
+    const pad = ' '.repeat(COMPACT_FROM_CHARS);
+    const notJson = compactOutput(`\u001b[2Jnot json${pad}`, 'validate');
+    expect(notJson.compact).toBe(true);
+    expect(decodeOutput('p', notJson.output, true)).toMatchObject({ status: 'failed', message: expect.stringContaining('(\\u001b[2Jnot json') });
+    const badPath = compactOutput(JSON.stringify({ outcome: 'allow', patch: [{ op: 'add', path: '\u001b]0;owned\u0007', value: 1 }], warnings: [pad] }), 'mutate');
+    expect(decodeOutput('p', badPath.output, true)).toMatchObject({ status: 'failed', message: expect.stringContaining('\\u001b]0;owned\\u0007') });
+    // And a compacted message that missed it on the worker's side is shown on the main thread.
+    expect(decodeOutput('p', JSON.stringify({ outcome: 'deny', message: 'x\u001by' }), true)).toMatchObject({ message: 'x\\u001by' });
   });
 
   it('a fault\'s message and an unreadable answer\'s quote are shown the same way', () => {

@@ -227,9 +227,9 @@ server:
 webhooks:
   managed: ${name}.portcullis.dev
   url: https://127.0.0.1:${port}
-  # Where the host's Lease lives; its webhooks leave out this namespace and kube-system by their
-  # kubernetes.io/metadata.name label, which Kubernetes 1.21+ sets. On 1.20, label them yourself
-  # (kubectl label namespace kube-system kubernetes.io/metadata.name=kube-system).
+  # Where the host's Lease lives; its webhooks leave out this namespace, kube-system and
+  # kube-node-lease by their kubernetes.io/metadata.name label, which Kubernetes 1.21+ sets. On
+  # 1.20, label them yourself (kubectl label namespace kube-node-lease kubernetes.io/metadata.name=kube-node-lease).
   namespace: kube-system
 ${insecure ? `registries:\n  insecure: [${insecure}]\n` : ''}policies:
   - name: ${name}

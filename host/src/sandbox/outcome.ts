@@ -5,7 +5,7 @@
 import type { JsonValue, PatchOperation } from '@portcullis/sdk';
 import { PortcullisError } from '../errors.ts';
 import type { PatchText, SomePatch } from '../util/patch-text.ts';
-import { guestMessage, MAX_WARNING_LENGTH, WARNING_CONTROLS } from '../util/text.ts';
+import { guestMessage, MAX_MESSAGE_LENGTH, MAX_WARNING_LENGTH, MESSAGE_SLACK, WARNING_CONTROLS } from '../util/text.ts';
 
 /**
  * Why a policy failed, in merge priority order after an explicit denial:
@@ -80,7 +80,8 @@ export function compactOutput(text: string, fn: 'validate' | 'mutate'): { output
     outcome = decodeValue('', value, false, count);
   } catch (error) {
     const message = error instanceof MalformedOutput ? error.message : `returned output the host could not read (${error instanceof Error ? error.message : String(error)})`;
-    return { output: JSON.stringify({ outcome: 'error', message }), compact: true };
+    // It may quote the guest's text (a preview of its output, a patch path).
+    return { output: JSON.stringify({ outcome: 'error', message: guestMessage(message) }), compact: true };
   }
   // Warnings as WarningList will read them, cut here: it collapses control characters and
   // keeps 256 characters of each (with the policy's name), and a megabyte of them took the main
@@ -177,8 +178,9 @@ export { MAX_MESSAGE_LENGTH } from '../util/text.ts';
 function decodeMessage(value: unknown, compacted: boolean): string {
   if (value === undefined) return '';
   if (typeof value !== 'string') throw new MalformedOutput('returned a message that is not a string');
-  // A compacted answer's message is guestMessage's already (the worker's compactOutput).
-  return compacted ? value : guestMessage(value);
+  // A compacted answer's message is guestMessage's already (the worker's compactOutput): the
+  // slack leaves it as it is, and shows what a path that missed it let through (review).
+  return compacted ? guestMessage(value, MAX_MESSAGE_LENGTH + MESSAGE_SLACK) : guestMessage(value);
 }
 
 

@@ -36,11 +36,11 @@ export const WARNING_CONTROLS = /[\u0000-\u001f\u007f-\u009f]+/g;
 
 /**
  * What a guest's denial or error message may not carry as it is: C0 controls but tab and
- * newline (a policy's message may run over lines), DEL, C1, line and paragraph separators and
- * bidi overrides. kubectl prints the message to the user's terminal: red team (session 50), a
+ * newline (a policy's message may run over lines), DEL, C1, line and paragraph separators, bidi
+ * marks and overrides (not the zero-width joiner, which emoji are made with). kubectl prints the message to the user's terminal: red team (session 50), a
  * policy's ESC sequences cleared it and painted fake lines. Built from a string (see UNPRINTABLE).
  */
-const MESSAGE_CONTROL = '[\\u0000-\\u0008\\u000b-\\u001f\\u007f-\\u009f\\u2028\\u2029\\u202a-\\u202e\\u2066-\\u2069]';
+const MESSAGE_CONTROL = '[\\u0000-\\u0008\\u000b-\\u001f\\u007f-\\u009f\\u061c\\u200e\\u200f\\u2028\\u2029\\u202a-\\u202e\\u2066-\\u2069]';
 const MESSAGE_CONTROLS = new RegExp(MESSAGE_CONTROL, 'g');
 const IS_MESSAGE_CONTROL = new RegExp(MESSAGE_CONTROL);
 /** Room for the note guestMessage adds to what it cut: passed on again, such a message is not cut twice. */
