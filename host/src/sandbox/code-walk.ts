@@ -179,9 +179,9 @@ export const GROW_CAP = 256;
  * its runtime, and funcref entries are dear: red team (session 50), table.fill of 65,536 refs to
  * an imported host function took ~17 ms (~260 ns an entry), so at 8 units an entry two ran on a
  * slice of fuel: ~34 ms between two looks at the clock, as long as the worst code the lane's
- * bounds are set by (a pointer chase). At 64, a slice pays for ~4 ms of them; one operation on
- * the largest table a policy may have (65,536 entries) is still ~17 ms between looks, since the
- * refill grants it its slices at once. No policy toolchain fills or copies large tables per call.
+ * bounds are set by (a pointer chase). At 64, a slice pays for ~4 ms of them; one operation runs
+ * whole between looks (the refill grants it its slices at once), which the size of a metered
+ * module's tables bounds (metering.ts MAX_METERED_TABLE_ENTRIES).
  */
 export const TABLE_ENTRY_SHIFT = 6;
 /** Extra charge per opcode (RUNTIME_COST, HOST_CALL_COST); 0xfc operations are charged in miscInstruction. */

@@ -62,6 +62,15 @@ const MAX_LOCALS = 50_000;
  */
 const MAX_TYPE_VALUES = 32;
 
+/**
+ * The most table entries a metered module may hold (tables do not grow: memory-cap.ts). One
+ * table operation runs whole between two looks at the clock, however it is charged: red team
+ * (session 50), a table.fill of 65,536 refs to a host function took ~17 ms of the main thread.
+ * At this size ~1 ms. The toolchains' tables are far smaller (StarlingMonkey's 739, AssemblyScript's
+ * a few); a module with larger ones runs in the workers, stopped from outside.
+ */
+export const MAX_METERED_TABLE_ENTRIES = 4096;
+
 export type Metering = { bytes: Uint8Array<ArrayBuffer> } | { unmetered: string };
 
 /**
@@ -74,6 +83,8 @@ export function meterModule(bytes: Uint8Array): Metering {
   // 64-bit memories and tables count in i64, and a memory.copy between the two kinds in i32:
   // not worth the cases for what no policy toolchain emits.
   if (layout.memories.some((m) => m.flags & 0x04) || layout.tables.some((t) => t.flags & 0x04)) return { unmetered: 'it has a 64-bit memory or table' };
+  const tableEntries = layout.tables.reduce((n, t) => n + t.min, 0);
+  if (tableEntries > MAX_METERED_TABLE_ENTRIES) return { unmetered: `its tables hold ${tableEntries} entries (at most ${MAX_METERED_TABLE_ENTRIES} are metered)` };
   const sections = readSections(bytes);
   const imports = sections.get(2) ? readImports(bytes, sections.get(2)!) : { functions: 0, globals: 0, tables: 0, memory64: false };
   if (!imports) return { unmetered: 'it imports something of a kind the host does not know' };
